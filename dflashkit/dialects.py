@@ -1,0 +1,435 @@
+"""The three GGUF dialects of a DFlash drafter, as tables.
+
+One `Dialect` per runtime lineage (facts in ../shared/dialects.md): architecture strings, metadata
+keys with their GGUF value types, tensor names and the tap-id convention. The same table drives
+writing (`encode_metadata`, `Dialect.gguf_name`) and reading (`decode_metadata`,
+`Dialect.canonical_name`, `detect_dialect`) — there is no per-dialect branching elsewhere.
+
+Canonical tensor ids are z-lab's HF names without a ``model.`` prefix (``fc.weight``,
+``layers.3.self_attn.q_proj.weight``); the DFlash 2 codebooks always carry ``.weight``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from gguf import GGUFValueType
+
+from .errors import DFlashError
+from .io.gguf_writer import MetadataEntry
+from .spec import ARCH_DFLASH, ARCH_DFLASH2, DrafterSpec
+
+T = GGUFValueType
+
+
+def tap_ids_to_llama_cpp(target_layer_ids: Sequence[int]) -> list[int]:
+    """HF ``target_layer_ids`` → llama.cpp ``dflash.target_layers``.
+
+    HF ids count decoder layers and tap the hidden state that a layer *outputs*; llama.cpp
+    indexes the hidden state that *enters* a layer, so layer id ``i`` is stored as ``i + 1``.
+    Writing raw ids passes every shape check and silently collapses acceptance (each tap reads
+    the layer below the one the drafter was trained on).
+    """
+    return [int(i) + 1 for i in target_layer_ids]
+
+
+def tap_ids_from_llama_cpp(target_layers: Sequence[int]) -> list[int]:
+    """Inverse of `tap_ids_to_llama_cpp`: llama.cpp ``target_layers`` → HF ``target_layer_ids``."""
+    return [int(i) - 1 for i in target_layers]
+
+
+# --------------------------------------------------------------------------------------------
+# Tensor names
+# --------------------------------------------------------------------------------------------
+
+#: Canonical (HF) tensor ids → llama.cpp names. ``{bid}`` is the layer index.
+_LLAMA_CPP_TENSORS: dict[str, str] = {
+    "fc.weight": "fc.weight",
+    "hidden_norm.weight": "enc.output_norm.weight",
+    "norm.weight": "output_norm.weight",
+    "embed_tokens.weight": "token_embd.weight",
+    "lm_head.weight": "output.weight",
+    "layers.{bid}.input_layernorm.weight": "blk.{bid}.attn_norm.weight",
+    "layers.{bid}.self_attn.q_proj.weight": "blk.{bid}.attn_q.weight",
+    "layers.{bid}.self_attn.k_proj.weight": "blk.{bid}.attn_k.weight",
+    "layers.{bid}.self_attn.v_proj.weight": "blk.{bid}.attn_v.weight",
+    "layers.{bid}.self_attn.o_proj.weight": "blk.{bid}.attn_output.weight",
+    "layers.{bid}.self_attn.q_proj.bias": "blk.{bid}.attn_q.bias",
+    "layers.{bid}.self_attn.k_proj.bias": "blk.{bid}.attn_k.bias",
+    "layers.{bid}.self_attn.v_proj.bias": "blk.{bid}.attn_v.bias",
+    "layers.{bid}.self_attn.o_proj.bias": "blk.{bid}.attn_output.bias",
+    "layers.{bid}.self_attn.q_norm.weight": "blk.{bid}.attn_q_norm.weight",
+    "layers.{bid}.self_attn.k_norm.weight": "blk.{bid}.attn_k_norm.weight",
+    "layers.{bid}.post_attention_layernorm.weight": "blk.{bid}.ffn_norm.weight",
+    "layers.{bid}.mlp.gate_proj.weight": "blk.{bid}.ffn_gate.weight",
+    "layers.{bid}.mlp.up_proj.weight": "blk.{bid}.ffn_up.weight",
+    "layers.{bid}.mlp.down_proj.weight": "blk.{bid}.ffn_down.weight",
+    # DFlash 2
+    "layers.{bid}.attention_conv.base_kernel": "blk.{bid}.attn_conv_base",
+    "layers.{bid}.attention_conv.kernel_projection.weight": "blk.{bid}.attn_conv_proj.weight",
+    "layers.{bid}.mlp_conv.base_kernel": "blk.{bid}.ffn_conv_base",
+    "layers.{bid}.mlp_conv.kernel_projection.weight": "blk.{bid}.ffn_conv_proj.weight",
+    "candidate_selector.predecessor_codebook.weight": "selector_predecessor.weight",
+    "candidate_selector.successor_codebook.weight": "selector_successor.weight",
+    "candidate_selector.hidden_projection.weight": "selector_hidden.weight",
+}
+
+CANONICAL_TENSORS: tuple[str, ...] = tuple(_LLAMA_CPP_TENSORS)
+DFLASH2_TENSORS: frozenset[str] = frozenset(
+    k for k in CANONICAL_TENSORS if "conv" in k or k.startswith("candidate_selector.")
+)
+#: HF checkpoints store the DFlash 2 codebooks with or without ``.weight``.
+HF_ALIASES: dict[str, str] = {
+    "candidate_selector.predecessor_codebook": "candidate_selector.predecessor_codebook.weight",
+    "candidate_selector.successor_codebook": "candidate_selector.successor_codebook.weight",
+}
+
+
+def _template_regex(template: str) -> re.Pattern[str]:
+    return re.compile("^" + re.escape(template).replace(r"\{bid\}", r"(?P<bid>\d+)") + "$")
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    """One metadata key of a dialect: which spec field it carries and its GGUF value type."""
+
+    field: str  # DrafterSpec field (or a derived quantity, see `_DERIVED`)
+    key: str  # may contain {arch}
+    type: GGUFValueType
+    sub_type: GGUFValueType | None = None
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class Dialect:
+    name: str
+    architectures: tuple[str, ...]  # accepted on read; the writer picks with `pick_architecture`
+    keys: tuple[KeySpec, ...]
+    tensor_names: Mapping[str, str]  # canonical → GGUF name template
+    tensor_aliases: Mapping[str, str] = field(default_factory=dict)  # other GGUF names accepted on read
+    tap_offset: int = 0  # stored id = HF id + tap_offset
+    supports_dflash2: bool = False
+    description: str = ""
+
+    # ---- taps -----------------------------------------------------------------------------
+    @property
+    def tap_convention(self) -> str:
+        return "HF id + 1 (llama.cpp)" if self.tap_offset == 1 else "raw HF ids"
+
+    def taps_to_file(self, target_layer_ids: Sequence[int]) -> list[int]:
+        return tap_ids_to_llama_cpp(target_layer_ids) if self.tap_offset == 1 else [int(i) for i in target_layer_ids]
+
+    def taps_from_file(self, stored: Sequence[int]) -> list[int]:
+        return tap_ids_from_llama_cpp(stored) if self.tap_offset == 1 else [int(i) for i in stored]
+
+    # ---- tensor names ---------------------------------------------------------------------
+    def gguf_name(self, canonical: str) -> str:
+        """GGUF name of a canonical tensor id (``layers.3.mlp.up_proj.weight`` → ``blk.3.ffn_up.weight``)."""
+        template, bid = _split_bid(canonical)
+        if template not in self.tensor_names:
+            raise DFlashError(f"tensor '{canonical}' cannot be stored in the {self.name} dialect (it has no name for it)")
+        out = self.tensor_names[template]
+        return out.replace("{bid}", bid) if bid is not None else out
+
+    def canonical_name(self, gguf_name: str) -> str | None:
+        """Canonical id of a GGUF tensor name in this dialect, or None when the name is not known."""
+        for regex, template in self._read_patterns():
+            m = regex.match(gguf_name)
+            if m:
+                bid = m.groupdict().get("bid")
+                return template.replace("{bid}", bid) if bid is not None else template
+        return None
+
+    def _read_patterns(self) -> list[tuple[re.Pattern[str], str]]:
+        cached = _PATTERN_CACHE.get(self.name)
+        if cached is None:
+            by_gguf = {v: k for k, v in self.tensor_names.items()}
+            for alias, target in self.tensor_aliases.items():
+                by_gguf[alias] = by_gguf[target]
+            cached = [(_template_regex(g), c) for g, c in by_gguf.items()]
+            _PATTERN_CACHE[self.name] = cached
+        return cached
+
+    def key(self, spec: KeySpec, arch: str) -> str:
+        return spec.key.format(arch=arch)
+
+    def pick_architecture(self, spec: DrafterSpec) -> str:
+        return _ARCH_PICKERS[self.name](spec)
+
+
+_PATTERN_CACHE: dict[str, list[tuple[re.Pattern[str], str]]] = {}
+
+
+def _split_bid(canonical: str) -> tuple[str, str | None]:
+    m = re.match(r"^layers\.(\d+)\.(.+)$", canonical)
+    if m:
+        return "layers.{bid}." + m.group(2), m.group(1)
+    return canonical, None
+
+
+def hf_canonical_name(hf_name: str) -> str | None:
+    """Canonical id of an HF checkpoint tensor name, or None for a name no drafter has."""
+    name = hf_name[len("model."):] if hf_name.startswith("model.") else hf_name
+    name = HF_ALIASES.get(name, name)
+    template, _ = _split_bid(name)
+    return name if template in _LLAMA_CPP_TENSORS else None
+
+
+# --------------------------------------------------------------------------------------------
+# Metadata keys
+# --------------------------------------------------------------------------------------------
+
+_COMMON_HPARAMS = (
+    KeySpec("context_length", "{arch}.context_length", T.UINT32, required=True),
+    KeySpec("hidden_size", "{arch}.embedding_length", T.UINT32, required=True),
+    KeySpec("n_layers", "{arch}.block_count", T.UINT32, required=True),
+    KeySpec("intermediate_size", "{arch}.feed_forward_length", T.UINT32, required=True),
+    KeySpec("n_heads", "{arch}.attention.head_count", T.UINT32, required=True),
+    KeySpec("n_kv_heads", "{arch}.attention.head_count_kv", T.UINT32, required=True),
+    KeySpec("head_dim", "{arch}.attention.key_length", T.UINT32, required=True),
+    KeySpec("head_dim", "{arch}.attention.value_length", T.UINT32, required=True),
+    KeySpec("rms_norm_eps", "{arch}.attention.layer_norm_rms_epsilon", T.FLOAT32, required=True),
+    KeySpec("rope_theta", "{arch}.rope.freq_base", T.FLOAT32, required=True),
+)
+
+LLAMA_CPP = Dialect(
+    name="llama.cpp",
+    architectures=("dflash",),
+    description="upstream llama.cpp LLM_ARCH_DFLASH (also llama-cpp-python)",
+    tap_offset=1,
+    supports_dflash2=True,
+    tensor_names=_LLAMA_CPP_TENSORS,
+    keys=_COMMON_HPARAMS
+    + (
+        KeySpec("block_size", "{arch}.block_size", T.UINT32, required=True),
+        KeySpec("target_layer_ids", "{arch}.target_layers", T.ARRAY, T.INT32, required=True),
+        KeySpec("mask_token_id", "tokenizer.ggml.mask_token_id", T.UINT32, required=True),
+        KeySpec("sliding_window", "{arch}.attention.sliding_window", T.UINT32),
+        KeySpec("sliding_window_pattern", "{arch}.attention.sliding_window_pattern", T.ARRAY, T.BOOL),
+        KeySpec("causal", "{arch}.attention.causal", T.BOOL),
+        KeySpec("final_logit_softcapping", "{arch}.final_logit_softcapping", T.FLOAT32),
+        KeySpec("embedding_scale", "{arch}.embedding_scale", T.FLOAT32),
+        KeySpec("logit_scale", "{arch}.logit_scale", T.FLOAT32),
+        KeySpec("attention_value_scale", "{arch}.attention.value_scale", T.FLOAT32),
+        KeySpec("rope_dimension_count", "{arch}.rope.dimension_count", T.UINT32),
+        KeySpec("conv_kernel_size", "{arch}.conv_kernel_size", T.UINT32),
+        KeySpec("conv_group_size", "{arch}.conv_group_size", T.UINT32),
+        KeySpec("selector_rank", "{arch}.selector_rank", T.UINT32),
+        KeySpec("selector_top_k", "{arch}.selector_top_k", T.UINT32),
+    ),
+)
+
+LUCE = Dialect(
+    name="luce",
+    architectures=("qwen35-dflash-draft", "gemma4-dflash-draft", "dflash-draft"),
+    description="Luce-Org/lucebox draft_gguf_loader",
+    tap_offset=0,
+    supports_dflash2=False,
+    tensor_names={
+        **{k: v for k, v in _LLAMA_CPP_TENSORS.items() if k not in DFLASH2_TENSORS},
+        "fc.weight": "dflash.fc.weight",
+        "hidden_norm.weight": "dflash.hidden_norm.weight",
+    },
+    tensor_aliases={
+        "dflash_fc.weight": "dflash.fc.weight",
+        "dflash_hidden_norm.weight": "dflash.hidden_norm.weight",
+        "blk.{bid}.post_attention_norm.weight": "blk.{bid}.ffn_norm.weight",
+    },
+    keys=_COMMON_HPARAMS
+    + (
+        KeySpec("vocab_size", "{arch}.vocab_size", T.UINT32),
+        KeySpec("luce_n_target_layers", "{arch}.dflash.n_target_layers", T.UINT32, required=True),
+        KeySpec("block_size", "{arch}.dflash.block_size", T.UINT32, required=True),
+        KeySpec("mask_token_id", "{arch}.dflash.mask_token_id", T.UINT32, required=True),
+        # The Luce loader ignores target_layer_ids of any element type but INT32, and a non-BOOL pattern.
+        KeySpec("target_layer_ids", "{arch}.dflash.target_layer_ids", T.ARRAY, T.INT32, required=True),
+        KeySpec("sliding_window", "{arch}.attention.sliding_window", T.UINT32),
+        KeySpec("sliding_window_pattern", "{arch}.attention.sliding_window_pattern", T.ARRAY, T.BOOL),
+        KeySpec("final_logit_softcapping", "{arch}.final_logit_softcapping", T.FLOAT32),
+    ),
+)
+
+DFLASH_DRAFT = Dialect(
+    name="dflash-draft",
+    architectures=("dflash-draft",),
+    description="Anbeeld / beellama.cpp / ht-llama.cpp lineage",
+    tap_offset=0,
+    supports_dflash2=False,
+    tensor_names={
+        **{k: v for k, v in _LLAMA_CPP_TENSORS.items() if k not in DFLASH2_TENSORS},
+        "fc.weight": "dflash_fc.weight",
+        "hidden_norm.weight": "dflash_hidden_norm.weight",
+        "layers.{bid}.post_attention_layernorm.weight": "blk.{bid}.post_attention_norm.weight",
+    },
+    keys=_COMMON_HPARAMS
+    + (
+        KeySpec("target_layer_ids", "{arch}.dflash.target_layer_ids", T.ARRAY, T.INT32, required=True),
+        KeySpec("block_size", "{arch}.dflash.block_size", T.UINT32, required=True),
+        KeySpec("mask_token_id", "{arch}.dflash.mask_token_id", T.UINT32, required=True),
+        KeySpec("n_target_features", "{arch}.dflash.n_target_features", T.UINT32, required=True),
+        KeySpec("causal", "{arch}.attention.causal", T.BOOL),
+        KeySpec("sliding_window", "{arch}.attention.sliding_window", T.UINT32),
+        KeySpec("sliding_window_pattern", "{arch}.attention.sliding_window_pattern", T.ARRAY, T.BOOL),
+    ),
+)
+
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (LLAMA_CPP, LUCE, DFLASH_DRAFT)}
+DEFAULT_DIALECT = LLAMA_CPP
+
+
+def _luce_arch(spec: DrafterSpec) -> str:
+    # Gemma-4 drafters are the ones with logit softcapping / a scaled input embedding.
+    gemma = spec.final_logit_softcapping is not None or spec.embedding_scale is not None
+    return "gemma4-dflash-draft" if gemma else "qwen35-dflash-draft"
+
+
+_ARCH_PICKERS: dict[str, Callable[[DrafterSpec], str]] = {
+    "llama.cpp": lambda spec: "dflash",
+    "luce": _luce_arch,
+    "dflash-draft": lambda spec: "dflash-draft",
+}
+
+
+def get_dialect(name: str) -> Dialect:
+    try:
+        return DIALECTS[name]
+    except KeyError:
+        raise DFlashError(f"unknown dialect '{name}' (known: {', '.join(DIALECTS)})") from None
+
+
+def detect_dialect(architecture: str | None) -> Dialect | None:
+    """Dialect of a GGUF from its ``general.architecture`` (None when it is no DFlash drafter)."""
+    for dialect in DIALECTS.values():
+        if architecture in dialect.architectures and dialect.name != "luce":
+            return dialect
+    # "dflash-draft" is also accepted by the Luce loader, but its keys are the dflash-draft lineage's.
+    return LUCE if architecture in LUCE.architectures else None
+
+
+# --------------------------------------------------------------------------------------------
+# Encoding / decoding metadata
+# --------------------------------------------------------------------------------------------
+
+
+def _derived_value(field_name: str, spec: DrafterSpec, arch: str) -> Any:
+    if field_name == "n_target_features":
+        return spec.fc_input_width
+    if field_name == "luce_n_target_layers":
+        # Luce's Qwen script stores the tap count, its Gemma script the target's layer count.
+        return spec.num_target_layers if arch.startswith("gemma4") else spec.n_taps
+    return getattr(spec, field_name)
+
+
+def encode_metadata(spec: DrafterSpec, dialect: Dialect, arch: str | None = None) -> list[MetadataEntry]:
+    """The dialect's metadata entries for ``spec`` (architecture and general.* not included).
+
+    Raises a DFlashError naming the key when a required value is unknown.
+    """
+    arch = arch or dialect.pick_architecture(spec)
+    entries: list[MetadataEntry] = []
+    for ks in dialect.keys:
+        value = _derived_value(ks.field, spec, arch)
+        key = dialect.key(ks, arch)
+        if value is None:
+            if ks.required:
+                raise DFlashError(_missing_value_message(ks, key, dialect))
+            continue
+        if ks.field == "target_layer_ids":
+            value = dialect.taps_to_file(value)
+        if ks.type == T.ARRAY:
+            value = list(value)
+        elif ks.type == T.FLOAT32:
+            value = float(value)
+        elif ks.type == T.BOOL:
+            value = bool(value)
+        else:
+            value = int(value)
+        entries.append(MetadataEntry(key, value, ks.type, ks.sub_type))
+    return entries
+
+
+def _missing_value_message(ks: KeySpec, key: str, dialect: Dialect) -> str:
+    hints = {
+        "mask_token_id": "set dflash_config.mask_token_id in config.json or pass --mask-token-id",
+        "luce_n_target_layers": "pass --target (the target model) or --num-target-layers",
+        "num_target_layers": "pass --target (the target model) or --num-target-layers",
+    }
+    fix = hints.get(ks.field, f"the source does not carry '{ks.field}'")
+    return f"the {dialect.name} dialect requires '{key}' but its value is unknown — {fix}"
+
+
+def decode_metadata(kvs: Mapping[str, Any], dialect: Dialect, arch: str) -> dict[str, Any]:
+    """Read the dialect's keys from ``kvs`` (key → value) into spec fields (HF tap convention).
+
+    Returns only the fields present; derived keys come back under their own names
+    (``n_target_features``, ``luce_n_target_layers``).
+    """
+    out: dict[str, Any] = {}
+    for ks in dialect.keys:
+        key = dialect.key(ks, arch)
+        if key not in kvs:
+            continue
+        value = kvs[key]
+        if ks.field == "target_layer_ids":
+            value = tuple(dialect.taps_from_file(value))
+        elif ks.field == "sliding_window_pattern":
+            value = tuple(bool(v) for v in value)
+        if ks.field in out and out[ks.field] != value:
+            # key_length and value_length both map to head_dim; keep the first and flag the mismatch
+            out.setdefault("_conflicts", []).append((ks.field, key, value))
+            continue
+        out[ks.field] = value
+    return out
+
+
+def spec_from_gguf_metadata(kvs: Mapping[str, Any], dialect: Dialect, arch: str, *, name: str | None = None) -> DrafterSpec:
+    """Build a DrafterSpec from a GGUF's metadata. Missing required keys raise DFlashError."""
+    fields_ = decode_metadata(kvs, dialect, arch)
+    missing = [dialect.key(ks, arch) for ks in dialect.keys if ks.required and dialect.key(ks, arch) not in kvs]
+    if missing:
+        raise DFlashError(f"missing {dialect.name} metadata key(s): {', '.join(missing)}")
+    has_conv = fields_.get("conv_kernel_size") is not None
+    n_target_layers = fields_.get("num_target_layers")
+    if dialect.name == "luce" and arch.startswith("gemma4"):
+        n_target_layers = fields_.get("luce_n_target_layers")
+    spec = DrafterSpec(
+        architecture=ARCH_DFLASH2 if has_conv else ARCH_DFLASH,
+        hidden_size=int(fields_["hidden_size"]),
+        n_layers=int(fields_["n_layers"]),
+        n_heads=int(fields_["n_heads"]),
+        n_kv_heads=int(fields_["n_kv_heads"]),
+        head_dim=int(fields_["head_dim"]),
+        intermediate_size=int(fields_["intermediate_size"]),
+        rms_norm_eps=float(fields_["rms_norm_eps"]),
+        rope_theta=float(fields_["rope_theta"]),
+        context_length=int(fields_["context_length"]),
+        block_size=int(fields_["block_size"]),
+        target_layer_ids=tuple(fields_["target_layer_ids"]),
+        mask_token_id=fields_.get("mask_token_id"),
+        vocab_size=fields_.get("vocab_size"),
+        num_target_layers=n_target_layers,
+        sliding_window=fields_.get("sliding_window"),
+        sliding_window_pattern=fields_.get("sliding_window_pattern"),
+        causal=fields_.get("causal"),
+        final_logit_softcapping=fields_.get("final_logit_softcapping"),
+        embedding_scale=fields_.get("embedding_scale"),
+        logit_scale=fields_.get("logit_scale"),
+        attention_value_scale=fields_.get("attention_value_scale"),
+        rope_dimension_count=fields_.get("rope_dimension_count"),
+        conv_kernel_size=fields_.get("conv_kernel_size"),
+        conv_group_size=fields_.get("conv_group_size"),
+        selector_rank=fields_.get("selector_rank"),
+        selector_top_k=fields_.get("selector_top_k"),
+        name=name,
+    )
+    return spec
+
+
+def with_spec(spec: DrafterSpec, **changes: Any) -> DrafterSpec:
+    return replace(spec, **changes)
+
+
+def all_keys(dialect: Dialect, arch: str) -> Iterable[str]:
+    return (dialect.key(ks, arch) for ks in dialect.keys)

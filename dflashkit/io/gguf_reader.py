@@ -1,0 +1,615 @@
+"""The project's one hardened GGUF reader.
+
+Every command reads GGUF through :func:`open_gguf`. Nothing read from the file is trusted: counts
+and lengths are bounded by the bytes actually left in the file *before* anything is allocated,
+value and tensor types must be known, and every tensor's byte range (ggml block size x type size)
+must lie inside the file. Tensor data is never read at open; :meth:`GGUFFile.raw` and
+:meth:`GGUFFile.array` hand out read-only ``numpy.memmap`` slices.
+
+The header is parsed from a read-only ``mmap`` of the file with ``struct`` (no per-element numpy
+views, unlike ``gguf.GGUFReader``), so a 150k-token vocabulary parses in a fraction of a second.
+
+Layout (little-endian; versions 2 and 3 are identical on disk)::
+
+    "GGUF" | u32 version | u64 n_tensors | u64 n_kv
+    n_kv x      (string key | u32 value_type | value)
+    n_tensors x (string name | u32 n_dims | n_dims x u64 ne | u32 ggml_type | u64 offset)
+    padding to `general.alignment` | tensor data (offsets relative to this data start)
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import stat
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
+
+from dflashkit.errors import DFlashError
+
+__all__ = [
+    "GGUFFormatError",
+    "GGUFFile",
+    "GGUFValueType",
+    "GGMLQuantizationType",
+    "KV",
+    "TensorInfo",
+    "open_gguf",
+    "tensor_nbytes",
+    "DEFAULT_ALIGNMENT",
+    "MAX_DIMS",
+    "MAX_NAME_LEN",
+]
+
+MAGIC = b"GGUF"
+SUPPORTED_VERSIONS = (2, 3)
+DEFAULT_ALIGNMENT = 32
+MAX_DIMS = 4  # GGML_MAX_DIMS: llama.cpp refuses tensors with more dimensions
+MAX_NAME_LEN = 63  # GGML_MAX_NAME is 64 including the terminating NUL
+HEADER_SIZE = 24  # magic + version + n_tensors + n_kv
+# Smallest possible encodings, used to bound the declared counts by the file size up front.
+MIN_KV_SIZE = 8 + 4 + 1  # key length, value type, 1-byte value
+MIN_TENSOR_INFO_SIZE = 8 + 4 + 4 + 8  # name length, n_dims, ggml type, offset
+MAX_ARRAY_NESTING = 32  # arrays of arrays: bounded so a crafted file cannot exhaust the stack
+INT64_MAX = 2**63 - 1
+
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+
+# Scalar value types: struct format and size. BOOL is an int8 on disk.
+_SCALAR_FORMATS: dict[GGUFValueType, str] = {
+    GGUFValueType.UINT8: "B",
+    GGUFValueType.INT8: "b",
+    GGUFValueType.UINT16: "H",
+    GGUFValueType.INT16: "h",
+    GGUFValueType.UINT32: "I",
+    GGUFValueType.INT32: "i",
+    GGUFValueType.FLOAT32: "f",
+    GGUFValueType.BOOL: "B",
+    GGUFValueType.UINT64: "Q",
+    GGUFValueType.INT64: "q",
+    GGUFValueType.FLOAT64: "d",
+}
+_SCALAR_STRUCTS = {t: struct.Struct("<" + f) for t, f in _SCALAR_FORMATS.items()}
+_VALUE_TYPES = {int(t): t for t in GGUFValueType}
+_GGML_TYPES = {int(t): t for t in GGMLQuantizationType if t in GGML_QUANT_SIZES}
+
+# Typed numpy views for unquantized ggml types (BF16 as raw uint16: callers convert).
+_GGML_NUMPY_DTYPES: dict[GGMLQuantizationType, np.dtype] = {
+    GGMLQuantizationType.F32: np.dtype("<f4"),
+    GGMLQuantizationType.F16: np.dtype("<f2"),
+    GGMLQuantizationType.BF16: np.dtype("<u2"),
+    GGMLQuantizationType.F64: np.dtype("<f8"),
+    GGMLQuantizationType.I8: np.dtype("i1"),
+    GGMLQuantizationType.I16: np.dtype("<i2"),
+    GGMLQuantizationType.I32: np.dtype("<i4"),
+    GGMLQuantizationType.I64: np.dtype("<i8"),
+}
+
+_FIX_REDOWNLOAD = "re-download or re-convert the file"
+
+
+class GGUFFormatError(DFlashError):
+    """A GGUF file is malformed. ``check_id`` is a stable id (``gguf.truncated`` ...), ``values``
+    holds the numbers involved (for ``dflash-inspect --json``)."""
+
+    def __init__(self, path: str | os.PathLike[str], check_id: str, message: str, **values: Any) -> None:
+        self.path = Path(path)
+        self.check_id = check_id
+        self.detail = message
+        self.values = values
+        super().__init__(f"{self.path}: {message}")
+
+
+@dataclass(frozen=True)
+class KV:
+    key: str
+    type: GGUFValueType
+    value: Any  # int/float/bool/str, or a list for ARRAY (element type in sub_type)
+    sub_type: GGUFValueType | None = None
+
+
+def tensor_nbytes(ggml_type: GGMLQuantizationType, dims: tuple[int, ...]) -> int:
+    """Bytes of a tensor with GGUF-order ``dims`` (ne0 first); ne0 must be a multiple of the block size."""
+    block_size, type_size = GGML_QUANT_SIZES[ggml_type]
+    n = 1
+    for d in dims:
+        n *= d
+    return n // block_size * type_size
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    dims: tuple[int, ...]  # GGUF order, ne0 first
+    ggml_type: GGMLQuantizationType
+    offset: int  # absolute file offset of the data
+    nbytes: int
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """numpy order (reversed GGUF dims)."""
+        return tuple(reversed(self.dims))
+
+    @property
+    def n_elements(self) -> int:
+        n = 1
+        for d in self.dims:
+            n *= d
+        return n
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.nbytes
+
+
+@dataclass
+class GGUFFile:
+    """A parsed GGUF header plus lazy, read-only access to tensor data. Use :func:`open_gguf`."""
+
+    path: Path
+    version: int
+    alignment: int
+    file_size: int
+    data_start: int
+    n_tensors: int  # as declared in the header (``tensors`` omits entries that failed validation)
+    n_kv: int
+    kvs: dict[str, KV] = field(default_factory=dict)
+    tensors: dict[str, TensorInfo] = field(default_factory=dict)
+    problems: list[GGUFFormatError] = field(default_factory=list)
+    _data: np.memmap | None = field(default=None, repr=False)
+
+    def __enter__(self) -> GGUFFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        # Views already handed out keep their own reference to the mapping; we only drop ours.
+        self._data = None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        kv = self.kvs.get(key)
+        return default if kv is None else kv.value
+
+    def _error(self, check_id: str, message: str, **values: Any) -> GGUFFormatError:
+        return GGUFFormatError(self.path, check_id, message, **values)
+
+    def _info(self, name: str) -> TensorInfo:
+        try:
+            return self.tensors[name]
+        except KeyError:
+            raise self._error("gguf.tensor_missing", f"no tensor named {name!r} in the file", tensor=name) from None
+
+    def raw(self, name: str) -> np.ndarray:
+        """The tensor's bytes as a read-only uint8 1-D memmap view."""
+        info = self._info(name)
+        if info.end > self.file_size:  # only reachable with strict=False
+            raise self._error(
+                "gguf.truncated",
+                f"tensor {name!r} data ends at byte {info.end} but the file is {self.file_size} bytes — {_FIX_REDOWNLOAD}",
+                tensor=name, end=info.end, file_size=self.file_size,
+            )
+        if info.nbytes == 0:
+            return np.zeros(0, dtype=np.uint8)
+        if self._data is None:
+            try:
+                self._data = np.memmap(self.path, dtype=np.uint8, mode="r")
+            except (OSError, ValueError) as exc:
+                raise self._error("gguf.unreadable", f"cannot map the file for reading: {exc}") from None
+        return self._data[info.offset : info.end]
+
+    def array(self, name: str) -> np.ndarray:
+        """Typed view in numpy order. BF16 comes back as uint16; quantized types as uint8
+        ``[*shape[:-1], row_bytes]`` (one row of ggml blocks per innermost row)."""
+        info = self._info(name)
+        raw = self.raw(name)
+        dtype = _GGML_NUMPY_DTYPES.get(info.ggml_type)
+        if dtype is not None:
+            return raw.view(dtype).reshape(info.shape)
+        block_size, type_size = GGML_QUANT_SIZES[info.ggml_type]
+        row_bytes = info.dims[0] // block_size * type_size if info.dims else type_size
+        return raw.reshape(*info.shape[:-1], row_bytes)
+
+
+class _Parser:
+    """Cursor over the mapped file. Every read is checked against the bytes left."""
+
+    def __init__(self, buf: mmap.mmap, path: Path, size: int, strict: bool) -> None:
+        self.buf = buf
+        self.path = path
+        self.size = size
+        self.strict = strict
+        self.pos = 0
+        self.problems: list[GGUFFormatError] = []
+
+    # -- error reporting ------------------------------------------------------------------------
+    def fatal(self, check_id: str, message: str, **values: Any) -> NoReturn:
+        raise GGUFFormatError(self.path, check_id, message, **values)
+
+    def problem(self, check_id: str, message: str, **values: Any) -> None:
+        """A structural problem parsing can continue past: raised when strict, collected otherwise."""
+        err = GGUFFormatError(self.path, check_id, message, **values)
+        if self.strict:
+            raise err
+        self.problems.append(err)
+
+    def need(self, n: int, what: str) -> None:
+        if n > self.size - self.pos:
+            self.fatal(
+                "gguf.truncated",
+                f"file ends inside {what}: needs {n} bytes at offset {self.pos} but only "
+                f"{self.size - self.pos} are left (file is {self.size} bytes) — {_FIX_REDOWNLOAD}",
+                offset=self.pos, needed=n, left=self.size - self.pos, file_size=self.size,
+            )
+
+    # -- primitives -----------------------------------------------------------------------------
+    def u32(self, what: str) -> int:
+        self.need(4, what)
+        (v,) = _U32.unpack_from(self.buf, self.pos)
+        self.pos += 4
+        return v
+
+    def u64(self, what: str) -> int:
+        self.need(8, what)
+        (v,) = _U64.unpack_from(self.buf, self.pos)
+        self.pos += 8
+        return v
+
+    def string_bytes(self, what: str) -> bytes:
+        n = self.u64(f"the length of {what}")
+        if n > self.size - self.pos:
+            self.fatal(
+                "gguf.string_length",
+                f"{what} claims {n} bytes at offset {self.pos} but only {self.size - self.pos} are left "
+                f"(corrupt length or truncated file) — {_FIX_REDOWNLOAD}",
+                offset=self.pos, length=n, left=self.size - self.pos,
+            )
+        start = self.pos
+        self.pos += n
+        return self.buf[start : self.pos]
+
+    def decode(self, raw: bytes, what: str) -> str:
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            self.problem("gguf.utf8", f"{what} is not valid UTF-8 ({exc.reason} at byte {exc.start})", offset=self.pos)
+            return raw.decode("utf-8", errors="replace")
+
+    # -- values ---------------------------------------------------------------------------------
+    def value_type(self, what: str) -> GGUFValueType:
+        offset = self.pos
+        raw = self.u32(f"the value type of {what}")
+        vtype = _VALUE_TYPES.get(raw)
+        if vtype is None:
+            # Without a known type the value's size is unknown: parsing cannot continue.
+            self.fatal(
+                "gguf.kv_type",
+                f"{what} has unknown value type {raw} at offset {offset} (known: 0..{max(_VALUE_TYPES)})",
+                offset=offset, value_type=raw,
+            )
+        return vtype
+
+    def value(self, vtype: GGUFValueType, what: str, depth: int = 0) -> tuple[Any, GGUFValueType | None]:
+        if vtype is GGUFValueType.STRING:
+            return self.decode(self.string_bytes(f"the string value of {what}"), what), None
+        if vtype is GGUFValueType.ARRAY:
+            return self.array(what, depth)
+        st = _SCALAR_STRUCTS[vtype]
+        self.need(st.size, f"the value of {what}")
+        (v,) = st.unpack_from(self.buf, self.pos)
+        self.pos += st.size
+        return (v != 0 if vtype is GGUFValueType.BOOL else v), None
+
+    def array(self, what: str, depth: int) -> tuple[list[Any], GGUFValueType]:
+        sub = self.value_type(f"the array elements of {what}")
+        count_offset = self.pos
+        n = self.u64(f"the array length of {what}")
+        left = self.size - self.pos
+        # Smallest encoding of one element bounds the count before anything is allocated.
+        min_elem = {GGUFValueType.STRING: 8, GGUFValueType.ARRAY: 12}.get(sub) or _SCALAR_STRUCTS[sub].size
+        if n > left // min_elem:
+            self.fatal(
+                "gguf.array_length",
+                f"{what} claims {n} {sub.name} elements at offset {count_offset} but the {left} bytes left "
+                f"hold at most {left // min_elem} — {_FIX_REDOWNLOAD}",
+                offset=count_offset, length=n, left=left, element_type=sub.name,
+            )
+        if sub is GGUFValueType.STRING:
+            return self.string_array(n, what), sub
+        if sub is GGUFValueType.ARRAY:
+            if depth == 0:
+                self.problem("gguf.kv_type", f"{what} is an array of arrays, which llama.cpp cannot load")
+            if depth >= MAX_ARRAY_NESTING:
+                self.fatal("gguf.kv_type", f"{what} nests arrays deeper than {MAX_ARRAY_NESTING} levels")
+            return [self.array(what, depth + 1)[0] for _ in range(n)], sub
+        # Numeric arrays: one bounded copy, converted in C (tolist keeps no reference to the map).
+        nbytes = n * _SCALAR_STRUCTS[sub].size
+        chunk = self.buf[self.pos : self.pos + nbytes]
+        self.pos += nbytes
+        if sub is GGUFValueType.BOOL:
+            return (np.frombuffer(chunk, dtype=np.uint8) != 0).tolist(), sub
+        return np.frombuffer(chunk, dtype="<" + _SCALAR_FORMATS[sub]).tolist(), sub
+
+    def string_array(self, n: int, what: str) -> list[str]:
+        # Hot loop for tokenizer vocabularies and merges (~150k entries): locals only, no method calls.
+        buf, size, pos = self.buf, self.size, self.pos
+        unpack = _U64.unpack_from
+        raw: list[bytes] = []
+        append = raw.append
+        for i in range(n):
+            if size - pos < 8:
+                self.pos = pos
+                self.need(8, f"the length of element {i} of {what}")
+            (ln,) = unpack(buf, pos)
+            pos += 8
+            if ln > size - pos:
+                self.fatal(
+                    "gguf.string_length",
+                    f"element {i} of {what} claims {ln} bytes at offset {pos} but only {size - pos} are left "
+                    f"(corrupt length or truncated file) — {_FIX_REDOWNLOAD}",
+                    offset=pos, length=ln, left=size - pos, index=i,
+                )
+            append(buf[pos : pos + ln])
+            pos += ln
+        self.pos = pos
+        try:
+            return [b.decode("utf-8") for b in raw]
+        except UnicodeDecodeError:
+            bad = next(i for i, b in enumerate(raw) if not _is_utf8(b))
+            self.problem("gguf.utf8", f"element {bad} of {what} is not valid UTF-8", index=bad)
+            return [b.decode("utf-8", errors="replace") for b in raw]
+
+
+def _is_utf8(b: bytes) -> bool:
+    try:
+        b.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _check_version(p: _Parser) -> int:
+    version = p.u32("the version")
+    if version in SUPPORTED_VERSIONS:
+        return version
+    swapped = int.from_bytes(version.to_bytes(4, "little"), "big")
+    if version & 0xFFFF == 0 and swapped in (1, 2, 3):
+        p.fatal(
+            "gguf.version",
+            f"big-endian GGUF (version {swapped} byte-swapped); only little-endian files are supported — "
+            "re-convert without --bigendian",
+            version=version,
+        )
+    if version == 1:
+        p.fatal("gguf.version", "GGUF version 1 is no longer supported — re-convert with a current llama.cpp / gguf-py", version=1)
+    p.fatal(
+        "gguf.version",
+        f"unsupported GGUF version {version} (supported: 2, 3) — the file is corrupt or from a newer format",
+        version=version,
+    )
+
+
+def _check_counts(p: _Parser, n_tensors: int, n_kv: int) -> None:
+    room = p.size - HEADER_SIZE
+    max_tensors = room // MIN_TENSOR_INFO_SIZE
+    if n_tensors > max_tensors:
+        p.fatal(
+            "gguf.tensor_count",
+            f"header claims {n_tensors} tensors but a {p.size}-byte file holds at most {max_tensors} "
+            f"(corrupt header or truncated file) — {_FIX_REDOWNLOAD}",
+            n_tensors=n_tensors, max_tensors=max_tensors, file_size=p.size,
+        )
+    max_kv = (room - n_tensors * MIN_TENSOR_INFO_SIZE) // MIN_KV_SIZE
+    if n_kv > max_kv:
+        p.fatal(
+            "gguf.kv_count",
+            f"header claims {n_kv} key-value pairs but a {p.size}-byte file with {n_tensors} tensors holds at most "
+            f"{max_kv} (corrupt header or truncated file) — {_FIX_REDOWNLOAD}",
+            n_kv=n_kv, max_kv=max_kv, file_size=p.size,
+        )
+
+
+def _parse_kvs(p: _Parser, n_kv: int) -> dict[str, KV]:
+    kvs: dict[str, KV] = {}
+    for i in range(n_kv):
+        key_offset = p.pos
+        key = p.decode(p.string_bytes(f"key #{i}"), f"key #{i}")
+        what = f"key {key!r}"
+        if not key:
+            p.problem("gguf.kv_key", f"key #{i} at offset {key_offset} is empty", offset=key_offset, index=i)
+        vtype = p.value_type(what)
+        value, sub = p.value(vtype, what)
+        if key in kvs:
+            p.problem("gguf.kv_duplicate", f"key {key!r} appears twice (second at offset {key_offset}); the first is used", key=key, offset=key_offset)
+            continue
+        kvs[key] = KV(key, vtype, value, sub)
+    return kvs
+
+
+def _alignment(p: _Parser, kvs: dict[str, KV]) -> int:
+    kv = kvs.get("general.alignment")
+    if kv is None:
+        return DEFAULT_ALIGNMENT
+    ok_type = kv.type is GGUFValueType.UINT32
+    if ok_type and kv.value > 0 and kv.value & (kv.value - 1) == 0:
+        return kv.value
+    got = f"type {kv.type.name}" if not ok_type else f"value {kv.value}"
+    p.problem(
+        "gguf.alignment",
+        f"general.alignment must be a non-zero power-of-two UINT32, got {got}; using {DEFAULT_ALIGNMENT}",
+        alignment=kv.value, type=kv.type.name,
+    )
+    return DEFAULT_ALIGNMENT
+
+
+@dataclass
+class _RawTensor:
+    name: str
+    dims: tuple[int, ...]
+    ggml_type: GGMLQuantizationType | None
+    rel_offset: int
+    valid: bool
+
+
+def _parse_tensor_infos(p: _Parser, n_tensors: int) -> list[_RawTensor]:
+    out: list[_RawTensor] = []
+    seen: set[str] = set()
+    for i in range(n_tensors):
+        name_offset = p.pos
+        name = p.decode(p.string_bytes(f"the name of tensor #{i}"), f"the name of tensor #{i}")
+        what = f"tensor {name!r}"
+        valid = True
+        if len(name.encode("utf-8")) > MAX_NAME_LEN:
+            p.problem("gguf.tensor_name", f"{what} name is {len(name)} bytes; llama.cpp allows at most {MAX_NAME_LEN} — shorten it", tensor=name)
+        if name in seen:
+            p.problem("gguf.tensor_duplicate", f"{what} appears twice (second at offset {name_offset}); the first is used", tensor=name, offset=name_offset)
+            valid = False
+        seen.add(name)
+
+        n_dims = p.u32(f"the dimension count of {what}")
+        if n_dims * 8 > p.size - p.pos:
+            p.fatal(
+                "gguf.tensor_dims",
+                f"{what} claims {n_dims} dimensions but only {p.size - p.pos} bytes are left — {_FIX_REDOWNLOAD}",
+                tensor=name, n_dims=n_dims,
+            )
+        # Past MAX_DIMS the dims are skipped, not unpacked: a crafted count must not cost memory or time.
+        dims = struct.unpack_from(f"<{n_dims}Q", p.buf, p.pos) if n_dims <= MAX_DIMS else ()
+        p.pos += 8 * n_dims
+        raw_type = p.u32(f"the type of {what}")
+        rel_offset = p.u64(f"the data offset of {what}")
+
+        n_elements = 1
+        for d in dims:
+            n_elements *= d
+        if n_dims > MAX_DIMS:
+            p.problem("gguf.tensor_dims", f"{what} has {n_dims} dimensions; ggml supports at most {MAX_DIMS}", tensor=name, n_dims=n_dims)
+            valid = False
+        elif any(d > INT64_MAX for d in dims) or n_elements > INT64_MAX:
+            p.problem("gguf.tensor_dims", f"{what} has impossible dimensions {list(dims)} (negative or over 2^63 elements)", tensor=name, dims=list(dims))
+            valid = False
+        ggml_type = _GGML_TYPES.get(raw_type)
+        if ggml_type is None:
+            p.problem(
+                "gguf.tensor_type",
+                f"{what} has unknown ggml type {raw_type} — the file is corrupt or needs a newer gguf-py",
+                tensor=name, ggml_type=raw_type,
+            )
+            valid = False
+        elif valid:
+            block_size = GGML_QUANT_SIZES[ggml_type][0]
+            ne0 = dims[0] if dims else 1
+            if ne0 % block_size:
+                p.problem(
+                    "gguf.tensor_block",
+                    f"{what} of type {ggml_type.name} has {ne0} elements per row, not a multiple of its block size {block_size}",
+                    tensor=name, ne0=ne0, block_size=block_size, ggml_type=ggml_type.name,
+                )
+                valid = False
+        out.append(_RawTensor(name, tuple(dims), ggml_type, rel_offset, valid))
+    return out
+
+
+def _place_tensors(p: _Parser, raw: list[_RawTensor], data_start: int, alignment: int) -> dict[str, TensorInfo]:
+    tensors: dict[str, TensorInfo] = {}
+    for t in raw:
+        if not t.valid:
+            continue
+        assert t.ggml_type is not None
+        if t.rel_offset % alignment:
+            p.problem(
+                "gguf.tensor_offset",
+                f"tensor {t.name!r} data offset {t.rel_offset} is not a multiple of the alignment {alignment}",
+                tensor=t.name, offset=t.rel_offset, alignment=alignment,
+            )
+        tensors[t.name] = TensorInfo(t.name, t.dims, t.ggml_type, data_start + t.rel_offset, tensor_nbytes(t.ggml_type, t.dims))
+
+    past_end = [t for t in tensors.values() if t.end > p.size]
+    if past_end:
+        last = max(past_end, key=lambda t: t.end)
+        more = f" (and {len(past_end) - 1} more tensors past the end)" if len(past_end) > 1 else ""
+        p.problem(
+            "gguf.truncated",
+            f"tensor {last.name!r} data ends at byte {last.end} but the file is {p.size} bytes{more}: "
+            f"{last.end - p.size} bytes missing — {_FIX_REDOWNLOAD}",
+            tensor=last.name, end=last.end, file_size=p.size, missing=last.end - p.size, tensors_past_end=len(past_end),
+        )
+
+    # Overlap: sweep in offset order; zero-byte tensors occupy nothing.
+    prev: TensorInfo | None = None
+    for t in sorted((t for t in tensors.values() if t.nbytes), key=lambda t: (t.offset, t.end)):
+        if prev is not None and t.offset < prev.end:
+            p.problem(
+                "gguf.tensor_overlap",
+                f"tensor {t.name!r} data [{t.offset}, {t.end}) overlaps tensor {prev.name!r} [{prev.offset}, {prev.end})",
+                tensor=t.name, other=prev.name, offset=t.offset, other_end=prev.end,
+            )
+        if prev is None or t.end > prev.end:
+            prev = t
+    return tensors
+
+
+def _stat(path: Path) -> int:
+    """File size, with every OS-level failure turned into a GGUFFormatError."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise GGUFFormatError(path, "gguf.not_found", "no such file") from None
+    except OSError as exc:
+        raise GGUFFormatError(path, "gguf.unreadable", f"cannot read the file: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise GGUFFormatError(path, "gguf.not_a_file", "is a directory, expected a .gguf file")
+    if not stat.S_ISREG(st.st_mode):
+        # FIFOs and devices could block or never end: refuse rather than hang.
+        raise GGUFFormatError(path, "gguf.not_a_file", "is not a regular file, expected a .gguf file")
+    if st.st_size == 0:
+        raise GGUFFormatError(path, "gguf.empty", "file is empty (0 bytes) — re-download or re-convert the file")
+    return st.st_size
+
+
+def open_gguf(path: str | os.PathLike[str], *, strict: bool = True) -> GGUFFile:
+    """Parse a GGUF header and validate the layout.
+
+    strict=True raises :class:`GGUFFormatError` on the first problem. strict=False raises only when
+    parsing cannot continue and collects the rest in ``GGUFFile.problems``.
+    """
+    path = Path(path)
+    size = _stat(path)
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            return _parse(buf, path, size, strict)
+    except OSError as exc:
+        raise GGUFFormatError(path, "gguf.unreadable", f"cannot read the file: {exc.strerror or exc}") from None
+    except ValueError as exc:  # mmap of a file that shrank to 0 bytes meanwhile
+        raise GGUFFormatError(path, "gguf.unreadable", f"cannot map the file: {exc}") from None
+
+
+def _parse(buf: mmap.mmap, path: Path, size: int, strict: bool) -> GGUFFile:
+    size = min(size, len(buf))
+    p = _Parser(buf, path, size, strict)
+    head = buf[:4]
+    if head != MAGIC[: len(head)]:
+        p.fatal("gguf.magic", f"not a GGUF file: starts with {head!r}, expected {MAGIC!r}", magic=head.hex())
+    p.need(HEADER_SIZE, "the 24-byte GGUF header")
+    p.pos = 4
+    version = _check_version(p)
+    n_tensors = p.u64("the tensor count")
+    n_kv = p.u64("the key-value count")
+    _check_counts(p, n_tensors, n_kv)
+
+    kvs = _parse_kvs(p, n_kv)
+    alignment = _alignment(p, kvs)
+    raw = _parse_tensor_infos(p, n_tensors)
+    data_start = -(-p.pos // alignment) * alignment
+    tensors = _place_tensors(p, raw, data_start, alignment)
+    return GGUFFile(
+        path=path, version=version, alignment=alignment, file_size=size, data_start=data_start,
+        n_tensors=n_tensors, n_kv=n_kv, kvs=kvs, tensors=tensors, problems=p.problems,
+    )

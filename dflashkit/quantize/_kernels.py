@@ -1,0 +1,549 @@
+"""Numba kernels that reproduce ggml's reference quantizers bit for bit.
+
+Every kernel here mirrors one C function of ggml (``ggml/src/ggml-quants.c``, ``ggml-impl.h``) statement by
+statement, in float32 and in the same operation order, because that is what makes the bytes equal:
+
+- all arithmetic stays float32 (float32 constants below; int -> float conversions are explicit);
+- sums run sequentially over element positions, as C's loops do (no pairwise / reassociated sums);
+- no fast-math, so LLVM neither reassociates nor contracts a*b+c into an FMA (the golden files
+  confirm ggml's reference build does not contract either);
+- ``nearest_int`` is ggml's 12582912 bit trick (round-half-even, garbage beyond 2**22 exactly as C);
+  ``roundf`` is round-half-away; C float -> int casts follow x86 ``cvttss2si`` (NaN / out of range -> INT_MIN).
+
+All numba code lives in this one module on purpose: numba's on-disk cache is keyed on the source file of the
+function being compiled, so keeping helpers and kernels together means editing a helper invalidates every
+kernel that inlined it.
+
+Kernels take C-contiguous ``x[n_blocks, block_size]`` float32 and write ``out[n_blocks, type_size]`` uint8;
+they release the GIL so ``base.run_chunked`` can split blocks across threads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
+
+_JIT = dict(cache=True, nogil=True, error_model="numpy", boundscheck=False)
+
+# float32 constants (a Python float literal would promote the expression to float64)
+_F0 = np.float32(0.0)
+_F_HALF = np.float32(0.5)
+_F1 = np.float32(1.0)
+_MAGIC = np.float32(12582912.0)  # 1.5 * 2**23, nearest_int's trick
+_GROUP_MAX_EPS = np.float32(1e-15)
+_F_TENTH = np.float32(0.1)
+_F2_23 = np.float32(8388608.0)
+_F_I32_LO = np.float32(-2147483648.0)
+_F_I32_HI = np.float32(2147483648.0)
+_F_SCALE_TO_INF = np.float32(2.0**112)
+_F_SCALE_TO_ZERO = np.float32(2.0**-110)
+_F_2M24 = np.float32(2.0**-24)
+_INT_MIN = -2147483648
+
+
+# ----------------------------------------------------------------------------------------- bit casts
+@intrinsic
+def f32_as_u32(typingctx, x):  # type: ignore[no-untyped-def]
+    """Reinterpret a float32 as its uint32 bit pattern (C's memcpy / union)."""
+    if x != types.float32:
+        return None  # refuse float64: catches accidental promotions at compile time
+
+    def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return types.uint32(types.float32), codegen
+
+
+@intrinsic
+def u32_as_f32(typingctx, x):  # type: ignore[no-untyped-def]
+    """Reinterpret the low 32 bits of an integer as a float32."""
+    if not isinstance(x, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+        v = args[0]
+        if x.bitwidth > 32:
+            v = builder.trunc(v, ir.IntType(32))
+        elif x.bitwidth < 32:
+            v = builder.zext(v, ir.IntType(32))
+        return builder.bitcast(v, ir.FloatType())
+
+    return types.float32(x), codegen
+
+
+# ----------------------------------------------------------------------------------------- scalar helpers
+@njit(**_JIT)
+def nearest_int(fval):  # type: ignore[no-untyped-def]
+    """ggml-quants.c nearest_int: add 1.5*2**23, read the mantissa bits (round-half-even for |f| < 2**22)."""
+    val = fval + _MAGIC
+    i = np.int64(f32_as_u32(val))
+    return (i & 0x007FFFFF) - 0x00400000
+
+
+@njit(**_JIT)
+def c_f32_to_i32(f):  # type: ignore[no-untyped-def]
+    """C (int)f on x86 (cvttss2si): truncate toward zero; NaN or out of int32 range gives INT_MIN."""
+    if f >= _F_I32_LO and f < _F_I32_HI:
+        return np.int64(np.int32(f))
+    return np.int64(_INT_MIN)
+
+
+@njit(**_JIT)
+def c_roundf(f):  # type: ignore[no-untyped-def]
+    """C (int)roundf(f): round half away from zero, then the C cast."""
+    if not (abs(f) < _F2_23):
+        return c_f32_to_i32(f)  # already integral (or inf / NaN)
+    i = np.int64(np.int32(f))  # trunc; f - i is exact here
+    r = f - np.float32(i)
+    if r >= _F_HALF:
+        i += 1
+    elif r <= -_F_HALF:
+        i -= 1
+    return i
+
+
+@njit(**_JIT)
+def as_int8(v):  # type: ignore[no-untyped-def]
+    """C int -> int8_t conversion (modular)."""
+    return ((v + 128) & 0xFF) - 128
+
+
+@njit(**_JIT)
+def fp32_to_fp16(f):  # type: ignore[no-untyped-def]
+    """ggml-impl.h ggml_compute_fp32_to_fp16: round-to-nearest-even, NaN -> 0x7E00 | sign."""
+    base = (abs(f) * _F_SCALE_TO_INF) * _F_SCALE_TO_ZERO
+    w = np.int64(f32_as_u32(f))
+    shl1_w = (w + w) & 0xFFFFFFFF
+    sign = w & 0x80000000
+    bias = shl1_w & 0xFF000000
+    if bias < 0x71000000:
+        bias = 0x71000000
+    base = u32_as_f32((bias >> 1) + 0x07800000) + base
+    bits = np.int64(f32_as_u32(base))
+    exp_bits = (bits >> 13) & 0x00007C00
+    mantissa_bits = bits & 0x00000FFF
+    nonsign = exp_bits + mantissa_bits
+    if shl1_w > 0xFF000000:
+        nonsign = 0x7E00
+    return (sign >> 16) | nonsign
+
+
+@njit(**_JIT)
+def fp16_to_fp32(h):  # type: ignore[no-untyped-def]
+    """ggml_compute_fp16_to_fp32 (exact): the value of half-precision bits ``h``."""
+    sign = (h & 0x8000) << 16
+    e = (h >> 10) & 0x1F
+    m = h & 0x3FF
+    if e == 0:
+        v = np.float32(m) * _F_2M24  # subnormal or zero: exact in float32
+        return u32_as_f32(np.int64(f32_as_u32(v)) | sign)
+    if e == 31:
+        return u32_as_f32(sign | 0x7F800000 | (m << 13))
+    return u32_as_f32(sign | ((e + 112) << 23) | (m << 13))
+
+
+@njit(**_JIT)
+def put_u16(out, b, pos, v):  # type: ignore[no-untyped-def]
+    """Store a little-endian uint16 (fp16 bits) at out[b, pos:pos+2]."""
+    out[b, pos] = v & 0xFF
+    out[b, pos + 1] = (v >> 8) & 0xFF
+
+
+# ----------------------------------------------------------------------------------------- element-wise
+@njit(**_JIT)
+def f32_to_f16_kernel(x, out):  # type: ignore[no-untyped-def]
+    """ggml_fp32_to_fp16_row over a flat float32 array into uint16."""
+    for i in range(x.shape[0]):
+        out[i] = fp32_to_fp16(x[i])
+
+
+@njit(**_JIT)
+def f32_to_bf16_kernel(x, out):  # type: ignore[no-untyped-def]
+    """ggml_fp32_to_bf16_row_ref / ggml_compute_fp32_to_bf16 over flat uint32 bits into uint16."""
+    for i in range(x.shape[0]):
+        u = np.int64(x[i])
+        if (u & 0x7FFFFFFF) > 0x7F800000:
+            out[i] = (u >> 16) | 64  # NaN: keep sign and payload top, force quiet
+        else:
+            out[i] = ((u + (0x7FFF + ((u >> 16) & 1))) >> 16) & 0xFFFF
+
+
+# ----------------------------------------------------------------------------------------- 32-element types
+@njit(**_JIT)
+def q8_0_kernel(x, out):  # type: ignore[no-untyped-def]
+    """quantize_row_q8_0_ref: d = amax/127 (fp16), q = roundf(x/d)."""
+    for b in range(x.shape[0]):
+        amax = _F0
+        for j in range(32):
+            av = abs(x[b, j])
+            amax = amax if amax > av else av  # MAX(amax, fabsf(v))
+        d = amax / np.float32(127)
+        idv = _F1 / d if d != _F0 else _F0
+        put_u16(out, b, 0, fp32_to_fp16(d))
+        for j in range(32):
+            out[b, 2 + j] = c_roundf(x[b, j] * idv) & 0xFF
+
+
+@njit(**_JIT)
+def _signed_absmax(x, b, n):  # type: ignore[no-untyped-def]
+    """The element of largest magnitude (first one on ties), as quantize_row_q4_0_ref / q5_0 find it."""
+    amax = _F0
+    mx = _F0
+    for j in range(n):
+        v = x[b, j]
+        if amax < abs(v):
+            amax = abs(v)
+            mx = v
+    return mx
+
+
+@njit(**_JIT)
+def _min_max(x, b, n):  # type: ignore[no-untyped-def]
+    """min / max from FLT_MAX / -FLT_MAX as quantize_row_q4_1_ref / q5_1 do."""
+    mn = np.float32(3.4028234663852886e38)
+    mx = -mn
+    for j in range(n):
+        v = x[b, j]
+        if v < mn:
+            mn = v
+        if v > mx:
+            mx = v
+    return mn, mx
+
+
+@njit(**_JIT)
+def q4_0_kernel(x, out):  # type: ignore[no-untyped-def]
+    """quantize_row_q4_0_ref: d = max/-8, q = MIN(15, (int8_t)(x/d + 8.5))."""
+    for b in range(x.shape[0]):
+        d = _signed_absmax(x, b, 32) / np.float32(-8)
+        idv = _F1 / d if d != _F0 else _F0
+        put_u16(out, b, 0, fp32_to_fp16(d))
+        for j in range(16):
+            xi0 = min(15, as_int8(c_f32_to_i32(x[b, j] * idv + np.float32(8.5)))) & 0xFF
+            xi1 = min(15, as_int8(c_f32_to_i32(x[b, j + 16] * idv + np.float32(8.5)))) & 0xFF
+            out[b, 2 + j] = (xi0 | (xi1 << 4)) & 0xFF
+
+
+@njit(**_JIT)
+def _pack_q5(out, b, pos_qh, pos_qs, j, xi0, xi1, qh):  # type: ignore[no-untyped-def]
+    """Shared q5_0 / q5_1 packing: low nibbles into qs, the 5th bits into qh (returned)."""
+    out[b, pos_qs + j] = (xi0 & 0x0F) | ((xi1 & 0x0F) << 4)
+    qh |= ((xi0 & 0x10) >> 4) << j
+    qh |= ((xi1 & 0x10) >> 4) << (j + 16)
+    return qh
+
+
+@njit(**_JIT)
+def _put_u32(out, b, pos, v):  # type: ignore[no-untyped-def]
+    for k in range(4):
+        out[b, pos + k] = (v >> (8 * k)) & 0xFF
+
+
+@njit(**_JIT)
+def q5_0_kernel(x, out):  # type: ignore[no-untyped-def]
+    """quantize_row_q5_0_ref: d = max/-16, q = MIN(31, (int8_t)(x/d + 16.5))."""
+    for b in range(x.shape[0]):
+        d = _signed_absmax(x, b, 32) / np.float32(-16)
+        idv = _F1 / d if d != _F0 else _F0
+        put_u16(out, b, 0, fp32_to_fp16(d))
+        qh = 0
+        for j in range(16):
+            xi0 = min(31, as_int8(c_f32_to_i32(x[b, j] * idv + np.float32(16.5)))) & 0xFF
+            xi1 = min(31, as_int8(c_f32_to_i32(x[b, j + 16] * idv + np.float32(16.5)))) & 0xFF
+            qh = _pack_q5(out, b, 2, 6, j, xi0, xi1, qh)
+        _put_u32(out, b, 2, qh)
+
+
+@njit(**_JIT)
+def q5_1_kernel(x, out):  # type: ignore[no-untyped-def]
+    """quantize_row_q5_1_ref: d = (max-min)/31, m = min, q = (uint8_t)((x-min)/d + 0.5)."""
+    for b in range(x.shape[0]):
+        mn, mx = _min_max(x, b, 32)
+        d = (mx - mn) / np.float32(31)
+        idv = _F1 / d if d != _F0 else _F0
+        put_u16(out, b, 0, fp32_to_fp16(d))
+        put_u16(out, b, 2, fp32_to_fp16(mn))
+        qh = 0
+        for j in range(16):
+            xi0 = c_f32_to_i32((x[b, j] - mn) * idv + _F_HALF) & 0xFF
+            xi1 = c_f32_to_i32((x[b, j + 16] - mn) * idv + _F_HALF) & 0xFF
+            qh = _pack_q5(out, b, 4, 8, j, xi0, xi1, qh)
+        _put_u32(out, b, 4, qh)
+
+
+# ----------------------------------------------------------------------------------------- K-quants
+@njit(**_JIT)
+def make_qkx2_quants(x, b, off, n, nmax, weights, L, Laux, rmin, rdelta, nstep):  # type: ignore[no-untyped-def]
+    """ggml-quants.c make_qkx2_quants (use_mad = false) on x[b, off:off+n]; fills L[off:off+n].
+
+    Returns (scale, the_min). Note ``mn`` is updated in place by an accepted step and the later steps'
+    iscale / (x - min) use the updated value, exactly as in C.
+    """
+    mn = x[b, off]
+    mx = x[b, off]
+    sum_w = weights[0]
+    sum_x = sum_w * x[b, off]
+    for i in range(1, n):
+        xi = x[b, off + i]
+        if xi < mn:
+            mn = xi
+        if xi > mx:
+            mx = xi
+        w = weights[i]
+        sum_w += w
+        sum_x += w * xi
+    if mn > _F0:
+        mn = _F0
+    if mx == mn:
+        for i in range(n):
+            L[off + i] = 0
+        return _F0, -mn
+    fnmax = np.float32(nmax)
+    iscale = fnmax / (mx - mn)
+    scale = _F1 / iscale
+    best_error = _F0
+    for i in range(n):
+        xi = x[b, off + i]
+        l = max(0, min(nmax, nearest_int(iscale * (xi - mn))))
+        L[off + i] = l
+        diff = scale * np.float32(l) + mn - xi
+        diff = diff * diff
+        best_error += weights[i] * diff
+    for step in range(nstep + 1):
+        iscale = (rmin + rdelta * np.float32(step) + fnmax) / (mx - mn)
+        sum_l = _F0
+        sum_l2 = _F0
+        sum_xl = _F0
+        for i in range(n):
+            xi = x[b, off + i]
+            l = max(0, min(nmax, nearest_int(iscale * (xi - mn))))
+            Laux[i] = l
+            w = weights[i]
+            fl = np.float32(l)
+            sum_l += w * fl
+            sum_l2 += w * fl * fl
+            sum_xl += w * fl * xi
+        D = sum_w * sum_l2 - sum_l * sum_l
+        if D > _F0:
+            this_scale = (sum_w * sum_xl - sum_x * sum_l) / D
+            this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D
+            if this_min > _F0:
+                this_min = _F0
+                this_scale = sum_xl / sum_l2
+            cur_error = _F0
+            for i in range(n):
+                diff = this_scale * np.float32(Laux[i]) + this_min - x[b, off + i]
+                diff = diff * diff
+                cur_error += weights[i] * diff
+            if cur_error < best_error:
+                for i in range(n):
+                    L[off + i] = Laux[i]
+                best_error = cur_error
+                scale = this_scale
+                mn = this_min
+    return scale, -mn
+
+
+@njit(**_JIT)
+def _qkx_superblock(x, b, out, nmax, rmin, rdelta, nstep, L, Laux, weights, scales, mins, ls, lm):  # type: ignore[no-untyped-def]
+    """Shared body of quantize_row_q4_K_ref / q5_K_ref up to the final L (nmax = 15 or 31).
+
+    Writes d, dmin and the 12 packed 6-bit scale/min bytes to out[b, 0:16]; leaves the quant levels in L.
+    """
+    max_scale = _F0
+    max_min = _F0
+    for j in range(8):
+        sum_x2 = _F0
+        for l in range(32):
+            v = x[b, 32 * j + l]
+            sum_x2 += v * v
+        av_x = np.sqrt(sum_x2 / np.float32(32))
+        for l in range(32):
+            weights[l] = av_x + abs(x[b, 32 * j + l])
+        sc, m = make_qkx2_quants(x, b, 32 * j, 32, nmax, weights, L, Laux, rmin, rdelta, nstep)
+        scales[j] = sc
+        mins[j] = m
+        if sc > max_scale:
+            max_scale = sc
+        if m > max_min:
+            max_min = m
+    inv_scale = np.float32(63) / max_scale if max_scale > _F0 else _F0
+    inv_min = np.float32(63) / max_min if max_min > _F0 else _F0
+    for k in range(12):
+        out[b, 4 + k] = 0
+    for j in range(8):
+        s = min(63, nearest_int(inv_scale * scales[j]) & 0xFF)  # uint8_t ls = nearest_int(..); MIN(63, ls)
+        m = min(63, nearest_int(inv_min * mins[j]) & 0xFF)
+        ls[j] = s
+        lm[j] = m
+        if j < 4:
+            out[b, 4 + j] = s
+            out[b, 4 + j + 4] = m
+        else:
+            out[b, 4 + j + 4] = (s & 0xF) | ((m & 0xF) << 4)
+            out[b, 4 + j - 4] |= (s >> 4) << 6
+            out[b, 4 + j] |= (m >> 4) << 6
+    d16 = fp32_to_fp16(max_scale / np.float32(63))
+    dmin16 = fp32_to_fp16(max_min / np.float32(63))
+    put_u16(out, b, 0, d16)
+    put_u16(out, b, 2, dmin16)
+    dh = fp16_to_fp32(d16)
+    dminh = fp16_to_fp32(dmin16)
+    for j in range(8):  # get_scale_min_k4 would decode exactly ls[j], lm[j]
+        d = dh * np.float32(ls[j])
+        if d == _F0:
+            continue  # keeps make_qkx2_quants' levels, as C does
+        dm = dminh * np.float32(lm[j])
+        for ii in range(32):
+            L[32 * j + ii] = max(0, min(nmax, nearest_int((x[b, 32 * j + ii] + dm) / d)))
+
+
+@njit(**_JIT)
+def q4_k_kernel(x, out):  # type: ignore[no-untyped-def]
+    """quantize_row_q4_K_ref: 8 sub-blocks of 32, make_qkx2_quants(15, -1, 0.1, 20), 4-bit levels."""
+    L = np.zeros(256, np.int64)
+    Laux = np.zeros(32, np.int64)
+    weights = np.zeros(32, np.float32)
+    scales = np.zeros(8, np.float32)
+    mins = np.zeros(8, np.float32)
+    ls = np.zeros(8, np.int64)
+    lm = np.zeros(8, np.int64)
+    for b in range(x.shape[0]):
+        _qkx_superblock(x, b, out, 15, np.float32(-1.0), _F_TENTH, 20, L, Laux, weights, scales, mins, ls, lm)
+        for jj in range(4):
+            j = 64 * jj
+            for l in range(32):
+                out[b, 16 + 32 * jj + l] = L[j + l] | (L[j + l + 32] << 4)
+
+
+@njit(**_JIT)
+def q5_k_kernel(x, out):  # type: ignore[no-untyped-def]
+    """quantize_row_q5_K_ref: make_qkx2_quants(31, -0.5, 0.1, 15), low nibbles in qs, 5th bits in qh."""
+    L = np.zeros(256, np.int64)
+    Laux = np.zeros(32, np.int64)
+    weights = np.zeros(32, np.float32)
+    scales = np.zeros(8, np.float32)
+    mins = np.zeros(8, np.float32)
+    ls = np.zeros(8, np.int64)
+    lm = np.zeros(8, np.int64)
+    for b in range(x.shape[0]):
+        _qkx_superblock(x, b, out, 31, np.float32(-0.5), _F_TENTH, 15, L, Laux, weights, scales, mins, ls, lm)
+        for j in range(32):
+            out[b, 16 + j] = 0
+        m1 = 1
+        m2 = 2
+        for nn in range(4):
+            n = 64 * nn
+            for j in range(32):
+                l1 = L[n + j]
+                if l1 > 15:
+                    l1 -= 16
+                    out[b, 16 + j] |= m1
+                l2 = L[n + j + 32]
+                if l2 > 15:
+                    l2 -= 16
+                    out[b, 16 + j] |= m2
+                out[b, 48 + 32 * nn + j] = l1 | (l2 << 4)
+            m1 <<= 2
+            m2 <<= 2
+
+
+@njit(**_JIT)
+def make_qx_quants_rmse1(x, b, off, n, nmax, L):  # type: ignore[no-untyped-def]
+    """ggml-quants.c make_qx_quants with rmse_type = 1 and qw = NULL (weights x*x); fills L[off:off+n]."""
+    mx = _F0
+    amax = _F0
+    for i in range(n):
+        ax = abs(x[b, off + i])
+        if ax > amax:
+            amax = ax
+            mx = x[b, off + i]
+    if amax < _GROUP_MAX_EPS:
+        for i in range(n):
+            L[off + i] = 0
+        return _F0
+    fnmax = np.float32(nmax)
+    iscale = -fnmax / mx
+    sumlx = _F0
+    suml2 = _F0
+    for i in range(n):
+        xi = x[b, off + i]
+        l = max(-nmax, min(nmax - 1, nearest_int(iscale * xi)))
+        L[off + i] = l + nmax
+        w = xi * xi
+        fl = np.float32(l)
+        sumlx += w * xi * fl
+        suml2 += w * fl * fl
+    scale = sumlx / suml2 if suml2 != _F0 else _F0
+    best = scale * sumlx
+    for step in range(-9, 10):
+        if step == 0:
+            continue
+        iscale = -(fnmax + _F_TENTH * np.float32(step)) / mx
+        sumlx = _F0
+        suml2 = _F0
+        for i in range(n):
+            xi = x[b, off + i]
+            l = max(-nmax, min(nmax - 1, nearest_int(iscale * xi)))
+            w = xi * xi
+            fl = np.float32(l)
+            sumlx += w * xi * fl
+            suml2 += w * fl * fl
+        if suml2 > _F0 and sumlx * sumlx > best * suml2:
+            for i in range(n):
+                L[off + i] = nmax + max(-nmax, min(nmax - 1, nearest_int(iscale * x[b, off + i])))
+            scale = sumlx / suml2
+            best = scale * sumlx
+    return scale
+
+
+@njit(**_JIT)
+def q6_k_kernel(x, out):  # type: ignore[no-untyped-def]
+    """quantize_row_q6_K_ref: 16 sub-blocks of 16 via make_qx_quants(32, rmse 1), int8 scales, 6-bit levels.
+
+    Layout: ql[128] qh[64] scales[16] d[2].
+    """
+    L = np.zeros(256, np.int64)
+    scales = np.zeros(16, np.float32)
+    sc8 = np.zeros(16, np.int64)
+    for b in range(x.shape[0]):
+        max_scale = _F0
+        max_abs_scale = _F0
+        for ib in range(16):
+            s = make_qx_quants_rmse1(x, b, 16 * ib, 16, 32, L)
+            scales[ib] = s
+            if abs(s) > max_abs_scale:
+                max_abs_scale = abs(s)
+                max_scale = s
+        if max_abs_scale < _GROUP_MAX_EPS:
+            for k in range(210):
+                out[b, k] = 0
+            continue
+        iscale = np.float32(-128) / max_scale
+        d16 = fp32_to_fp16(_F1 / iscale)
+        put_u16(out, b, 208, d16)
+        for ib in range(16):
+            s8 = as_int8(min(127, nearest_int(iscale * scales[ib])))
+            sc8[ib] = s8
+            out[b, 192 + ib] = s8 & 0xFF
+        dh = fp16_to_fp32(d16)
+        for j in range(16):
+            d = dh * np.float32(sc8[j])
+            if d == _F0:
+                continue  # keeps make_qx_quants' levels, as C does
+            for ii in range(16):
+                L[16 * j + ii] = max(-32, min(31, nearest_int(x[b, 16 * j + ii] / d))) + 32
+        for half in range(2):
+            j = 128 * half
+            for l in range(32):
+                q1 = L[j + l] & 0xF
+                q2 = L[j + l + 32] & 0xF
+                q3 = L[j + l + 64] & 0xF
+                q4 = L[j + l + 96] & 0xF
+                out[b, 64 * half + l] = q1 | (q3 << 4)
+                out[b, 64 * half + l + 32] = q2 | (q4 << 4)
+                out[b, 128 + 32 * half + l] = (
+                    (L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) | ((L[j + l + 64] >> 4) << 4) | ((L[j + l + 96] >> 4) << 6)
+                )

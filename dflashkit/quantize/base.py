@@ -1,0 +1,216 @@
+"""QuantType base class, the registry, input checks and the row-chunk thread pool.
+
+Organised like gguf-py's ``gguf/quants.py``: one small class per ggml type with block-level ``quantize_blocks`` /
+``dequantize_blocks``, sizes from ``gguf.GGML_QUANT_SIZES``, and row-level wrappers shared here.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, ClassVar
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from dflashkit.errors import DFlashError
+
+QUANT_TYPES: dict[GGMLQuantizationType, "QuantType"] = {}
+
+# ----------------------------------------------------------------------------------------- threads
+# Rows (and blocks) are independent, so large inputs are split into contiguous block ranges and the numba
+# kernels (nogil) run on a shared pool. Small inputs stay on the calling thread: pool hand-off costs more.
+_MIN_ELEMS_PER_THREAD = 1 << 16
+_num_threads: int | None = None
+_pool: ThreadPoolExecutor | None = None
+_pool_size = 0
+_pool_lock = threading.Lock()
+
+
+def _default_threads() -> int:
+    env = os.environ.get("DFLASHKIT_THREADS", "").strip()
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            raise DFlashError(f"DFLASHKIT_THREADS must be a positive integer, got {env!r}") from None
+        if n < 1:
+            raise DFlashError(f"DFLASHKIT_THREADS must be a positive integer, got {env!r}")
+        return n
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def get_num_threads() -> int:
+    """Threads used for large inputs: set_num_threads(), else $DFLASHKIT_THREADS, else the usable CPU count."""
+    return _num_threads if _num_threads is not None else _default_threads()
+
+
+def set_num_threads(n: int | None) -> None:
+    """Set the thread count for quantization (None restores the default)."""
+    global _num_threads
+    if n is not None and (not isinstance(n, int) or n < 1):
+        raise DFlashError(f"thread count must be a positive integer, got {n!r}")
+    _num_threads = n
+
+
+def _get_pool(n: int) -> ThreadPoolExecutor:
+    global _pool, _pool_size
+    with _pool_lock:
+        if _pool is None or _pool_size < n:
+            if _pool is not None:
+                _pool.shutdown(wait=False)
+            _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="dflashkit-quant")
+            _pool_size = n
+        return _pool
+
+
+def run_chunked(kernel: Callable[[np.ndarray, np.ndarray], Any], x: np.ndarray, out: np.ndarray,
+                threads: int | None = None, elems_per_row: int = 1,
+                min_elems_per_thread: int = _MIN_ELEMS_PER_THREAD) -> None:
+    """Run ``kernel(x[a:b], out[a:b])`` over contiguous ranges of the first axis, in parallel when large.
+
+    ``elems_per_row`` (times a cost factor) over ``min_elems_per_thread`` bounds how many threads are worth it.
+    """
+    n = x.shape[0]
+    if n == 0:
+        return
+    want = get_num_threads() if threads is None else threads
+    by_size = max(1, (n * elems_per_row) // min_elems_per_thread)
+    k = max(1, min(want, by_size, n))
+    if k == 1:
+        kernel(x, out)
+        return
+    bounds = np.linspace(0, n, k + 1).astype(np.int64)
+    pool = _get_pool(k)
+    futs = [pool.submit(kernel, x[a:b], out[a:b]) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    for f in futs:
+        f.result()
+
+
+# ----------------------------------------------------------------------------------------- input checks
+def as_float32(x: Any) -> np.ndarray:
+    """Float input as a float32 ndarray (torch tensors, incl. bf16, converted exactly on the host)."""
+    if hasattr(x, "detach") and hasattr(x, "cpu"):  # torch.Tensor without importing torch
+        t = x.detach().cpu()
+        if str(t.dtype) != "torch.float32":
+            t = t.float()  # bf16 / f16 widen exactly
+        x = t.numpy()
+    x = np.asarray(x)
+    if x.dtype != np.float32:
+        if not np.issubdtype(x.dtype, np.floating):
+            raise DFlashError(f"can only quantize floating-point data, got dtype {x.dtype}")
+        x = x.astype(np.float32)
+    return x
+
+
+class QuantType:
+    """One ggml tensor type: block-level quantize / dequantize plus row-level wrappers.
+
+    Subclasses set ``ggml_type`` through the class keyword (``class Q4_K(QuantType, ggml_type=...)``);
+    ``block_size`` / ``type_size`` then come from ``gguf.GGML_QUANT_SIZES`` and an instance is registered
+    in ``QUANT_TYPES``.
+    """
+
+    ggml_type: ClassVar[GGMLQuantizationType]
+    block_size: ClassVar[int]
+    type_size: ClassVar[int]
+
+    def __init_subclass__(cls, ggml_type: GGMLQuantizationType | None = None, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if ggml_type is None:
+            return
+        cls.ggml_type = ggml_type
+        cls.block_size, cls.type_size = GGML_QUANT_SIZES[ggml_type]
+        assert ggml_type not in QUANT_TYPES, ggml_type
+        QUANT_TYPES[ggml_type] = cls()
+
+    @property
+    def name(self) -> str:
+        return self.ggml_type.name
+
+    def __repr__(self) -> str:
+        return f"<QuantType {self.name}: {self.block_size} values -> {self.type_size} bytes>"
+
+    # --- sizes -----------------------------------------------------------------------------------
+    def check_row_length(self, n: int) -> None:
+        if n <= 0 or n % self.block_size != 0:
+            raise DFlashError(
+                f"cannot quantize to {self.name}: row length {n} is not a positive multiple of "
+                f"{self.block_size} (the {self.name} block size)")
+
+    def row_bytes(self, n: int) -> int:
+        """Bytes of one quantized row of ``n`` values."""
+        self.check_row_length(n)
+        return n // self.block_size * self.type_size
+
+    # --- blocks (override) ---------------------------------------------------------------------------
+    def quantize_blocks(self, x: np.ndarray, threads: int | None = None) -> np.ndarray:
+        """float32 [n_blocks, block_size] -> uint8 [n_blocks, type_size]."""
+        raise NotImplementedError
+
+    def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
+        """uint8 [n_blocks, type_size] -> float32 [n_blocks, block_size]."""
+        raise NotImplementedError
+
+    # --- rows ------------------------------------------------------------------------------------------
+    def quantize(self, x: Any, threads: int | None = None) -> np.ndarray:
+        """float (..., n) -> uint8 (..., n // block_size * type_size), bytes identical to ggml's reference."""
+        x = as_float32(x)
+        if x.ndim == 0:
+            raise DFlashError(f"cannot quantize a scalar to {self.name}: need shape (..., n)")
+        n = x.shape[-1]
+        rb = self.row_bytes(n)
+        lead = x.shape[:-1]
+        blocks = np.ascontiguousarray(x).reshape(-1, self.block_size)
+        return self.quantize_blocks(blocks, threads=threads).reshape(*lead, rb)
+
+    def dequantize(self, q: np.ndarray) -> np.ndarray:
+        """uint8 (..., row_bytes) -> float32 (..., n)."""
+        q = np.asarray(q)
+        if q.ndim == 0:
+            raise DFlashError(f"cannot dequantize a scalar as {self.name}: need shape (..., row_bytes)")
+        if q.dtype != np.uint8:
+            q = np.ascontiguousarray(q).view(np.uint8)
+        nb = q.shape[-1]
+        if nb <= 0 or nb % self.type_size != 0:
+            raise DFlashError(
+                f"cannot dequantize {self.name}: row of {nb} bytes is not a positive multiple of "
+                f"{self.type_size} (the {self.name} block bytes)")
+        lead = q.shape[:-1]
+        blocks = np.ascontiguousarray(q).reshape(-1, self.type_size)
+        return self.dequantize_blocks(blocks).reshape(*lead, nb // self.type_size * self.block_size)
+
+
+class KernelQuantType(QuantType):
+    """A type whose quantize_blocks is one numba kernel from ``_kernels`` (``_kernel`` set by the subclass)."""
+
+    _kernel: ClassVar[Callable[[np.ndarray, np.ndarray], None]]
+    _cost: ClassVar[int] = 1  # relative work per value, to size thread chunks (K-quants search many scales)
+
+    def quantize_blocks(self, x: np.ndarray, threads: int | None = None) -> np.ndarray:
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        if x.ndim != 2 or x.shape[1] != self.block_size:
+            raise DFlashError(f"{self.name}.quantize_blocks needs float32 [n_blocks, {self.block_size}], "
+                              f"got shape {x.shape}")
+        out = np.empty((x.shape[0], self.type_size), dtype=np.uint8)
+        run_chunked(type(self)._kernel, x, out, threads, elems_per_row=self.block_size * self._cost)
+        return out
+
+
+# ----------------------------------------------------------------------------------------- dequant helpers
+def fp16_col(q: np.ndarray, pos: int) -> np.ndarray:
+    """The fp16 field at byte ``pos`` of each block as float32 [n_blocks, 1] (exact widening)."""
+    return np.ascontiguousarray(q[:, pos:pos + 2]).view(np.float16).astype(np.float32)
+
+
+_NIBBLE_SHIFT = np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)
+
+
+def unpack_nibbles(qs: np.ndarray, group: int) -> np.ndarray:
+    """Per ``group`` bytes: low nibbles give the first ``group`` values, high nibbles the next ``group``."""
+    n = qs.shape[0]
+    return ((qs.reshape(n, -1, 1, group) >> _NIBBLE_SHIFT) & np.uint8(0x0F)).reshape(n, -1)

@@ -1,0 +1,77 @@
+"""F32 / F16 / BF16 as QuantTypes, plus the fast float32 -> half-bits helpers the converter uses.
+
+F16 follows ggml_fp32_to_fp16_row (ggml_compute_fp32_to_fp16: round-to-nearest-even, overflow -> inf,
+NaN -> 0x7E00 | sign). BF16 follows ggml_fp32_to_bf16_row_ref (ggml_compute_fp32_to_bf16: NaN -> (u >> 16) | 64,
+else round-to-nearest-even on the upper 16 bits). Both run as numba loops that LLVM vectorises (many GB/s per
+thread), write straight into the output (optionally caller-provided), and allocate nothing else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gguf import GGMLQuantizationType
+
+from dflashkit.errors import DFlashError
+
+from . import _kernels as K
+from .base import QuantType, as_float32, run_chunked
+
+# Element-wise work: only split across threads for big arrays (memory bound beyond ~2 threads anyway).
+_ELEMS_PER_TASK = 1 << 22
+
+
+def _convert(kernel: Any, src: np.ndarray, out: np.ndarray | None, threads: int | None, what: str) -> np.ndarray:
+    if out is None:
+        out = np.empty(src.shape, dtype=np.uint16)
+    elif out.shape != src.shape or out.dtype != np.uint16 or not out.flags.c_contiguous:
+        raise DFlashError(f"{what}: out must be a C-contiguous uint16 array of shape {src.shape}, "
+                          f"got {out.dtype} {out.shape}")
+    # flat views; large arrays are split into contiguous ranges across threads
+    run_chunked(kernel, src.reshape(-1), out.reshape(-1), threads, min_elems_per_thread=_ELEMS_PER_TASK)
+    return out
+
+
+def _contig_f32(x: Any) -> np.ndarray:
+    return np.ascontiguousarray(as_float32(x))
+
+
+def f32_to_f16_bits(x: np.ndarray, out: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
+    """float32 array -> uint16 IEEE half bits, same shape, exactly as ggml_fp32_to_fp16_row."""
+    return _convert(K.f32_to_f16_kernel, _contig_f32(x), out, threads, "f32_to_f16_bits")
+
+
+def f32_to_bf16_bits(x: np.ndarray, out: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
+    """float32 array -> uint16 bfloat16 bits, same shape, exactly as ggml_fp32_to_bf16_row_ref."""
+    return _convert(K.f32_to_bf16_kernel, _contig_f32(x).view(np.uint32), out, threads, "f32_to_bf16_bits")
+
+
+class F32(QuantType, ggml_type=GGMLQuantizationType.F32):
+    """Identity (float32 bytes), so callers can treat every output type alike.
+
+    No copy is made: for contiguous float32 input the result is a uint8 view sharing memory with it.
+    """
+
+    def quantize_blocks(self, x: np.ndarray, threads: int | None = None) -> np.ndarray:
+        return np.ascontiguousarray(x, dtype=np.float32).view(np.uint8)
+
+    def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(q).view(np.float32)
+
+
+class F16(QuantType, ggml_type=GGMLQuantizationType.F16):
+    def quantize_blocks(self, x: np.ndarray, threads: int | None = None) -> np.ndarray:
+        return f32_to_f16_bits(x, threads=threads).view(np.uint8)
+
+    def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(q).view(np.float16).astype(np.float32)  # exact widening
+
+
+class BF16(QuantType, ggml_type=GGMLQuantizationType.BF16):
+    def quantize_blocks(self, x: np.ndarray, threads: int | None = None) -> np.ndarray:
+        return f32_to_bf16_bits(x, threads=threads).view(np.uint8)
+
+    def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
+        # ggml_compute_bf16_to_fp32: the bits shifted into the upper half
+        return (np.ascontiguousarray(q).view(np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
