@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -17,7 +19,6 @@ from typing import Any, Callable, Iterator
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType
 
-from .. import __version__
 from ..dialects import DEFAULT_DIALECT, Dialect, encode_metadata, get_dialect, hf_canonical_name
 from ..errors import DFlashError, UsageError
 from ..io.gguf_writer import (
@@ -44,6 +45,9 @@ OUTTYPES: dict[str, tuple[int, GGMLQuantizationType]] = {
     "bf16": (32, Q.BF16),
 }
 
+CHUNK_BYTES = 4 << 20  # ~4 MB of source per chunk: temporaries stay small and cache-resident
+WORKERS = max(1, min(4, os.cpu_count() or 1))
+PREFETCH = WORKERS + 1
 _SAFETENSORS_FLOAT = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64}
 
 
@@ -153,11 +157,10 @@ def _source_dtype(t: SafetensorsTensor) -> np.dtype:
         ) from None
 
 
-def _read_rows(t: SafetensorsTensor, f: Any, start: int, stop: int, row_elems: int, dtype: np.dtype) -> np.ndarray:
-    count = (stop - start) * row_elems
-    f.seek(t.offset + start * row_elems * dtype.itemsize)
-    buf = np.empty(count, dtype=dtype)
-    n = f.readinto(memoryview(buf).cast("B"))
+def _read_rows(t: SafetensorsTensor, fd: int, start: int, stop: int, row_elems: int, dtype: np.dtype) -> np.ndarray:
+    buf = np.empty((stop - start) * row_elems, dtype=dtype)
+    # pread: no shared file position, so chunks can be read from several threads
+    n = os.preadv(fd, [memoryview(buf).cast("B")], t.offset + start * row_elems * dtype.itemsize)
     if n != buf.nbytes:
         raise DFlashError(f"{t.file}: tensor '{t.name}' is truncated (file ended while reading it) — re-download the checkpoint")
     return buf
@@ -165,7 +168,9 @@ def _read_rows(t: SafetensorsTensor, f: Any, start: int, stop: int, row_elems: i
 
 def _to_float32(raw: np.ndarray, src_tag: str) -> np.ndarray:
     if src_tag == "BF16":
-        return (raw.astype(np.uint32) << 16).view(np.float32)
+        bits = raw.astype(np.uint32)
+        bits <<= 16  # in place: one temporary per chunk, not two
+        return bits.view(np.float32)
     return raw.astype(np.float32, copy=False)
 
 
@@ -189,10 +194,23 @@ def _chunk_producer(t: SafetensorsTensor, out_type: GGMLQuantizationType) -> Cal
     n_rows = int(np.prod(t.shape[:-1], dtype=np.int64)) if len(t.shape) > 1 else 1
 
     def chunks() -> Iterator[np.ndarray]:
-        with open(t.file, "rb", buffering=0) as f:
-            for start, stop in iter_row_chunks(n_rows, row_elems * dtype.itemsize):
-                raw = _read_rows(t, f, start, stop, row_elems, dtype)
-                yield _convert_chunk(raw, t.dtype, out_type, row_elems)
+        fd = os.open(t.file, os.O_RDONLY)
+        try:
+            def work(rows: tuple[int, int]) -> np.ndarray:
+                return _convert_chunk(_read_rows(t, fd, *rows, row_elems, dtype), t.dtype, out_type, row_elems)
+
+            # Read + convert the next chunks on worker threads (numpy releases the GIL) while the
+            # caller writes the current one; in-order, at most PREFETCH chunks in flight.
+            with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+                pending: deque[Future[np.ndarray]] = deque()
+                for rows in iter_row_chunks(n_rows, row_elems * dtype.itemsize, CHUNK_BYTES):
+                    pending.append(pool.submit(work, rows))
+                    if len(pending) > PREFETCH:
+                        yield pending.popleft().result()
+                while pending:
+                    yield pending.popleft().result()
+        finally:
+            os.close(fd)
 
     return chunks
 

@@ -1,0 +1,141 @@
+"""Convert benchmark: a synthetic drafter with real Qwen3-4B-DFlash-b16 dimensions (~1 GB bf16) → f16.
+
+Prints the conversion's MB/s beside `cp` of the same bytes measured in the same run, and the
+converter's peak RSS beside the largest tensor. Targets (issue "Convert"): ≥ 70 % of cp
+throughput; peak RSS < 2 × largest tensor + 300 MB.
+
+    python benchmarks/convert.py [--workdir DIR] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+# z-lab Qwen3-4B-DFlash-b16 (../shared/dialects.md)
+CONFIG = {
+    "architectures": ["DFlashDraftModel"],
+    "hidden_size": 2560,
+    "num_hidden_layers": 5,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "intermediate_size": 9728,
+    "rms_norm_eps": 1e-6,
+    "max_position_embeddings": 40960,
+    "rope_theta": 1000000.0,
+    "block_size": 16,
+    "num_target_layers": 36,
+    "vocab_size": 151936,
+    "torch_dtype": "bfloat16",
+    "dflash_config": {"mask_token_id": 151669, "target_layer_ids": [1, 9, 17, 25, 33]},
+}
+
+
+def tensor_shapes(c: dict) -> dict[str, tuple[int, ...]]:
+    h, hd, ff = c["hidden_size"], c["head_dim"], c["intermediate_size"]
+    q, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
+    shapes = {"fc.weight": (h, 5 * h), "hidden_norm.weight": (h,), "norm.weight": (h,)}
+    for i in range(c["num_hidden_layers"]):
+        p = f"layers.{i}."
+        shapes.update(
+            {
+                p + "input_layernorm.weight": (h,),
+                p + "self_attn.q_proj.weight": (q, h),
+                p + "self_attn.k_proj.weight": (kv, h),
+                p + "self_attn.v_proj.weight": (kv, h),
+                p + "self_attn.o_proj.weight": (h, q),
+                p + "self_attn.q_norm.weight": (hd,),
+                p + "self_attn.k_norm.weight": (hd,),
+                p + "post_attention_layernorm.weight": (h,),
+                p + "mlp.gate_proj.weight": (ff, h),
+                p + "mlp.up_proj.weight": (ff, h),
+                p + "mlp.down_proj.weight": (h, ff),
+            }
+        )
+    return shapes
+
+
+def write_checkpoint(directory: Path, seed: int = 0) -> int:
+    """Stream a bf16 safetensors file tensor by tensor; returns the largest tensor's bytes."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(CONFIG))
+    shapes = tensor_shapes(CONFIG)
+    header, offset = {}, 0
+    for name, shape in shapes.items():
+        n = int(np.prod(shape)) * 2
+        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    rng = np.random.default_rng(seed)
+    with open(directory / "model.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        for name, shape in shapes.items():
+            x = rng.standard_normal(int(np.prod(shape)), dtype=np.float32) * 0.02
+            u = x.view(np.uint32)
+            f.write(((u + (0x7FFF + ((u >> 16) & 1))) >> 16).astype(np.uint16).tobytes())
+    return max(int(np.prod(s)) * 2 for s in shapes.values())
+
+
+def timed(cmd: list[str]) -> tuple[float, float]:
+    """Run cmd, return (seconds, peak RSS of the child in MB)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    t = time.perf_counter()
+    subprocess.run(cmd, check=True)
+    dt = time.perf_counter() - t
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return dt, max(peak, before) / 1024
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="dflash-bench-"))
+    src = work / "drafter"
+    try:
+        print(f"writing synthetic Qwen3-4B-DFlash-b16 drafter to {src} ...", flush=True)
+        largest = write_checkpoint(src)
+        st = src / "model.safetensors"
+        size = st.stat().st_size
+        os.sync()
+        # warm the page cache for both contenders the same way
+        with open(st, "rb") as f:
+            while f.read(64 << 20):
+                pass
+        cp_s = min(timed(["cp", str(st), str(work / f"copy{i}.bin")])[0] for i in range(2))
+        for i in range(2):
+            (work / f"copy{i}.bin").unlink()
+        conv = [sys.executable, "-m", "dflashkit.cli", str(src), str(work / "out.gguf"), "--outtype", "f16", "-q", "--force"]
+        runs = [timed(conv) for _ in range(2)]
+        conv_s = min(r[0] for r in runs)
+        peak_mb = max(r[1] for r in runs)
+        out_size = (work / "out.gguf").stat().st_size
+        cp_rate, conv_rate = size / cp_s / 1e6, size / conv_s / 1e6
+        budget = 2 * largest / 1e6 + 300
+        print(f"input: {size / 1e6:.0f} MB bf16 safetensors, output {out_size / 1e6:.0f} MB f16 GGUF, "
+              f"largest tensor {largest / 1e6:.1f} MB")
+        print(f"cp (same bytes, same run):   {cp_rate:8.0f} MB/s  ({cp_s:.2f} s)")
+        print(f"dflash-convert --outtype f16: {conv_rate:8.0f} MB/s  ({conv_s:.2f} s, incl. interpreter start)")
+        print(f"ratio to cp: {conv_rate / cp_rate * 100:.0f} %   (target >= 70 %)")
+        print(f"peak RSS: {peak_mb:.0f} MB   (target < 2 x largest tensor + 300 MB = {budget:.0f} MB)")
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
