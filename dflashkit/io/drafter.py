@@ -1,0 +1,217 @@
+"""One reader for every form of a drafter: an HF checkpoint directory or a GGUF of any dialect.
+
+`open_drafter` maps each stored tensor to its canonical id (z-lab's HF name, see
+`dflashkit.dialects`), exposes shapes in numpy/HF order (GGUF dims reversed), decodes the
+metadata into a `DrafterSpec`, and reads any tensor as float32 on demand (dequantizing any
+quantized type). Names that map to nothing are kept in ``unmapped`` — never silently skipped.
+Diff, Runtime, Inspect and dialect translation all load drafters through here.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gguf import GGMLQuantizationType
+
+from ..dialects import Dialect, detect_dialect, hf_canonical_name, spec_from_gguf_metadata
+from ..errors import DFlashError
+from ..spec import DrafterSpec, spec_from_hf_config
+from .gguf_reader import GGUFFile, open_gguf
+from .safetensors_reader import SafetensorsCheckpoint, open_checkpoint
+
+Q = GGMLQuantizationType
+
+#: safetensors dtype → bits per element (for reports)
+_ST_BITS = {"F64": 64, "F32": 32, "F16": 16, "BF16": 16, "I64": 64, "I32": 32, "I16": 16, "I8": 8, "U8": 8, "BOOL": 8}
+
+
+@dataclass(frozen=True)
+class TensorRef:
+    canonical: str
+    name: str  # the name stored in the file
+    shape: tuple[int, ...]  # numpy / HF order
+    type_name: str  # "BF16", "F32", "Q4_K", ...
+    nbytes: int
+    ggml_type: GGMLQuantizationType | None = None  # GGUF tensors only
+
+    @property
+    def n_elements(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def bits_per_weight(self) -> float:
+        return 8.0 * self.nbytes / max(1, self.n_elements)
+
+
+@dataclass
+class DrafterFile:
+    path: Path
+    kind: str  # "hf" | "gguf"
+    architecture: str
+    dialect: Dialect | None  # GGUF only
+    spec: DrafterSpec | None
+    spec_error: str | None  # why the metadata could not be decoded (None when it could)
+    tensors: dict[str, TensorRef]  # canonical id → ref, in file order
+    unmapped: list[str]  # stored names with no canonical id
+    metadata: dict[str, Any]  # GGUF key → value, or config.json
+    _gguf: GGUFFile | None = field(default=None, repr=False)
+    _checkpoint: SafetensorsCheckpoint | None = field(default=None, repr=False)
+
+    def __enter__(self) -> DrafterFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._gguf is not None:
+            self._gguf.close()
+        if self._checkpoint is not None:
+            self._checkpoint.close()
+
+    @property
+    def tap_convention(self) -> str:
+        return self.dialect.tap_convention if self.dialect else "raw HF ids (config.json)"
+
+    def require_spec(self) -> DrafterSpec:
+        if self.spec is None:
+            raise DFlashError(f"{self.path}: {self.spec_error}")
+        return self.spec
+
+    def read_raw(self, canonical: str) -> np.ndarray:
+        """Stored data, read-only: typed array for float types (BF16 as uint16), uint8 blocks for quants."""
+        ref = self._ref(canonical)
+        if self._gguf is not None:
+            return self._gguf.array(ref.name)
+        assert self._checkpoint is not None
+        return self._checkpoint.array(ref.name)
+
+    def read_f32(self, canonical: str) -> np.ndarray:
+        """The tensor as float32 in numpy/HF shape (dequantized when stored quantized)."""
+        ref = self._ref(canonical)
+        raw = self.read_raw(canonical)
+        return to_float32(raw, ref.type_name, ref.shape, where=f"{self.path}: tensor '{ref.name}'")
+
+    def _ref(self, canonical: str) -> TensorRef:
+        try:
+            return self.tensors[canonical]
+        except KeyError:
+            raise DFlashError(f"{self.path}: has no tensor for '{canonical}'") from None
+
+
+def to_float32(raw: np.ndarray, type_name: str, shape: tuple[int, ...], *, where: str = "tensor") -> np.ndarray:
+    """Stored data of any supported type → float32 array of ``shape``."""
+    if type_name == "BF16":
+        bits = np.asarray(raw, dtype=np.uint16).astype(np.uint32)
+        bits <<= 16
+        return bits.view(np.float32).reshape(shape)
+    if type_name in ("F32", "F16", "F64", "I8", "I16", "I32", "I64"):
+        return np.asarray(raw).astype(np.float32).reshape(shape)
+    try:
+        qtype = Q[type_name]
+    except KeyError:
+        raise DFlashError(f"{where}: type {type_name} cannot be read as numbers") from None
+    from ..quantize import QUANT_TYPES, dequantize
+
+    if qtype in QUANT_TYPES:
+        return dequantize(np.asarray(raw, dtype=np.uint8), qtype).reshape(shape)
+    import gguf.quants
+
+    try:
+        return gguf.quants.dequantize(np.asarray(raw, dtype=np.uint8), qtype).astype(np.float32).reshape(shape)
+    except NotImplementedError:
+        raise DFlashError(f"{where}: dequantizing {type_name} is not supported") from None
+
+
+def is_drafter_path(path: str | os.PathLike) -> bool:
+    p = Path(path)
+    return p.suffix.lower() == ".gguf" or p.is_dir()
+
+
+def open_drafter(path: str | os.PathLike) -> DrafterFile:
+    """Open an HF drafter directory or a drafter GGUF (llama.cpp, luce or dflash-draft dialect)."""
+    p = Path(path)
+    if p.is_dir():
+        return _open_hf(p)
+    if not p.exists():
+        raise DFlashError(f"{p}: no such file or directory")
+    return _open_gguf(p)
+
+
+def _open_gguf(path: Path) -> DrafterFile:
+    g = open_gguf(path, strict=True)
+    arch = str(g.get("general.architecture", ""))
+    dialect = detect_dialect(arch)
+    metadata = {k: kv.value for k, kv in g.kvs.items()}
+    tensors: dict[str, TensorRef] = {}
+    unmapped: list[str] = []
+    for info in g.tensors.values():
+        canonical = dialect.canonical_name(info.name) if dialect else None
+        if canonical is None:
+            unmapped.append(info.name)
+            continue
+        tensors[canonical] = TensorRef(canonical, info.name, info.shape, info.ggml_type.name, info.nbytes, info.ggml_type)
+    spec: DrafterSpec | None = None
+    error: str | None = None
+    if dialect is None:
+        error = f"general.architecture '{arch}' is not a DFlash drafter dialect (dflash, qwen35-dflash-draft, gemma4-dflash-draft, dflash-draft)"
+    else:
+        try:
+            spec = spec_from_gguf_metadata(metadata, dialect, arch, name=metadata.get("general.name"))
+            spec = _fill_vocab(spec, metadata, tensors)
+        except (DFlashError, KeyError, TypeError, ValueError) as exc:
+            error = str(exc) if isinstance(exc, DFlashError) else f"bad drafter metadata ({exc})"
+    return DrafterFile(path, "gguf", arch, dialect, spec, error, tensors, unmapped, metadata, _gguf=g)
+
+
+def _fill_vocab(spec: DrafterSpec, metadata: dict[str, Any], tensors: dict[str, TensorRef]) -> DrafterSpec:
+    from dataclasses import replace
+
+    if spec.vocab_size is not None:
+        return spec
+    tokens = metadata.get("tokenizer.ggml.tokens")
+    if isinstance(tokens, list) and tokens:
+        return replace(spec, vocab_size=len(tokens))
+    codebook = tensors.get("candidate_selector.predecessor_codebook.weight")
+    if codebook is not None:
+        return replace(spec, vocab_size=codebook.shape[0])
+    return spec
+
+
+def _open_hf(directory: Path) -> DrafterFile:
+    import json
+
+    config_path = directory / "config.json"
+    if not config_path.is_file():
+        raise DFlashError(f"{directory}: no config.json — expected an HF drafter checkpoint directory")
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DFlashError(f"{config_path}: cannot read JSON ({exc})") from None
+    spec: DrafterSpec | None = None
+    error: str | None = None
+    try:
+        spec = spec_from_hf_config(config, str(config_path))
+        from dataclasses import replace
+
+        spec = replace(spec, name=spec.name or directory.resolve().name)
+    except DFlashError as exc:
+        error = str(exc)
+    ck = open_checkpoint(directory, strict=True)
+    tensors: dict[str, TensorRef] = {}
+    unmapped: list[str] = []
+    for t in ck.tensors.values():
+        canonical = hf_canonical_name(t.name)
+        if canonical is None:
+            unmapped.append(t.name)
+            continue
+        tensors[canonical] = TensorRef(canonical, t.name, tuple(t.shape), t.dtype, t.nbytes)
+    archs = config.get("architectures") or ["DFlashDraftModel"]
+    return DrafterFile(directory, "hf", str(archs[0]), None, spec, error, tensors, unmapped, config, _checkpoint=ck)
