@@ -54,10 +54,13 @@ def _warn(message: str) -> None:
 @click.argument("out", type=click.Path(dir_okay=False))
 @click.option(
     "--outtype",
-    type=click.Choice(["auto", "f32", "f16", "bf16", "q8_0"], case_sensitive=False),
+    type=click.Choice(
+        ["auto", "f32", "f16", "bf16", "q8_0", "q4_k_m", "q4_k_s", "q5_k_m", "q5_k_s", "q6_k"], case_sensitive=False
+    ),
     default="auto",
     show_default=True,
-    help="Type of the weight matrices (norms and 1-D tensors stay F32). auto = the checkpoint's 16-bit type.",
+    help="Type of the weight matrices (norms and 1-D tensors stay F32). auto = the checkpoint's 16-bit type; "
+    "K-quants follow llama-quantize's per-tensor policy. A GGUF SRC is translated with its tensors untouched.",
 )
 @click.option("--target", help="Target model (GGUF file or HF dir): tokenizer source and compatibility check.")
 @click.option(
@@ -67,14 +70,25 @@ def _warn(message: str) -> None:
     show_default=True,
     help="GGUF dialect to write.",
 )
+@click.option("--num-target-layers", type=click.IntRange(min=1), help="Layer count of the target model, when neither the source nor --target gives it.")
+@click.option("--mask-token-id", type=click.IntRange(min=0), help="Mask token id, when the source does not carry it.")
 @click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar or warnings.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
 @user_errors
 def convert_command(
-    src: str, out: str, outtype: str, target: str | None, dialect: str, force: bool, quiet: bool, as_json: bool
+    src: str,
+    out: str,
+    outtype: str,
+    target: str | None,
+    dialect: str,
+    num_target_layers: int | None,
+    mask_token_id: int | None,
+    force: bool,
+    quiet: bool,
+    as_json: bool,
 ) -> None:
-    """Convert a DFlash drafter (HF dir or hub repo id SRC) to a GGUF file OUT."""
+    """Convert a DFlash drafter SRC (HF dir, hub repo id, or a drafter GGUF of any dialect) to a GGUF file OUT."""
     from .converters.convert import convert
 
     result = convert(
@@ -83,6 +97,8 @@ def convert_command(
         outtype=outtype.lower(),
         target=target,
         dialect=dialect,
+        num_target_layers=num_target_layers,
+        mask_token_id=mask_token_id,
         force=force,
         progress=not quiet,
         warn=(lambda m: None) if quiet else _warn,
@@ -104,3 +120,129 @@ def main() -> None:  # pragma: no cover - convenience for `python -m dflashkit.c
 
 if __name__ == "__main__":  # pragma: no cover
     main()
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("src")
+@click.argument("out", type=click.Path(dir_okay=False))
+@click.argument("file_type", metavar="TYPE")
+@click.option("--pure", is_flag=True, help="One type for every quantizable tensor (no Q4_K_M/Q5_K_M mix), like llama-quantize --pure.")
+@click.option(
+    "--tensor-type",
+    "tensor_types",
+    multiple=True,
+    metavar="REGEX=TYPE",
+    help="Type for tensors whose name matches REGEX (searched, lower-cased as llama-quantize does; first match wins; repeatable), e.g. attn_v=q8_0.",
+)
+@click.option("--no-fallback", is_flag=True, help="Fail (exit 1) instead of falling back when a row length does not fit the type's block.")
+@click.option("--allow-requantize", is_flag=True, help="Dequantize already-quantized input tensors first (quality loss).")
+@click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar, warnings or summary.")
+@click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
+@user_errors
+def quantize_command(
+    src: str,
+    out: str,
+    file_type: str,
+    pure: bool,
+    tensor_types: tuple[str, ...],
+    no_fallback: bool,
+    allow_requantize: bool,
+    force: bool,
+    quiet: bool,
+    as_json: bool,
+) -> None:
+    """Quantize the GGUF SRC to OUT with llama-quantize's per-tensor rules.
+
+    TYPE: Q8_0, Q6_K, Q5_K_M, Q5_K_S, Q4_K_M, Q4_K_S, F16 or BF16.
+    """
+    from .quantize.gguf_file import quantize_gguf
+
+    result = quantize_gguf(
+        src,
+        out,
+        file_type,
+        pure=pure,
+        overrides=tensor_types,
+        allow_fallback=not no_fallback,
+        allow_requantize=allow_requantize,
+        force=force,
+        progress=not quiet,
+        warn=(lambda m: None) if quiet else _warn,
+    )
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=2))
+    elif not quiet:
+        summary = result.to_json()
+        mix = ", ".join(f"{n} {t}" for t, n in summary["tensor_types"].items())
+        totals = summary["totals"]
+        click.echo(
+            f"wrote {result.out} ({result.bytes_written / 1e6:.2f} MB, {summary['tensor_count']} tensors: {mix}; "
+            f"{result.file_type.name}, {totals['bits_per_weight']} bits/weight, arch {result.architecture})"
+        )
+        if result.fallbacks:
+            click.echo(f"{len(result.fallbacks)} tensor(s) fell back to another type (as llama-quantize does):")
+            for c in result.fallbacks:
+                click.echo(f"  {c.name}: {c.fallback}")
+
+
+_REPORT_SUFFIXES = {".html": "html", ".htm": "html", ".json": "json", ".md": "markdown", ".markdown": "markdown"}
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("a")
+@click.argument("b")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "markdown", "html"]),
+    help="Report format. Default: from the -o suffix (.html/.json/.md), else text.",
+)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report to this file (atomically) instead of stdout.")
+@click.option("--force", is_flag=True, help="Overwrite the -o file if it exists.")
+@click.option(
+    "--threshold",
+    type=click.FloatRange(min=0.0),
+    metavar="REL",
+    help="Exit 1 when any tensor's relative RMS error ‖a−b‖/‖a‖ exceeds REL (for CI).",
+)
+@click.option("--allow-missing", is_flag=True, help="Tensors on one side only and unmapped names do not fail the diff (still listed).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no 'wrote' line; the exit code still tells.")
+@user_errors
+def diff_command(
+    a: str, b: str, fmt: str | None, output: str | None, force: bool, threshold: float | None,
+    allow_missing: bool, quiet: bool,
+) -> None:
+    """Per-tensor differences between drafters A (the reference) and B: HF dirs or GGUFs of any dialect/type.
+
+    Exit 0 when they match, 1 when a tensor is missing/unmapped/reshaped/unreadable, the metadata means
+    something else, or --threshold is exceeded; 2 for usage errors.
+    """
+    import os
+    from pathlib import Path
+
+    from .diff import diff_drafters
+    from .errors import UsageError
+    from .reporting import write_text_atomic
+
+    if fmt is None:
+        fmt = _REPORT_SUFFIXES.get(Path(output).suffix.lower(), "text") if output else "text"
+    if output is not None:
+        for src in (a, b):  # --force must never turn the report into an overwritten input
+            if Path(output).exists() and Path(src).exists() and os.path.samefile(src, output):
+                raise UsageError(f"{output}: is also an input; write the report to another file")
+        if Path(output).exists() and not force:  # checked now, not after a long diff
+            raise DFlashError(f"{output}: already exists — pass --force to overwrite it")
+    result = diff_drafters(a, b, progress=not quiet)
+    report = result.report(threshold=threshold, allow_missing=allow_missing)
+    text = report.render(fmt)
+    code = result.exit_code(threshold, allow_missing)
+    if output is not None:
+        write_text_atomic(output, text, force=force)
+        if not quiet:
+            click.echo(f"wrote {output} — {report.status}")
+    else:
+        click.echo(text, nl=False)
+        if fmt != "text" and code and not quiet:
+            click.echo(f"dflash-diff: {report.status}", err=True)
+    sys.exit(code)

@@ -100,6 +100,14 @@ class KeySpec:
     type: GGUFValueType
     sub_type: GGUFValueType | None = None
     required: bool = False
+    # Not read by that runtime's loader (it ignores unknown keys); written so that translating
+    # between dialects never loses what the drafter means.
+    extension: bool = False
+
+
+#: DFlash semantics a dialect has no key of its own for, stored under its arch prefix.
+def _extension_keys(*fields_and_keys: tuple[str, str, GGUFValueType]) -> tuple[KeySpec, ...]:
+    return tuple(KeySpec(f, k, t, extension=True) for f, k, t in fields_and_keys)
 
 
 @dataclass(frozen=True)
@@ -248,6 +256,13 @@ LUCE = Dialect(
         KeySpec("sliding_window", "{arch}.attention.sliding_window", T.UINT32),
         KeySpec("sliding_window_pattern", "{arch}.attention.sliding_window_pattern", T.ARRAY, T.BOOL),
         KeySpec("final_logit_softcapping", "{arch}.final_logit_softcapping", T.FLOAT32),
+    )
+    + _extension_keys(
+        ("causal", "{arch}.attention.causal", T.BOOL),
+        ("embedding_scale", "{arch}.embedding_scale", T.FLOAT32),
+        ("logit_scale", "{arch}.logit_scale", T.FLOAT32),
+        ("attention_value_scale", "{arch}.attention.value_scale", T.FLOAT32),
+        ("rope_dimension_count", "{arch}.rope.dimension_count", T.UINT32),
     ),
 )
 
@@ -272,6 +287,13 @@ DFLASH_DRAFT = Dialect(
         KeySpec("causal", "{arch}.attention.causal", T.BOOL),
         KeySpec("sliding_window", "{arch}.attention.sliding_window", T.UINT32),
         KeySpec("sliding_window_pattern", "{arch}.attention.sliding_window_pattern", T.ARRAY, T.BOOL),
+    )
+    + _extension_keys(
+        ("final_logit_softcapping", "{arch}.final_logit_softcapping", T.FLOAT32),
+        ("embedding_scale", "{arch}.embedding_scale", T.FLOAT32),
+        ("logit_scale", "{arch}.logit_scale", T.FLOAT32),
+        ("attention_value_scale", "{arch}.attention.value_scale", T.FLOAT32),
+        ("rope_dimension_count", "{arch}.rope.dimension_count", T.UINT32),
     ),
 )
 

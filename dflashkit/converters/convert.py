@@ -14,7 +14,8 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from dataclasses import replace
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType
@@ -27,6 +28,7 @@ from ..io.gguf_writer import (
     TensorToWrite,
     check_output_path,
     iter_row_chunks,
+    llama_tensor_order_key,
     write_gguf,
 )
 from ..io.safetensors_reader import SafetensorsTensor, open_checkpoint
@@ -55,17 +57,18 @@ _SAFETENSORS_FLOAT = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "
 class PlannedTensor:
     canonical: str
     gguf_name: str
-    source: SafetensorsTensor
+    source_name: str
     shape: tuple[int, ...]
     ggml_type: GGMLQuantizationType
+    source_type: str
     note: str | None = None  # why the type differs from the requested one
 
     def summary(self) -> dict[str, Any]:
         return {
             "name": self.gguf_name,
-            "source": self.source.name,
+            "source": self.source_name,
             "shape": list(self.shape),
-            "source_dtype": self.source.dtype,
+            "source_type": self.source_type,
             "type": self.ggml_type.name,
             **({"note": self.note} if self.note else {}),
         }
@@ -132,10 +135,34 @@ def convert_tensor_type(
     return requested, None
 
 
+#: --outtype values that go through llama-quantize's per-tensor policy (dflashkit.quantize.policy)
+QUANTIZED_OUTTYPES = {"q4_k_m": "Q4_K_M", "q4_k_s": "Q4_K_S", "q5_k_m": "Q5_K_M", "q5_k_s": "Q5_K_S", "q6_k": "Q6_K"}
+
+
+def plan_tensor_types(
+    tensors: Sequence[tuple[str, str, tuple[int, ...]]], outtype: str, n_layers: int
+) -> tuple[int, list[tuple[GGMLQuantizationType, str | None]]]:
+    """(general.file_type, [(type, note)]) for (canonical, gguf name, shape) in output order.
+
+    f32/f16/bf16/q8_0 follow llama.cpp's converter; K-quant outtypes give exactly what converting to
+    f32 and running llama-quantize (``dflash-quantize``) would give.
+    """
+    if outtype in QUANTIZED_OUTTYPES:
+        from ..quantize.policy import choose_types, get_file_type
+
+        ft = get_file_type(QUANTIZED_OUTTYPES[outtype])
+        base = [convert_tensor_type(c, shape, Q.F32)[0] for c, _, shape in tensors]
+        choices = choose_types([(name, shape, t) for (_, name, shape), t in zip(tensors, base)], ft, n_layers=n_layers)
+        return ft.file_type, [(ch.new_type, ch.fallback) for ch in choices]
+    file_type, requested = OUTTYPES[outtype]
+    return file_type, [convert_tensor_type(c, shape, requested) for c, _, shape in tensors]
+
+
 def resolve_outtype(outtype: str, tensors: dict[str, SafetensorsTensor]) -> str:
     if outtype != "auto":
-        if outtype not in OUTTYPES:
-            raise UsageError(f"unknown --outtype '{outtype}' (choose from auto, {', '.join(OUTTYPES)})")
+        if outtype not in OUTTYPES and outtype not in QUANTIZED_OUTTYPES:
+            choices = ", ".join(["auto", *OUTTYPES, *QUANTIZED_OUTTYPES])
+            raise UsageError(f"unknown --outtype '{outtype}' (choose from {choices})")
         return outtype
     # like llama.cpp: f16 when the checkpoint is f16, else bf16 (the checkpoint's own 16-bit type)
     matrices = [t for t in tensors.values() if len(t.shape) >= 2]
@@ -280,30 +307,39 @@ def convert(
     outtype: str = "auto",
     target: str | os.PathLike | None = None,
     dialect: str = DEFAULT_DIALECT.name,
+    num_target_layers: int | None = None,
+    mask_token_id: int | None = None,
     force: bool = False,
     progress: bool = True,
     warn: Callable[[str], None] | None = None,
 ) -> ConvertResult:
-    """Convert an HF drafter checkpoint (local dir or hub repo id) to a GGUF file."""
+    """Convert an HF drafter checkpoint (local dir or hub repo id) — or translate a drafter GGUF —
+    to a GGUF file in ``dialect``."""
     warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
     if is_gguf_path(src):
-        raise UsageError(
-            f"{src}: a GGUF source — translating between GGUF dialects is not supported by this version; "
-            "convert from the HF checkpoint"
+        if outtype != "auto":
+            raise UsageError(
+                f"{src}: translating a GGUF copies its tensors untouched; --outtype does not apply "
+                "(use dflash-quantize to change tensor types)"
+            )
+        from .translate import translate_gguf
+
+        return translate_gguf(
+            src, out, dialect=dialect, target=target, num_target_layers=num_target_layers,
+            mask_token_id=mask_token_id, force=force, progress=progress, warn=warn,
         )
     out_path = check_output_path(out, force=force, inputs=[src] + ([target] if target else []))
     dialect_table = get_dialect(dialect)
 
     directory = resolve_checkpoint_dir(src)
     _, spec = load_hf_config(directory)
+    spec = apply_overrides(spec, str(directory), num_target_layers=num_target_layers, mask_token_id=mask_token_id)
     checkpoint = open_checkpoint(directory, strict=True)
     mapped = map_checkpoint_names(checkpoint.tensors, str(directory))
     if spec.is_dflash2 and not dialect_table.supports_dflash2:
         raise DFlashError(f"{directory}: a DFlash 2 drafter cannot be written in the {dialect_table.name} dialect (it has no conv/selector tensors) — use --dialect llama.cpp")
     codebook = mapped.get("candidate_selector.predecessor_codebook.weight")
     if codebook is not None and spec.vocab_size is None:
-        from dataclasses import replace
-
         spec = replace(spec, vocab_size=codebook.shape[0])
     check_tensor_set(
         spec,
@@ -318,12 +354,8 @@ def convert(
         target_info = load_target(target)
         check_target_compatibility(spec, target_info, dialect_table)
         if spec.num_target_layers is None:
-            from dataclasses import replace
-
             spec = replace(spec, num_target_layers=target_info.n_layers)
         if spec.vocab_size is None:
-            from dataclasses import replace
-
             spec = replace(spec, vocab_size=target_info.vocab_size)
     else:
         warnings.append(
@@ -332,15 +364,21 @@ def convert(
         )
 
     outtype = resolve_outtype(outtype, checkpoint.tensors)
-    file_type, requested = OUTTYPES[outtype]
+    order = ordered_canonical(mapped, dialect_table)
+    shapes = [tuple(int(d) for d in mapped[c].shape) for c in order]
+    file_type, types = plan_tensor_types(
+        [(c, dialect_table.gguf_name(c), shape) for c, shape in zip(order, shapes)], outtype, spec.n_layers
+    )
     arch = dialect_table.pick_architecture(spec)
-    metadata = build_metadata(spec, dialect_table, arch, file_type=file_type, target=target_info)
+    tokenizer = list(target_info.tokenizer.entries) if target_info and target_info.tokenizer else []
+    metadata = build_metadata(spec, dialect_table, arch, file_type=file_type, tokenizer=tokenizer)
 
     plan: list[PlannedTensor] = []
-    for canonical, t in _ordered(mapped):
-        shape = tuple(int(d) for d in t.shape)
-        ggml_type, note = convert_tensor_type(canonical, shape, requested)
-        plan.append(PlannedTensor(canonical, dialect_table.gguf_name(canonical), t, shape, ggml_type, note))
+    sources: list[SafetensorsTensor] = []
+    for canonical, shape, (ggml_type, note) in zip(order, shapes, types):
+        t = mapped[canonical]
+        plan.append(PlannedTensor(canonical, dialect_table.gguf_name(canonical), t.name, shape, ggml_type, t.dtype, note))
+        sources.append(t)
     for p in plan:
         if p.note:
             warnings.append(f"{p.gguf_name}: {p.note}")
@@ -351,7 +389,7 @@ def convert(
         out_path,
         arch,
         metadata,
-        [TensorToWrite(p.gguf_name, p.shape, p.ggml_type, _chunk_producer(p.source, p.ggml_type)) for p in plan],
+        [TensorToWrite(p.gguf_name, p.shape, p.ggml_type, _chunk_producer(t, p.ggml_type)) for p, t in zip(plan, sources)],
         force=force,
         progress=progress,
     )
@@ -376,30 +414,42 @@ def build_metadata(
     arch: str,
     *,
     file_type: int,
-    target: TargetInfo | None,
+    tokenizer: Sequence[MetadataEntry] = (),
 ) -> list[MetadataEntry]:
-    """general.* + the dialect's drafter keys + the target's tokenizer, in that order."""
+    """general.name, the dialect's drafter keys, the tokenizer, then general.quantization_version and
+    general.file_type last — the order llama-quantize leaves them in, so a one-pass conversion, a
+    translation and a conversion + quantization of the same drafter are byte-identical."""
     entries = [MetadataEntry("general.name", spec.name or "DFlash drafter", GGUFValueType.STRING)]
-    drafter = encode_metadata(spec, dialect, arch)
-    entries.extend(drafter)
-    entries.append(MetadataEntry("general.file_type", file_type, GGUFValueType.UINT32))
+    entries.extend(encode_metadata(spec, dialect, arch))
+    own = {e.key for e in entries} | {"general.file_type", "general.quantization_version"}
+    # the drafter's own keys (e.g. tokenizer.ggml.mask_token_id) win over the target's
+    entries.extend(MetadataEntry(e.key, e.value, e.type, e.sub_type) for e in tokenizer if e.key not in own)
     entries.append(MetadataEntry("general.quantization_version", QUANTIZATION_VERSION, GGUFValueType.UINT32))
-    if target is not None and target.tokenizer is not None:
-        own = {e.key for e in entries}
-        # the drafter's own keys (e.g. tokenizer.ggml.mask_token_id) win over the target's
-        entries.extend(
-            MetadataEntry(e.key, e.value, e.type, e.sub_type) for e in target.tokenizer.entries if e.key not in own
-        )
+    entries.append(MetadataEntry("general.file_type", file_type, GGUFValueType.UINT32))
     return entries
 
 
-def _ordered(mapped: dict[str, SafetensorsTensor]) -> list[tuple[str, SafetensorsTensor]]:
-    """Output order: global tensors first, then layer by layer (as llama.cpp's converter)."""
+def apply_overrides(
+    spec: DrafterSpec,
+    source: str,
+    *,
+    num_target_layers: int | None = None,
+    mask_token_id: int | None = None,
+) -> DrafterSpec:
+    """Fill values the source lacks from explicit flags; a flag contradicting the source is an error."""
+    for field_name, flag, value in (
+        ("num_target_layers", "--num-target-layers", num_target_layers),
+        ("mask_token_id", "--mask-token-id", mask_token_id),
+    ):
+        if value is None:
+            continue
+        current = getattr(spec, field_name)
+        if current is not None and current != value:
+            raise DFlashError(f"{source}: {flag} {value} contradicts the source's {field_name} = {current}")
+        spec = replace(spec, **{field_name: value})
+    return spec
 
-    def key(item: tuple[str, SafetensorsTensor]) -> tuple[int, int, str]:
-        name = item[0]
-        if name.startswith("layers."):
-            return (1, int(name.split(".")[1]), name)
-        return (0 if not name.startswith("candidate_selector") else 2, 0, name)
 
-    return sorted(mapped.items(), key=key)
+def ordered_canonical(names: Iterable[str], dialect: Dialect) -> list[str]:
+    """Canonical ids in output order: llama.cpp's loader order of their names in ``dialect``."""
+    return sorted(names, key=lambda c: llama_tensor_order_key(dialect.gguf_name(c)))

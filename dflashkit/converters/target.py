@@ -92,11 +92,11 @@ def _load_hf(directory: Path) -> TargetInfo:
     n_layers = value("num_hidden_layers")
     vocab_size = value("vocab_size")
     architectures = config.get("architectures")
-    architecture = architectures[0] if isinstance(architectures, list) and architectures and isinstance(architectures[0], str) else None
+    architecture = architectures[0] if isinstance(architectures, list) and architectures else None
     return TargetInfo(
         path=str(directory),
         kind="hf",
-        architecture=architecture,
+        architecture=architecture if isinstance(architecture, str) else None,
         name=directory.resolve().name or None,
         hidden_size=hidden_size,
         n_layers=n_layers,

@@ -183,13 +183,27 @@ LLAMA_CPP_PRE_HASHES: dict[str, str] = {
     "653660222fb704f61cbf2b618a8ae6502b7f8b20c980f9a5de07ed78e13319cd": "ufakzeka",  # ufakai/ufakzeka-1
 }
 
-# Hashes llama.cpp does not list, checked against the pre-tokenizer they stand for. Only dflashkit's
-# own tiny fixture tokenizer (fixtures/make_target.py): its tokenizer.json uses Qwen2's exact
-# pre-tokenizer, so llama.cpp's "qwen2" pre-tokenization is right for it, but a ~500-token vocab
-# cannot produce Qwen's token ids, hence a hash of its own.
-DFLASHKIT_PRE_HASHES: dict[str, str] = {
-    "97f04d6db91a8c1ca87606f81785b89bfc9bf391a9eda37f392118c60ada9358": "qwen2",  # fixtures/make_target.py
+# When the hash is unknown (a tokenizer with a vocabulary of its own, e.g. a retrained or tiny
+# one), the pre-tokenizer is still identified exactly when tokenizer.json's Split regex is one of
+# these: the regex *is* what llama.cpp's pre-tokenizer type stands for.
+PRE_TOKENIZER_REGEXES: dict[str, str] = {
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+": "qwen2",
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+": "llama-bpe",
 }
+
+
+def _split_regexes(node: Any) -> list[str]:
+    """Every Split regex in a tokenizer.json pre_tokenizer tree."""
+    if isinstance(node, dict):
+        found = []
+        if node.get("type") == "Split" and isinstance(node.get("pattern"), dict) and "Regex" in node["pattern"]:
+            found.append(node["pattern"]["Regex"])
+        for v in node.values():
+            found.extend(_split_regexes(v))
+        return found
+    if isinstance(node, list):
+        return [r for v in node for r in _split_regexes(v)]
+    return []
 
 
 @dataclass(frozen=True)
@@ -261,13 +275,13 @@ def tokenizer_from_gguf(gguf: GGUFFile) -> TokenizerMetadata | None:
     ]
     if not entries:
         return None
-    name = Path(str(gguf.path)).name
+    path = Path(str(gguf.path))
     by_key = {entry.key: entry for entry in entries}
     model = by_key.get(KEY_MODEL)
     if model is None:
         # llama.cpp would refuse a drafter carrying these keys: say so now, not at load time.
         raise DFlashError(
-            f"{name}: has tokenizer.* keys but no {KEY_MODEL}; llama.cpp cannot load a tokenizer "
+            f"{path}: has tokenizer.* keys but no {KEY_MODEL}; llama.cpp cannot load a tokenizer "
             f"from it; pass the target's HF directory as --target instead"
         )
     tokens = by_key.get(KEY_TOKENS)
@@ -275,17 +289,17 @@ def tokenizer_from_gguf(gguf: GGUFFile) -> TokenizerMetadata | None:
         tokens.type is not GGUFValueType.ARRAY or tokens.sub_type is not GGUFValueType.STRING
     ):
         raise DFlashError(
-            f"{name}: {KEY_TOKENS} is not an array of strings; the file is damaged, "
+            f"{path}: {KEY_TOKENS} is not an array of strings; the file is damaged, "
             f"re-convert the target or pass its HF directory as --target"
         )
     if tokens is None and model.value != "none":
         raise DFlashError(
-            f"{name}: {KEY_MODEL} is {model.value!r} but {KEY_TOKENS} is missing; "
+            f"{path}: {KEY_MODEL} is {model.value!r} but {KEY_TOKENS} is missing; "
             f"pass the target's HF directory as --target instead"
         )
     return TokenizerMetadata(
         entries=entries,
-        source=f"target GGUF {name}",
+        source=f"target GGUF {path.name}",
         vocab_size=len(tokens.value) if tokens is not None else 0,
     )
 
@@ -298,7 +312,7 @@ def tokenizer_from_hf_dir(directory: str | Path, vocab_size: int) -> TokenizerMe
     """Build the tokenizer keys from an HF model directory as llama.cpp's converter would.
 
     ``vocab_size`` is the target config's: ``tokenizer.ggml.tokens`` lists every id below it,
-    ``[PAD{id}]`` (UNUSED) where the tokenizer defines none. Reads JSON files only.
+    ``[PAD{id}]`` (UNUSED) where the tokenizer defines none. Reads tokenizer and config files only.
     """
     directory = Path(directory)
     tokenizer_json = directory / "tokenizer.json"
@@ -387,7 +401,9 @@ def _load_backend(tokenizer_json: Path) -> Any:
     try:
         return Tokenizer.from_file(str(tokenizer_json))
     except Exception as exc:  # tokenizers raises plain Exception subclasses for bad files
-        raise DFlashError(f"{tokenizer_json}: the tokenizers package cannot load it ({exc}); re-download the file") from exc
+        raise DFlashError(
+            f"{tokenizer_json}: the tokenizers package cannot load it ({exc}); re-download the file"
+        ) from exc
 
 
 def pre_tokenizer_hash(backend: Any) -> str:
@@ -398,7 +414,11 @@ def pre_tokenizer_hash(backend: Any) -> str:
 
 def _pre_tokenizer_name(backend: Any, tokenizer_json: Path) -> str:
     chkhsh = pre_tokenizer_hash(backend)
-    name = LLAMA_CPP_PRE_HASHES.get(chkhsh) or DFLASHKIT_PRE_HASHES.get(chkhsh)
+    name = LLAMA_CPP_PRE_HASHES.get(chkhsh)
+    if name is None:
+        regexes = _split_regexes(_read_json(tokenizer_json).get("pre_tokenizer"))
+        if len(regexes) == 1:
+            name = PRE_TOKENIZER_REGEXES.get(regexes[0])
     if name is None:
         raise DFlashError(
             f"{tokenizer_json}: pre-tokenizer hash {chkhsh} is not recognised (not in llama.cpp's "
@@ -616,7 +636,7 @@ class _SpecialTokens:
     def read_tokenizer_json(self, tok: dict[str, Any]) -> None:
         """tokenizer.json's post-processor says whether bos/eos/sep are added."""
         cfg = self.config
-        bos, cls, eos, sep = self._cfg("bos_token"), self._cfg("cls_token"), self._cfg("eos_token"), self._cfg("sep_token")
+        bos, cls, eos, sep = (self._cfg(f"{typ}_token") for typ in ("bos", "cls", "eos", "sep"))
         if not bos and cls and cfg:
             cfg["bos_token"] = bos = cls
         if not eos and sep and cfg:

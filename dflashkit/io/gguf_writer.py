@@ -9,6 +9,7 @@ interrupted or failed run leaves no output file behind.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -151,6 +152,14 @@ def write_gguf(
         raise
     finally:
         bar.close()
+
+
+def llama_tensor_order_key(name: str) -> tuple[int, str]:
+    """Sort key of llama.cpp's model loader (``weight_name_comparer``): layer number of
+    ``blk.N.*`` (-1 for global tensors), then name. llama-quantize writes tensors in this order,
+    so every dflashkit writer does too: the same drafter always gives the same bytes."""
+    m = re.match(r"blk\.(\d+)\.", name)
+    return (int(m.group(1)) if m else -1, name)
 
 
 def iter_row_chunks(n_rows: int, row_bytes: int, target_bytes: int = 16 << 20) -> Iterator[tuple[int, int]]:

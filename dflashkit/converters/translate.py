@@ -1,0 +1,125 @@
+"""GGUF → GGUF translation between DFlash dialects (llama.cpp, luce, dflash-draft).
+
+Tensor bytes are copied untouched (any quant type); names and metadata are rewritten through the
+dialect tables, tap ids converted between conventions. What the source lacks and the output
+dialect requires comes from ``--target`` or an explicit flag — never from a guessed default.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import replace
+from typing import Callable, Iterator
+
+import numpy as np
+from gguf import GGUFValueType
+
+from ..dialects import Dialect, get_dialect
+from ..errors import DFlashError, UsageError
+from ..io.drafter import DrafterFile, open_drafter
+from ..io.gguf_writer import MetadataEntry, TensorToWrite, check_output_path, write_gguf
+from .convert import ConvertResult, PlannedTensor, apply_overrides, build_metadata, check_target_compatibility, ordered_canonical
+from .target import TargetInfo, load_target
+
+#: Dialects whose loader refuses a file without a tokenizer.
+_NEEDS_TOKENIZER = {"llama.cpp"}
+_COPY_CHUNK = 16 << 20
+
+
+def _tokenizer_entries(drafter: DrafterFile) -> list[MetadataEntry]:
+    assert drafter._gguf is not None
+    return [
+        MetadataEntry(kv.key, kv.value, kv.type, kv.sub_type)
+        for kv in drafter._gguf.kvs.values()
+        if kv.key.startswith("tokenizer.")
+    ]
+
+
+def _raw_copy(drafter: DrafterFile, canonical: str) -> Callable[[], Iterator[np.ndarray]]:
+    def chunks() -> Iterator[np.ndarray]:
+        raw = drafter.read_raw(canonical).reshape(-1).view(np.uint8)
+        for start in range(0, raw.size, _COPY_CHUNK):
+            yield np.array(raw[start : start + _COPY_CHUNK])  # copy out of the map: bounded RSS
+
+    return chunks
+
+
+def translate_gguf(
+    src: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    dialect: str,
+    target: str | os.PathLike | None = None,
+    num_target_layers: int | None = None,
+    mask_token_id: int | None = None,
+    force: bool = False,
+    progress: bool = True,
+    warn: Callable[[str], None] | None = None,
+) -> ConvertResult:
+    """Rewrite a drafter GGUF in another dialect (or the same one, normalised)."""
+    warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
+    out_path = check_output_path(out, force=force, inputs=[src] + ([target] if target else []))
+    table: Dialect = get_dialect(dialect)
+    drafter = open_drafter(src)
+    if drafter.kind != "gguf":
+        raise UsageError(f"{src}: not a GGUF file")
+    with drafter:
+        spec = drafter.require_spec()
+        if drafter.unmapped:
+            shown = ", ".join(drafter.unmapped[:10])
+            raise DFlashError(
+                f"{src}: {len(drafter.unmapped)} tensor(s) with no meaning in the {drafter.dialect.name if drafter.dialect else '?'} "
+                f"dialect: {shown} — refusing to drop them"
+            )
+        if spec.is_dflash2 and not table.supports_dflash2:
+            raise DFlashError(f"{src}: a DFlash 2 drafter cannot be written in the {table.name} dialect (it has no conv/selector tensors)")
+        spec = apply_overrides(spec, str(src), num_target_layers=num_target_layers, mask_token_id=mask_token_id)
+
+        target_info: TargetInfo | None = None
+        if target is not None:
+            target_info = load_target(target)
+            check_target_compatibility(spec, target_info, table)
+            if spec.num_target_layers is None:
+                spec = replace(spec, num_target_layers=target_info.n_layers)
+        tokenizer = _tokenizer_entries(drafter)
+        if not any(e.key == "tokenizer.ggml.model" for e in tokenizer) and target_info is not None and target_info.tokenizer:
+            tokenizer = list(target_info.tokenizer.entries)
+        if table.name in _NEEDS_TOKENIZER and not any(e.key == "tokenizer.ggml.model" for e in tokenizer):
+            raise DFlashError(
+                f"{src}: has no tokenizer, which the {table.name} dialect requires — pass --target TARGET.gguf "
+                "(or the target's HF dir) to copy it"
+            )
+
+        arch = table.pick_architecture(spec)
+        file_type = int(drafter.metadata.get("general.file_type", 0))
+        metadata = build_metadata(spec, table, arch, file_type=file_type, tokenizer=tokenizer)
+        qv = drafter.metadata.get("general.quantization_version")
+        if qv is not None:
+            metadata = [
+                MetadataEntry(e.key, int(qv), GGUFValueType.UINT32) if e.key == "general.quantization_version" else e
+                for e in metadata
+            ]
+
+        plan = []
+        tensors = []
+        for canonical in ordered_canonical(drafter.tensors, table):
+            ref = drafter.tensors[canonical]
+            name = table.gguf_name(canonical)
+            assert ref.ggml_type is not None
+            plan.append(PlannedTensor(canonical, name, ref.name, ref.shape, ref.ggml_type, ref.type_name))
+            tensors.append(TensorToWrite(name, ref.shape, ref.ggml_type, _raw_copy(drafter, canonical)))
+        size = write_gguf(out_path, arch, metadata, tensors, force=force, progress=progress)
+    return ConvertResult(
+        out=out_path,
+        dialect=table.name,
+        architecture=arch,
+        outtype="copy",
+        file_type=file_type,
+        bytes_written=size,
+        tensors=plan,
+        metadata=metadata,
+        spec=spec,
+        target=str(target) if target is not None else None,
+        warnings=[],
+    )

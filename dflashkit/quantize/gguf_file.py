@@ -1,0 +1,272 @@
+"""`dflash-quantize`: an f32/f16/bf16 GGUF -> a quantized GGUF, tensor types as llama-quantize picks them.
+
+Flow (as llama_model_quantize_impl): read the header with the hardened reader, choose every tensor's type
+with :mod:`dflashkit.quantize.policy`, refuse what cannot be done (requantizing without permission, a
+fallback under ``--no-fallback``) before anything is written, then stream each tensor in row chunks through
+the bit-exact quantizers into an atomic ``OUT.tmp-*`` that is renamed at the end. A tensor whose type does not
+change is copied byte for byte. Metadata is copied in order with ``general.file_type`` (and
+``general.quantization_version``) updated.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
+
+from dflashkit.errors import DFlashError
+from dflashkit.io.gguf_reader import DEFAULT_ALIGNMENT, GGUFFile, TensorInfo, open_gguf, tensor_nbytes
+from dflashkit.io.gguf_writer import (
+    QUANTIZATION_VERSION,
+    MetadataEntry,
+    TensorToWrite,
+    check_output_path,
+    iter_row_chunks,
+    llama_tensor_order_key,
+    write_gguf,
+)
+
+from . import QUANT_TYPES, dequantize, quantize
+from .policy import FileType, TypeChoice, choose_types, get_file_type, is_quantized, normalize_overrides
+
+Q = GGMLQuantizationType
+_FLOAT_TYPES = (Q.F32, Q.F16, Q.BF16)
+# llama_model_quantize_impl drops these (a quantized file is always written as one file)
+_SPLIT_KEYS = ("split.no", "split.count", "split.tensors.count")
+
+
+@dataclass
+class QuantizeResult:
+    src: Path
+    out: Path
+    file_type: FileType
+    architecture: str
+    bytes_written: int
+    choices: list[TypeChoice]
+    bytes_in: dict[str, int]  # tensor name -> input bytes
+    bytes_out: dict[str, int]  # tensor name -> output bytes
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def fallbacks(self) -> list[TypeChoice]:
+        return [c for c in self.choices if c.fallback]
+
+    def tensor_types(self) -> dict[str, int]:
+        types: dict[str, int] = {}
+        for c in self.choices:
+            types[c.new_type.name] = types.get(c.new_type.name, 0) + 1
+        return dict(sorted(types.items()))
+
+    def to_json(self) -> dict[str, Any]:
+        total_in, total_out = sum(self.bytes_in.values()), sum(self.bytes_out.values())
+        n_weights = sum(int(np.prod(c.shape, dtype=np.int64)) for c in self.choices)
+        return {
+            "src": str(self.src),
+            "out": str(self.out),
+            "architecture": self.architecture,
+            "file_type": self.file_type.name,
+            "file_type_id": self.file_type.file_type,
+            "bytes": self.bytes_written,
+            "tensor_count": len(self.choices),
+            "tensor_types": self.tensor_types(),
+            "tensors": [
+                {
+                    "name": c.name,
+                    "shape": list(c.shape),
+                    "old_type": c.old_type.name,
+                    "new_type": c.new_type.name,
+                    "bytes": self.bytes_out[c.name],
+                    **({"reason": c.reason} if c.reason else {}),
+                    **({"fallback": c.fallback} if c.fallback else {}),
+                }
+                for c in self.choices
+            ],
+            "fallbacks": [
+                {
+                    "name": c.name,
+                    "row_length": c.shape[-1],
+                    "wanted": c.fallback_from.name if c.fallback_from else None,
+                    "new_type": c.new_type.name,
+                    "message": c.fallback,
+                }
+                for c in self.fallbacks
+            ],
+            "totals": {
+                "tensor_bytes_in": total_in,
+                "tensor_bytes_out": total_out,
+                "bits_per_weight": round(total_out * 8 / n_weights, 3) if n_weights else None,
+            },
+            "warnings": self.warnings,
+        }
+
+
+def _can_dequantize(t: GGMLQuantizationType) -> bool:
+    if t in QUANT_TYPES:
+        return True
+    import gguf.quants
+
+    try:
+        gguf.quants.dequantize(np.zeros(GGML_QUANT_SIZES[t][1], dtype=np.uint8), t)
+    except (NotImplementedError, KeyError, ValueError):
+        return False
+    return True
+
+
+def _to_float32(raw: np.ndarray, t: GGMLQuantizationType, n_rows: int, row_bytes: int) -> np.ndarray:
+    """Rows of a tensor of type ``t`` -> float32 [n_rows, ne0] (ggml's to_float for quantized rows)."""
+    rows = np.asarray(raw).reshape(n_rows, row_bytes)
+    if t in QUANT_TYPES:
+        return dequantize(rows, t)
+    import gguf.quants
+
+    return gguf.quants.dequantize(rows, t)
+
+
+def _producer(gguf_file: GGUFFile, info: TensorInfo, new_type: GGMLQuantizationType) -> Callable[[], Iterator[np.ndarray]]:
+    """Chunks of the output tensor: the raw bytes when the type is kept, else rows dequantized and requantized."""
+    ne0 = info.dims[0] if info.dims else 1
+    n_rows = info.n_elements // ne0 if ne0 else 0
+    src_row = tensor_nbytes(info.ggml_type, (ne0,))
+    same = info.ggml_type == new_type
+
+    def chunks() -> Iterator[np.ndarray]:
+        raw = gguf_file.raw(info.name)
+        # chunk by the float32 working size: that is what a chunk costs in memory
+        for a, b in iter_row_chunks(n_rows, max(src_row, ne0 * 4)):
+            part = raw[a * src_row : b * src_row]
+            if same:
+                yield part
+            else:
+                yield quantize(_to_float32(part, info.ggml_type, b - a, src_row), new_type)
+
+    return chunks
+
+
+def _metadata(gguf_file: GGUFFile, ft: FileType) -> list[MetadataEntry]:
+    """Every KV in file order, then general.quantization_version and general.file_type re-added at
+    the end as UINT32 — what llama-quantize does (gguf_set_val_u32 removes a key and appends it).
+    A non-default general.alignment is re-added by the writer (it pads with it), so it is left out here."""
+    updates = {"general.quantization_version": QUANTIZATION_VERSION, "general.file_type": ft.file_type}
+    entries = []
+    for kv in gguf_file.kvs.values():
+        if kv.key in _SPLIT_KEYS or kv.key in updates or (
+            kv.key == "general.alignment" and gguf_file.alignment != DEFAULT_ALIGNMENT
+        ):
+            continue
+        entries.append(MetadataEntry(kv.key, kv.value, kv.type, kv.sub_type))
+    entries.extend(MetadataEntry(k, v, GGUFValueType.UINT32) for k, v in updates.items())
+    return entries
+
+
+def _n_layers(gguf_file: GGUFFile, arch: str, warnings: list[str]) -> int:
+    n = gguf_file.get(f"{arch}.block_count")
+    if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+        return n
+    layers = [int(m.group(1)) for name in gguf_file.tensors if (m := re.match(r"blk\.(\d+)\.", name))]
+    n = max(layers) + 1 if layers else 1
+    warnings.append(f"{gguf_file.path}: no {arch}.block_count key; using {n} layers from the tensor names")
+    return n
+
+
+def _check_conversions(src: Path, choices: list[TypeChoice], allow_requantize: bool,
+                       warnings: list[str]) -> None:
+    """Refuse what llama-quantize refuses: requantizing without --allow-requantize, non-float inputs."""
+    changed = [c for c in choices if c.new_type != c.old_type]
+    requant = [c for c in changed if is_quantized(c.old_type)]
+    for c in changed:
+        if not is_quantized(c.old_type) and c.old_type not in _FLOAT_TYPES:
+            raise DFlashError(f"{src}: tensor '{c.name}' is {c.old_type.name}, which cannot be converted to "
+                              f"{c.new_type.name} — only F32/F16/BF16 (or quantized) weights can be quantized")
+    if not requant:
+        return
+    first = requant[0]
+    if not allow_requantize:
+        more = f" (and {len(requant) - 1} more)" if len(requant) > 1 else ""
+        raise DFlashError(f"{src}: tensor '{first.name}' is already {first.old_type.name}{more} — quantize the "
+                          "f32/f16/bf16 original, or pass --allow-requantize to dequantize it first (quality loss)")
+    for c in requant:
+        if not _can_dequantize(c.old_type):
+            raise DFlashError(f"{src}: tensor '{c.name}' is {c.old_type.name}, which dflashkit cannot dequantize "
+                              "— quantize the f32/f16/bf16 original")
+    olds = ", ".join(sorted({c.old_type.name for c in requant}))
+    warnings.append(f"requantizing {len(requant)} already-quantized tensor(s) ({olds}): the errors add up — "
+                    "quantizing the f32/f16/bf16 original gives a better file")
+
+
+def quantize_gguf(
+    src: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    file_type: str | FileType,
+    *,
+    pure: bool = False,
+    overrides: Sequence[str | tuple[re.Pattern[str] | str, GGMLQuantizationType | str]] = (),
+    allow_fallback: bool = True,
+    allow_requantize: bool = False,
+    force: bool = False,
+    progress: bool = True,
+    warn: Callable[[str], None] | None = None,
+) -> QuantizeResult:
+    """Quantize the GGUF ``src`` to ``out`` with llama-quantize's per-tensor policy for ``file_type``.
+
+    ``overrides``: ``"REGEX=TYPE"`` strings or (pattern, type) pairs, first match wins (``--tensor-type``).
+    Raises DFlashError / UsageError (one line) before writing anything; ``out`` appears only when complete.
+    """
+    warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
+    ft = get_file_type(file_type)
+    patterns = normalize_overrides(overrides)
+    src_path = Path(src)
+    with open_gguf(src_path) as gf:
+        out_path = check_output_path(out, force=force, inputs=[src_path])
+        arch = gf.get("general.architecture")
+        if not isinstance(arch, str) or not arch:
+            raise DFlashError(f"{src_path}: no general.architecture key — not a model GGUF")
+        split_count = gf.get("split.count")
+        if isinstance(split_count, int) and split_count > 1:
+            raise DFlashError(f"{src_path}: is shard {gf.get('split.no', 0) + 1} of {split_count} — merge the "
+                              "shards first (llama-gguf-split --merge)")
+        warnings: list[str] = []
+        n_layers = _n_layers(gf, arch, warnings)
+        n_expert = gf.get(f"{arch}.expert_count", 0)
+        # llama-quantize writes tensors in its loader's order (layer, then name)
+        infos = sorted(gf.tensors.values(), key=lambda t: llama_tensor_order_key(t.name))
+        choices = choose_types(
+            [(t.name, t.shape, t.ggml_type) for t in infos],
+            ft,
+            n_layers=n_layers,
+            pure=pure,
+            overrides=patterns,
+            allow_fallback=allow_fallback,
+            n_expert=n_expert if isinstance(n_expert, int) else 0,
+        )
+        _check_conversions(src_path, choices, allow_requantize, warnings)
+        if patterns and not ft.quantized:
+            warnings.append(f"--tensor-type is ignored for {ft.name} (llama-quantize applies overrides only "
+                            "to quantized file types)")
+        elif patterns:
+            for pattern, _ in patterns:
+                if not any(pattern.search(t.name) for t in infos):
+                    warnings.append(f"--tensor-type pattern '{pattern.pattern}' matches no tensor")
+        for w in warnings:
+            warn(w)
+
+        plan = [TensorToWrite(t.name, t.shape, c.new_type, _producer(gf, t, c.new_type))
+                for t, c in zip(infos, choices)]
+        size = write_gguf(out_path, arch, _metadata(gf, ft), plan, force=force, progress=progress,
+                          alignment=gf.alignment)
+    return QuantizeResult(
+        src=src_path,
+        out=out_path,
+        file_type=ft,
+        architecture=arch,
+        bytes_written=size,
+        choices=choices,
+        bytes_in={t.name: t.nbytes for t in infos},
+        bytes_out={p.name: p.nbytes for p in plan},
+        warnings=warnings,
+    )

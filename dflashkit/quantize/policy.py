@@ -1,0 +1,397 @@
+"""Per-tensor type policy of llama.cpp's ``llama-quantize``, shared by ``dflash-quantize`` and ``dflash-convert``.
+
+Mirrors ``src/llama-quant.cpp``: ``llama_ftype_get_default_type`` (file type -> default ggml type),
+``tensor_allows_quantization`` (which tensors are touched at all), ``tensor_get_category``,
+``llama_tensor_get_type`` / ``llama_tensor_get_type_impl`` (the Q4_K_M/Q5_K_M/Q4_K_S mixes, the output
+tensor, ``--pure``, ``--tensor-type`` overrides) and ``tensor_type_fallback`` (row lengths that do not fit
+the block). Only the branches reachable for the file types offered here are reproduced: the IQ*/Q2_K/Q3_K/
+MXFP4 mixes and the Falcon, LLaMA-70B and GLM5-next special cases never apply to them.
+
+Shapes are numpy order (``shape[-1]`` is ggml's ``ne[0]``, the row length).
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from dflashkit.errors import DFlashError, UsageError
+
+Q = GGMLQuantizationType
+
+__all__ = [
+    "FileType", "FILE_TYPES", "TypeChoice", "choose_types", "get_file_type", "parse_ggml_type",
+    "parse_tensor_type_override", "normalize_overrides", "is_quantized", "use_more_bits", "OVERRIDE_TYPES",
+]
+
+
+@dataclass(frozen=True)
+class FileType:
+    """A llama.cpp file type (``LLAMA_FTYPE_MOSTLY_*``): its name, ``general.file_type`` value and default type."""
+
+    name: str
+    file_type: int
+    default_type: GGMLQuantizationType
+
+    @property
+    def quantized(self) -> bool:
+        return is_quantized(self.default_type)
+
+
+# llama_ftype values (include/llama.h) and llama_ftype_get_default_type.
+FILE_TYPES: dict[str, FileType] = {
+    ft.name: ft
+    for ft in (
+        FileType("Q8_0", 7, Q.Q8_0),
+        FileType("Q6_K", 18, Q.Q6_K),
+        FileType("Q5_K_M", 17, Q.Q5_K),
+        FileType("Q5_K_S", 16, Q.Q5_K),
+        FileType("Q4_K_M", 15, Q.Q4_K),
+        FileType("Q4_K_S", 14, Q.Q4_K),
+        FileType("F16", 1, Q.F16),
+        FileType("BF16", 32, Q.BF16),
+    )
+}
+
+#: Types a ``--tensor-type`` override may name: the ones dflashkit's quantizers write.
+OVERRIDE_TYPES: tuple[GGMLQuantizationType, ...] = (
+    Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q6_K, Q.Q5_K, Q.Q4_K, Q.Q5_1, Q.Q5_0, Q.Q4_0,
+)
+
+# tensor_type_fallback: a 256-block type whose row length does not fit demotes to a 32-block type.
+_FALLBACK: dict[GGMLQuantizationType, GGMLQuantizationType] = {
+    Q.Q2_K: Q.Q4_0, Q.Q3_K: Q.Q4_0, Q.TQ1_0: Q.Q4_0, Q.TQ2_0: Q.Q4_0,
+    Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0,
+}
+
+
+def is_quantized(t: GGMLQuantizationType) -> bool:
+    """ggml_is_quantized: block types (F32/F16/BF16 and the integer types have a block of 1)."""
+    return GGML_QUANT_SIZES[t][0] > 1
+
+
+def block_size(t: GGMLQuantizationType) -> int:
+    return GGML_QUANT_SIZES[t][0]
+
+
+def get_file_type(name: str | FileType) -> FileType:
+    """``"q4_k_m"`` -> FILE_TYPES["Q4_K_M"]; an unknown name is a usage error."""
+    if isinstance(name, FileType):
+        return name
+    ft = FILE_TYPES.get(str(name).strip().upper())
+    if ft is None:
+        raise UsageError(f"unknown TYPE '{name}' — choose one of {', '.join(FILE_TYPES)}")
+    return ft
+
+
+def parse_ggml_type(name: str | GGMLQuantizationType, what: str = "type") -> GGMLQuantizationType:
+    """A ggml type name (case-insensitive, as llama-quantize's parse_ggml_type) among OVERRIDE_TYPES."""
+    if isinstance(name, GGMLQuantizationType):
+        t: GGMLQuantizationType | None = name
+    else:
+        t = Q.__members__.get(str(name).strip().upper())
+    if t not in OVERRIDE_TYPES:
+        raise UsageError(f"{what}: unsupported ggml type '{getattr(name, 'name', name)}' — choose one of "
+                         f"{', '.join(x.name for x in OVERRIDE_TYPES)}")
+    return t
+
+
+def parse_tensor_type_override(spec: str) -> tuple[re.Pattern[str], GGMLQuantizationType]:
+    """``"REGEX=TYPE"`` as llama-quantize's parse_tensor_type: split at the first '=', and the pattern is
+    lower-cased (llama.cpp does so) before it is compiled; it is matched with a search (std::regex_search)."""
+    pattern, sep, type_name = spec.partition("=")
+    if not sep:
+        raise UsageError(f"--tensor-type '{spec}': expected REGEX=TYPE, e.g. attn_v=q8_0")
+    if not pattern:
+        raise UsageError(f"--tensor-type '{spec}': missing the tensor name pattern before '='")
+    if not type_name:
+        raise UsageError(f"--tensor-type '{spec}': missing the type after '=' (e.g. {pattern}=q8_0)")
+    qtype = parse_ggml_type(type_name, f"--tensor-type '{spec}'")
+    try:
+        return re.compile(pattern.lower()), qtype
+    except re.error as exc:
+        raise UsageError(f"--tensor-type '{spec}': bad regular expression ({exc})") from None
+
+
+def normalize_overrides(
+    overrides: Sequence[str | tuple[re.Pattern[str] | str, GGMLQuantizationType | str]],
+) -> list[tuple[re.Pattern[str], GGMLQuantizationType]]:
+    """Overrides given as ``"REGEX=TYPE"`` strings or (pattern, type) pairs -> compiled pairs, in order."""
+    out = []
+    for o in overrides:
+        if isinstance(o, str):
+            out.append(parse_tensor_type_override(o))
+        else:
+            pattern, qtype = o
+            out.append((re.compile(pattern) if isinstance(pattern, str) else pattern, parse_ggml_type(qtype)))
+    return out
+
+
+# ------------------------------------------------------------------------------------------ categories
+class Category(enum.Enum):
+    """tensor_category of llama-quant.cpp (broad roles, matched on substrings of the name)."""
+
+    TOKEN_EMBD = "token_embd"
+    ATTENTION_Q = "attn_q"
+    ATTENTION_V = "attn_v"
+    ATTENTION_K = "attn_k"
+    ATTENTION_QKV = "attn_qkv"
+    ATTENTION_KV_B = "attn_kv_b"
+    ATTENTION_OUTPUT = "attn_output"
+    FFN_UP = "ffn_up"
+    FFN_GATE = "ffn_gate"
+    FFN_DOWN = "ffn_down"
+    OUTPUT = "output"
+    OTHER = "other"
+
+
+# tensor_get_category: first match wins, in this order.
+_CATEGORY_SUBSTRINGS: tuple[tuple[str, Category], ...] = (
+    ("attn_qkv.weight", Category.ATTENTION_QKV),
+    ("attn_kv_b.weight", Category.ATTENTION_KV_B),
+    ("attn_v.weight", Category.ATTENTION_V),
+    ("attn_k.weight", Category.ATTENTION_K),
+    ("attn_q.weight", Category.ATTENTION_Q),
+    ("attn_output.weight", Category.ATTENTION_OUTPUT),
+    ("ffn_up", Category.FFN_UP),
+    ("ffn_gate", Category.FFN_GATE),
+    ("ffn_down", Category.FFN_DOWN),
+)
+_ATTN_V_LIKE = (Category.ATTENTION_V, Category.ATTENTION_QKV, Category.ATTENTION_KV_B)  # category_is_attn_v
+
+
+def tensor_category(name: str) -> Category:
+    """tensor_get_category. DFlash's fc / conv_proj / selector_* tensors are OTHER (default type)."""
+    if name == "output.weight":
+        return Category.OUTPUT
+    if name in ("token_embd.weight", "per_layer_token_embd.weight"):
+        return Category.TOKEN_EMBD
+    for sub, cat in _CATEGORY_SUBSTRINGS:
+        if sub in name:
+            return cat
+    return Category.OTHER
+
+
+# tensor_allows_quantization: substrings that keep a tensor as it is (the GLM5-next-only list is left out).
+_KEEP_SUBSTRINGS = (
+    "_norm.weight", "ffn_gate_inp.weight", "ffn_gate_tid2eid.weight", "altup", "laurel", "per_layer_model_proj",
+    "ssm_conv1d", "shortconv.conv.weight", "indexer.k_proj.weight", "indexer.q_proj.weight",
+    "time_mix_first.weight", "time_mix_w0.weight", "time_mix_w1.weight", "time_mix_w2.weight",
+    "time_mix_v0.weight", "time_mix_v1.weight", "time_mix_v2.weight", "time_mix_a0.weight",
+    "time_mix_a1.weight", "time_mix_a2.weight", "time_mix_g1.weight", "time_mix_g2.weight",
+    "time_mix_decay_w1.weight", "time_mix_decay_w2.weight", "time_mix_lerp_fused.weight",
+    "attn_rel_b.weight", ".position_embd", "sam.pos_embd", "sam.neck.", "sam.net_", ".rel_pos",
+    ".patch_embd", ".patch_merger", "a.rvq.codebook", "mm.a.code_embd",
+)
+_KEEP_NAMES = ("position_embd.weight", "token_types.weight")  # LLM_TN(arch)(POS_EMBD / TOKEN_TYPES, "weight")
+
+
+def ggml_n_dims(shape: Sequence[int]) -> int:
+    """ggml_n_dims: trailing ggml dims of size 1 do not count (numpy shape (1, 64) is 1-D)."""
+    ne = list(reversed(shape))
+    for i in range(len(ne) - 1, 0, -1):
+        if ne[i] > 1:
+            return i + 1
+    return 1
+
+
+def why_not_quantized(name: str, shape: Sequence[int]) -> str | None:
+    """None if tensor_allows_quantization lets llama-quantize change the tensor's type, else why not."""
+    if ggml_n_dims(shape) < 2:
+        return "1-D tensor"
+    # `name.rfind("weight") == name.size() - 6`: a 5-character name passes too (size_t wrap-around)
+    if not (name.endswith("weight") or len(name) == 5):
+        return "name does not end in 'weight'"
+    if "_norm.weight" in name:
+        return "norm"
+    if name in _KEEP_NAMES or any(s in name for s in _KEEP_SUBSTRINGS):
+        return "kept as is by llama.cpp"
+    return None
+
+
+def use_more_bits(i_layer: int, n_layers: int) -> bool:
+    """llama.cpp's use_more_bits: the first and last eighth, and every third layer in between."""
+    return i_layer < n_layers // 8 or i_layer >= 7 * n_layers // 8 or (i_layer - n_layers // 8) % 3 == 2
+
+
+_LAYER_RE = re.compile(r"blk\.\s*([+-]?\d+)")
+
+
+def _layer_of(name: str) -> int | None:
+    """sscanf(name, "blk.%d.", &layer)."""
+    m = _LAYER_RE.match(name)
+    return int(m.group(1)) if m else None
+
+
+def _llama_order_key(name: str) -> tuple[int, str]:
+    """llama_model_loader::weight_name_comparer: by layer (non-layer tensors first), then by name."""
+    layer = _layer_of(name)
+    return (-1 if layer is None else layer, name)
+
+
+# ------------------------------------------------------------------------------------------ choosing
+@dataclass
+class TypeChoice:
+    """The type one tensor gets. ``fallback`` is the message when tensor_type_fallback changed it
+    (``fallback_from``: the type it wanted); ``reason`` says why the type is not the file type's default."""
+
+    name: str
+    shape: tuple[int, ...]
+    old_type: GGMLQuantizationType
+    new_type: GGMLQuantizationType
+    fallback: str | None = None
+    reason: str | None = None
+    fallback_from: GGMLQuantizationType | None = field(default=None, repr=False)
+
+
+@dataclass
+class _State:
+    """quantize_state_impl: the counters that place the more-bits layers."""
+
+    n_attention_wv: int
+    n_layers: int  # n_ffn_down = n_ffn_gate = n_ffn_up = hparams.n_layer_all
+    n_expert: int
+    has_tied_embeddings: bool
+    i_attention_wv: int = 0
+    i_ffn_down: int = 0
+    i_ffn_gate: int = 0
+    i_ffn_up: int = 0
+
+    def layer_info(self, i_layer: int, name: str) -> tuple[int, int]:
+        """layer_info: with experts the layer comes from the name (experts are not consecutive)."""
+        if self.n_expert > 1:
+            layer = _layer_of(name)
+            if layer is None:
+                raise DFlashError(f"tensor '{name}': cannot determine its layer (expected blk.N.*)")
+            if not 0 <= layer < self.n_layers:
+                raise DFlashError(f"tensor '{name}': layer {layer} is outside [0, {self.n_layers}) (block_count)")
+            return layer, self.n_layers
+        return i_layer, self.n_layers
+
+
+def _mix_type(st: _State, name: str, shape: Sequence[int], new_type: Q, ft: FileType,
+              cat: Category) -> tuple[Q, str | None]:
+    """llama_tensor_get_type_impl for the file types in FILE_TYPES (type, reason when it changed)."""
+    ne0 = shape[-1]
+    n = ft.name
+    if cat is Category.OUTPUT or (st.has_tied_embeddings and cat is Category.TOKEN_EMBD):
+        role = "output tensor" if cat is Category.OUTPUT else "token_embd (tied to the output)"
+        if ne0 % block_size(new_type):
+            return Q.Q8_0, f"{role} with row length {ne0} not a multiple of {block_size(new_type)}: Q8_0"
+        if new_type != Q.Q8_0:
+            return Q.Q6_K, f"{role}: Q6_K"
+        return new_type, None
+    if cat is Category.TOKEN_EMBD:
+        return new_type, None  # untied embeddings: no rule for these file types
+    if cat in _ATTN_V_LIKE:  # (the ATTENTION_QKV branch after this one is unreachable in llama.cpp too)
+        i, reason = st.i_attention_wv, None
+        if n in ("Q4_K_M", "Q5_K_M") and use_more_bits(i, st.n_attention_wv):
+            new_type, reason = Q.Q6_K, f"{n}: attn_v #{i} of {st.n_attention_wv} gets more bits (use_more_bits)"
+        elif n == "Q4_K_S" and i < 4:
+            new_type, reason = Q.Q5_K, f"Q4_K_S: attn_v #{i} < 4 gets Q5_K"
+        if st.n_expert == 8:
+            new_type, reason = Q.Q8_0, "8-expert model: attn_v Q8_0"
+        st.i_attention_wv += 1
+        return new_type, reason
+    if cat is Category.ATTENTION_K:
+        if st.n_expert == 8:
+            return Q.Q8_0, "8-expert model: attn_k Q8_0"
+        return new_type, None
+    if cat is Category.FFN_DOWN:
+        i_layer, n_layer = st.layer_info(st.i_ffn_down, name)
+        reason = None
+        if n in ("Q4_K_M", "Q5_K_M") and use_more_bits(i_layer, n_layer):
+            new_type, reason = Q.Q6_K, f"{n}: ffn_down layer {i_layer} of {n_layer} gets more bits (use_more_bits)"
+        elif n == "Q4_K_S" and i_layer < n_layer // 8:
+            new_type, reason = Q.Q5_K, f"Q4_K_S: ffn_down layer {i_layer} < {n_layer}/8 gets Q5_K"
+        st.i_ffn_down += 1
+        return new_type, reason
+    if cat is Category.ATTENTION_OUTPUT:
+        if st.n_expert == 8 and n in ("Q4_K_S", "Q4_K_M"):
+            return Q.Q5_K, "8-expert model: attn_output Q5_K"
+        return new_type, None
+    if cat is Category.FFN_GATE:  # no rule for these file types; layer_info still validates the name
+        st.layer_info(st.i_ffn_gate, name)
+        st.i_ffn_gate += 1
+    elif cat is Category.FFN_UP:
+        st.layer_info(st.i_ffn_up, name)
+        st.i_ffn_up += 1
+    return new_type, None
+
+
+def _fallback(name: str, ne0: int, target: Q, allow: bool) -> tuple[Q, str | None]:
+    """tensor_type_fallback: Q4_K->Q5_0, Q5_K->Q5_1, Q6_K->Q8_0, then F16 if 32 does not divide the row."""
+    qk = block_size(target)
+    if ne0 % qk == 0:
+        return target, None
+    ret = _FALLBACK.get(target)
+    if ret is None:
+        if qk > 32:
+            raise DFlashError(f"tensor '{name}': row length {ne0} does not fit {target.name} and llama.cpp defines "
+                              "no fallback for it — pick another type with --tensor-type")
+        ret = target  # already a 32-block type: the check below makes it F16
+    if ne0 % block_size(ret):
+        ret = Q.F16
+    msg = f"row length {ne0} is not a multiple of {qk} ({target.name}): {ret.name} instead"
+    if not allow:
+        raise DFlashError(f"tensor '{name}': row length {ne0} is not a multiple of {qk} as {target.name} needs "
+                          f"(llama-quantize would fall back to {ret.name}) — drop --no-fallback to accept that, "
+                          f"or choose its type with --tensor-type")
+    return ret, msg
+
+
+def choose_types(
+    tensors: Sequence[tuple[str, tuple[int, ...], GGMLQuantizationType]],
+    file_type: str | FileType,
+    *,
+    n_layers: int,
+    pure: bool = False,
+    overrides: Sequence[tuple[re.Pattern[str], GGMLQuantizationType]] = (),
+    allow_fallback: bool = True,
+    n_expert: int = 0,
+) -> list[TypeChoice]:
+    """The type llama-quantize gives every tensor (llama_tensor_get_type), in the order given.
+
+    ``tensors``: (GGUF name, numpy-order shape, current type) in file order. ``n_layers`` is the model's
+    block_count (llama.cpp's n_ffn_down), ``n_expert`` its expert_count. Counters advance in llama.cpp's
+    tensor order (by layer, then name), whatever the file order is. With ``allow_fallback=False`` the first
+    fallback raises DFlashError naming the tensor, its row length and the type.
+    """
+    ft = get_file_type(file_type)
+    default = ft.default_type
+    cats = {name: tensor_category(name) for name, _, _ in tensors}
+    # init_quantize_state_counters: attn_v-like tensors are counted over all tensors, by name
+    st = _State(
+        n_attention_wv=sum(c in _ATTN_V_LIKE for c in cats.values()),
+        n_layers=n_layers,
+        n_expert=n_expert,
+        has_tied_embeddings=Category.OUTPUT not in cats.values(),
+    )
+    choices: dict[str, TypeChoice] = {}
+    for name, shape, old in sorted(tensors, key=lambda t: _llama_order_key(t[0])):
+        shape = tuple(int(d) for d in shape)
+        choice = TypeChoice(name, shape, old, old)
+        choices[name] = choice
+        kept = why_not_quantized(name, shape)
+        if kept is not None:
+            choice.reason = f"kept: {kept}"
+            continue
+        new_type, reason = default, None
+        if ft.quantized:  # llama.cpp applies overrides, the mix and fallbacks only for quantized defaults
+            manual = False
+            for pattern, qtype in overrides:
+                if pattern.search(name):
+                    new_type, reason, manual = qtype, f"--tensor-type {pattern.pattern}={qtype.name}", True
+                    break
+            if not manual and not pure:
+                new_type, reason = _mix_type(st, name, shape, new_type, ft, cats[name])
+            wanted = new_type
+            new_type, choice.fallback = _fallback(name, shape[-1], new_type, allow_fallback)
+            if choice.fallback:
+                choice.fallback_from = wanted
+        choice.new_type, choice.reason = new_type, reason
+    return [choices[name] for name, _, _ in tensors]
