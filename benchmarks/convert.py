@@ -119,7 +119,8 @@ def main() -> None:
         cp_s = min(timed(["cp", str(st), str(work / f"copy{i}.bin")])[0] for i in range(2))
         for i in range(2):
             (work / f"copy{i}.bin").unlink()
-        conv = [sys.executable, "-m", "dflashkit.cli", str(src), str(work / "out.gguf"), "--outtype", "f16", "-q", "--force"]
+        exe = Path(sys.executable).parent / "dflash-convert"
+        conv = [str(exe), str(src), str(work / "out.gguf"), "--outtype", "f16", "-q", "--force"]
         runs = [timed(conv) for _ in range(2)]
         conv_s = min(r[0] for r in runs)
         peak_mb = max(r[1] for r in runs)

@@ -114,14 +114,6 @@ def convert_command(
         )
 
 
-def main() -> None:  # pragma: no cover - convenience for `python -m dflashkit.cli`
-    convert_command()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
-
-
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("src")
 @click.argument("out", type=click.Path(dir_okay=False))
