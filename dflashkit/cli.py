@@ -238,3 +238,26 @@ def diff_command(
         if fmt != "text" and code and not quiet:
             click.echo(f"dflash-diff: {report.status}", err=True)
     sys.exit(code)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--target", help="Target model (GGUF file or HF dir) to check each drafter against.")
+@click.option(
+    "--expect",
+    type=click.Choice(["instruct", "base"]),
+    help="Fail when a file does not look like this variant (instruct vs base).",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON document with every finding (for CI).")
+@click.option("--strict", is_flag=True, help="Warnings fail too (exit 1).")
+@user_errors
+def inspect_command(paths: tuple[str, ...], target: str | None, expect: str | None, as_json: bool, strict: bool) -> None:
+    """Check GGUF files and safetensors checkpoints: structure, drafter metadata, dialect, target fit.
+
+    Exit 0 when no error (warnings allowed unless --strict), 1 when any error, 2 for usage.
+    """
+    from .inspect import inspect_paths
+
+    report = inspect_paths(list(paths), strict=strict, target=target, expect=expect)
+    click.echo(report.to_json() if as_json else report.to_text())
+    sys.exit(report.exit_code())

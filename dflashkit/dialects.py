@@ -141,6 +141,9 @@ class Dialect:
         out = self.tensor_names[template]
         return out.replace("{bid}", bid) if bid is not None else out
 
+    def has_tensor(self, canonical: str) -> bool:
+        return _split_bid(canonical)[0] in self.tensor_names
+
     def canonical_name(self, gguf_name: str) -> str | None:
         """Canonical id of a GGUF tensor name in this dialect, or None when the name is not known."""
         for regex, template in self._read_patterns():

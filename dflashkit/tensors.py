@@ -11,13 +11,6 @@ from typing import Mapping
 from .errors import DFlashError
 from .spec import DrafterSpec
 
-_CONFIG_FIELDS = {
-    # which config fields determine each dimension, for error messages
-    "hidden": "hidden_size",
-    "taps": "len(target_layer_ids)",
-}
-
-
 def expected_tensors(spec: DrafterSpec, *, vocab_size: int | None = None) -> dict[str, tuple[int, ...]]:
     """Required tensors of a drafter and their shapes (biases and embeddings are optional: see
     `optional_tensors`)."""
@@ -110,6 +103,47 @@ def _shape_field_hint(canonical: str, spec: DrafterSpec) -> str:
     return f"config: hidden_size {spec.hidden_size}"
 
 
+def tensor_set_problems(
+    spec: DrafterSpec,
+    shapes: Mapping[str, tuple[int, ...]],
+    *,
+    source: str,
+    display_names: Mapping[str, str] | None = None,
+) -> list[tuple[str, str]]:
+    """Every mismatch between canonical tensor ids + shapes and the spec, as (kind, one-line message);
+    kind is "layer_count", "missing", "unused" or "shape"."""
+    display = display_names or {}
+    problems: list[tuple[str, str]] = []
+    layer_ids = [int(n.split(".")[1]) for n in shapes if n.startswith("layers.")]
+    if layer_ids and max(layer_ids) + 1 != spec.n_layers:
+        problems.append((
+            "layer_count",
+            f"{source}: config num_hidden_layers = {spec.n_layers} but the highest layer tensor is "
+            f"layers.{max(layer_ids)} ({max(layer_ids) + 1} layers)",
+        ))
+    required = expected_tensors(spec)
+    missing = [n for n in required if n not in shapes]
+    if missing:
+        shown = ", ".join(display.get(n, n) for n in missing[:8]) + (f" (+{len(missing) - 8} more)" if len(missing) > 8 else "")
+        problems.append(("missing", f"{source}: missing tensor(s) for this config: {shown}"))
+    allowed = {**optional_tensors(spec), **required}
+    extra = [n for n in shapes if n not in allowed]
+    if extra:
+        shown = ", ".join(display.get(n, n) for n in extra[:8])
+        problems.append(("unused", f"{source}: tensor(s) this config does not use: {shown} — check num_hidden_layers / architectures"))
+    for name, want in allowed.items():
+        got = shapes.get(name)
+        if got is None:
+            continue
+        if len(got) != len(want) or any(w not in (-1, g) for w, g in zip(want, got)):
+            problems.append((
+                "shape",
+                f"{source}: tensor '{display.get(name, name)}' has shape {list(got)} but the config implies "
+                f"{[w if w >= 0 else 'vocab' for w in want]} ({_shape_field_hint(name, spec)})",
+            ))
+    return problems
+
+
 def check_tensor_set(
     spec: DrafterSpec,
     shapes: Mapping[str, tuple[int, ...]],
@@ -117,33 +151,7 @@ def check_tensor_set(
     source: str,
     display_names: Mapping[str, str] | None = None,
 ) -> None:
-    """Cross-check canonical tensor ids + shapes against the spec; raise on the first mismatch.
-
-    ``display_names`` maps canonical ids to the names the user sees in ``source``.
-    """
-    display = display_names or {}
-    layer_ids = [int(n.split(".")[1]) for n in shapes if n.startswith("layers.")]
-    if layer_ids and max(layer_ids) + 1 != spec.n_layers:
-        raise DFlashError(
-            f"{source}: config num_hidden_layers = {spec.n_layers} but the highest layer tensor is "
-            f"layers.{max(layer_ids)} ({max(layer_ids) + 1} layers)"
-        )
-    required = expected_tensors(spec)
-    missing = [n for n in required if n not in shapes]
-    if missing:
-        shown = ", ".join(missing[:8]) + (f" (+{len(missing) - 8} more)" if len(missing) > 8 else "")
-        raise DFlashError(f"{source}: missing tensor(s) for this config: {shown}")
-    allowed = {**optional_tensors(spec), **required}
-    extra = [n for n in shapes if n not in allowed]
-    if extra:
-        shown = ", ".join(display.get(n, n) for n in extra[:8])
-        raise DFlashError(f"{source}: tensor(s) this config does not use: {shown} — check num_hidden_layers / architectures")
-    for name, want in allowed.items():
-        got = shapes.get(name)
-        if got is None:
-            continue
-        if len(got) != len(want) or any(w not in (-1, g) for w, g in zip(want, got)):
-            raise DFlashError(
-                f"{source}: tensor '{display.get(name, name)}' has shape {list(got)} but the config implies "
-                f"{[w if w >= 0 else 'vocab' for w in want]} ({_shape_field_hint(name, spec)})"
-            )
+    """Raise on the first mismatch found by `tensor_set_problems`."""
+    problems = tensor_set_problems(spec, shapes, source=source, display_names=display_names)
+    if problems:
+        raise DFlashError(problems[0][1])

@@ -197,8 +197,9 @@ def test_truncation_at_every_cut_point(tmp_path: Path) -> None:
     d = write_checkpoint(tmp_path / "ck")
     full = (d / "model.safetensors").read_bytes()
     cut = tmp_path / "cut.safetensors"
-    for n in range(len(full)):
-        cut.write_bytes(full[:n])
+    cut.write_bytes(full)
+    for n in reversed(range(len(full))):  # shrinking in place: cheap even on a slow disk
+        os.truncate(cut, n)
         with pytest.raises(CheckpointFormatError) as info:
             open_checkpoint(cut)
         assert str(cut) in str(info.value)

@@ -148,7 +148,7 @@ class TensorInfo:
         return self.offset + self.nbytes
 
 
-@dataclass
+@dataclass(eq=False)  # holds memory maps: compare by identity
 class GGUFFile:
     """A parsed GGUF header plus lazy, read-only access to tensor data. Use :func:`open_gguf`."""
 
@@ -197,13 +197,18 @@ class GGUFFile:
                 tensor=name, end=info.end, file_size=self.file_size,
             )
         if info.nbytes == 0:
-            return np.zeros(0, dtype=np.uint8)
+            empty = np.zeros(0, dtype=np.uint8)
+            empty.flags.writeable = False
+            return empty
         if self._data is None:
             try:
                 self._data = np.memmap(self.path, dtype=np.uint8, mode="r")
             except (OSError, ValueError) as exc:
                 raise self._error("gguf.unreadable", f"cannot map the file for reading: {exc}") from None
-        return self._data[info.offset : info.end]
+        view = self._data[info.offset : info.end]
+        if view.size != info.nbytes:  # the file shrank after it was opened
+            raise self._error("gguf.truncated", f"tensor {name!r}: file shrank to {self._data.size} bytes after it was opened", tensor=name)
+        return view
 
     def array(self, name: str) -> np.ndarray:
         """Typed view in numpy order. BF16 comes back as uint16; quantized types as uint8
@@ -538,7 +543,7 @@ def _place_tensors(p: _Parser, raw: list[_RawTensor], data_start: int, alignment
         p.problem(
             "gguf.truncated",
             f"tensor {last.name!r} data ends at byte {last.end} but the file is {p.size} bytes{more}: "
-            f"{last.end - p.size} bytes missing — {_FIX_REDOWNLOAD}",
+            f"{last.end - p.size} bytes missing (truncated file or corrupt offset) — {_FIX_REDOWNLOAD}",
             tensor=last.name, end=last.end, file_size=p.size, missing=last.end - p.size, tensors_past_end=len(past_end),
         )
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import reprlib
 import stat
 import struct
 from dataclasses import dataclass, field
@@ -59,6 +60,12 @@ _NUMPY_DTYPES: dict[str, str] = {
     "I32": "<i4", "U32": "<u4", "F32": "<f4",
     "I64": "<i8", "U64": "<u8", "F64": "<f8", "C64": "<c8",
 }
+
+
+# Bounded repr for values quoted from a header: never proportional to (or as deep as) the input.
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 3, 6, 4, 40, 40, 40
+_short = _SHORT.repr
 
 
 class CheckpointFormatError(DFlashError):
@@ -122,7 +129,7 @@ class _Collector:
         self.problems.append(err)
 
 
-@dataclass
+@dataclass(eq=False)  # holds memory maps: compare by identity
 class SafetensorsCheckpoint:
     directory: Path
     files: list[Path]
@@ -160,7 +167,9 @@ class SafetensorsCheckpoint:
             )
         np_dtype = _NUMPY_DTYPES.get(t.dtype)
         if t.nbytes == 0:
-            return np.zeros(t.shape if np_dtype else (0,), dtype=np_dtype or np.uint8)
+            empty = np.zeros(t.shape if np_dtype else (0,), dtype=np_dtype or np.uint8)
+            empty.flags.writeable = False
+            return empty
         mm = self._maps.get(t.file)
         if mm is None:
             try:
@@ -168,6 +177,8 @@ class SafetensorsCheckpoint:
             except (OSError, ValueError) as exc:
                 raise CheckpointFormatError(t.file, "safetensors.unreadable", f"cannot map the file for reading: {exc}") from None
         raw = mm[t.offset : t.end]
+        if raw.size != t.nbytes:  # the file shrank after it was opened
+            raise CheckpointFormatError(t.file, "safetensors.truncated", f"tensor {name!r}: file shrank to {mm.size} bytes after it was opened", tensor=name)
         if np_dtype is None:
             return raw
         return raw.view(np_dtype).reshape(t.shape)
@@ -249,27 +260,27 @@ def _parse_entry(path: Path, name: str, entry: Any, data_start: int, out: _Colle
     """One header entry -> tensor, or None (after reporting) when it is unusable."""
     what = f"tensor {name!r}"
     if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= entry.keys():
-        out.problem(path, "safetensors.tensor_entry", f"{what} header entry needs dtype, shape and data_offsets, got {str(entry)[:120]}", tensor=name)
+        out.problem(path, "safetensors.tensor_entry", f"{what} header entry needs dtype, shape and data_offsets, got {_short(entry)}", tensor=name)
         return None
     dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-    if dtype not in DTYPE_BITS:
+    if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
         out.problem(
             path, "safetensors.dtype",
-            f"{what} has unknown dtype {str(dtype)[:40]!r} (known: {', '.join(DTYPE_BITS)}) — the file is corrupt or needs a newer reader",
-            tensor=name, dtype=str(dtype)[:40],
+            f"{what} has unknown dtype {_short(dtype)} (known: {', '.join(DTYPE_BITS)}) — the file is corrupt or needs a newer reader",
+            tensor=name, dtype=_short(dtype),
         )
         return None
     if not isinstance(shape, list) or not all(_is_uint(d) for d in shape):
-        out.problem(path, "safetensors.shape", f"{what} shape {str(shape)[:120]} is not a list of non-negative integers", tensor=name)
+        out.problem(path, "safetensors.shape", f"{what} shape {_short(shape)} is not a list of non-negative integers", tensor=name)
         return None
     if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_uint(o) for o in offsets) and offsets[0] <= offsets[1]):
-        out.problem(path, "safetensors.data_offsets", f"{what} data_offsets {str(offsets)[:120]} must be [begin, end] with 0 <= begin <= end", tensor=name)
+        out.problem(path, "safetensors.data_offsets", f"{what} data_offsets {_short(offsets)} must be [begin, end] with 0 <= begin <= end", tensor=name)
         return None
     n_elements = 0 if 0 in shape else 1
     for d in shape:
         n_elements *= d
         if n_elements > MAX_ELEMENTS:  # stop early: thousands of huge dims would be slow bignum work
-            out.problem(path, "safetensors.shape", f"{what} shape {str(shape)[:120]} has more than 2^64 elements", tensor=name)
+            out.problem(path, "safetensors.shape", f"{what} shape {_short(shape)} has more than 2^64 elements", tensor=name)
             return None
     bits = n_elements * DTYPE_BITS[dtype]
     begin, end = offsets
@@ -284,8 +295,9 @@ def _parse_entry(path: Path, name: str, entry: Any, data_start: int, out: _Colle
     return SafetensorsTensor(name, dtype, tuple(shape), path, data_start + begin, end - begin)
 
 
-def _check_layout(path: Path, tensors: list[SafetensorsTensor], data_start: int, size: int, out: _Collector) -> None:
-    """Truncation, overlaps, holes and trailing bytes (the safetensors library refuses all of them)."""
+def _check_layout(path: Path, tensors: list[SafetensorsTensor], data_start: int, size: int, out: _Collector, *, complete: bool) -> None:
+    """Truncation, overlaps, holes and trailing bytes (the safetensors library refuses all of them).
+    Holes and trailing bytes are only meaningful when no header entry was rejected (``complete``)."""
     ordered = sorted(tensors, key=lambda t: (t.offset, t.end))
     past_end = [t for t in ordered if t.end > size]
     if past_end:
@@ -294,7 +306,7 @@ def _check_layout(path: Path, tensors: list[SafetensorsTensor], data_start: int,
         out.problem(
             path, "safetensors.truncated",
             f"tensor {last.name!r} data ends at byte {last.end} but the file is {size} bytes{more}: "
-            f"{last.end - size} bytes missing — {_FIX_REDOWNLOAD}",
+            f"{last.end - size} bytes missing (truncated file or corrupt offset) — {_FIX_REDOWNLOAD}",
             tensor=last.name, end=last.end, file_size=size, missing=last.end - size, tensors_past_end=len(past_end),
         )
     cursor, prev = data_start, None
@@ -305,7 +317,7 @@ def _check_layout(path: Path, tensors: list[SafetensorsTensor], data_start: int,
                 f"tensor {t.name!r} data [{t.offset - data_start}, {t.end - data_start}) overlaps tensor {prev.name!r} (ends at {cursor - data_start})",
                 tensor=t.name, other=prev.name,
             )
-        elif t.offset > cursor:
+        elif t.offset > cursor and complete:
             out.problem(
                 path, "safetensors.tensor_gap",
                 f"{t.offset - cursor} unused bytes before tensor {t.name!r} (data offset {t.offset - data_start}); "
@@ -314,7 +326,7 @@ def _check_layout(path: Path, tensors: list[SafetensorsTensor], data_start: int,
             )
         if t.end > cursor:
             cursor, prev = t.end, t
-    if cursor < size and not past_end:
+    if cursor < size and not past_end and complete:
         out.problem(
             path, "safetensors.trailing_bytes",
             f"{size - cursor} bytes after the last tensor's data (file is {size} bytes, data ends at {cursor}); "
@@ -328,10 +340,10 @@ def _parse_file(path: Path, size: int, out: _Collector) -> tuple[SafetensorsFile
     data_start = 8 + header_length
     metadata = header.pop("__metadata__", {})
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
-        out.problem(path, "safetensors.metadata", "__metadata__ must map strings to strings", metadata=str(metadata)[:120])
+        out.problem(path, "safetensors.metadata", "__metadata__ must map strings to strings", metadata=_short(metadata))
         metadata = {}
     tensors = [t for name, entry in header.items() if (t := _parse_entry(path, name, entry, data_start, out)) is not None]
-    _check_layout(path, tensors, data_start, size, out)
+    _check_layout(path, tensors, data_start, size, out, complete=len(tensors) == len(header))
     return SafetensorsFileInfo(path, size, header_length, data_start, metadata), tensors
 
 
@@ -348,7 +360,7 @@ def _read_index(index: Path, out: _Collector) -> tuple[dict[str, str], list[Path
     for shard in sorted(set(weight_map.values())):
         # A shard name must be a plain file name: never follow the index out of its directory.
         if not shard or shard != os.path.basename(shard) or shard in (".", ".."):
-            out.problem(index, "safetensors.index_shard_path", f"shard name {shard[:120]!r} is not a plain file name in the checkpoint directory", shard=shard[:120])
+            out.problem(index, "safetensors.index_shard_path", f"shard name {_short(shard)} is not a plain file name in the checkpoint directory", shard=_short(shard))
             continue
         shards.append(index.parent / shard)
     return weight_map, shards

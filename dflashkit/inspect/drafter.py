@@ -1,0 +1,190 @@
+"""Drafter metadata checks: dialect, required keys and their value types, tap ids, SWA pattern,
+block size, the tensor set against the metadata, tokenizer presence, mask id.
+
+Everything is read through the project's dialect tables and drafter reader, so a check here means
+the same thing as the converter's validation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from dflashkit.dialects import detect_dialect
+from dflashkit.errors import DFlashError
+from dflashkit.inspect.checks import InspectContext, register_check
+from dflashkit.inspect.findings import Finding, error, info, warning
+from dflashkit.io.drafter import DrafterFile, open_drafter
+from dflashkit.spec import DrafterSpec
+from dflashkit.tensors import expected_tensors, tensor_set_problems
+
+MAX_BLOCK_SIZE = 64
+
+
+def drafter_of(ctx: InspectContext) -> DrafterFile | None:
+    """The file opened as a drafter (cached), or None when it is broken or not a drafter."""
+    if "drafter" in ctx.cache:
+        return ctx.cache["drafter"]
+    drafter = None
+    if not ctx.has_errors("gguf.") and not ctx.has_errors("safetensors."):
+        try:
+            drafter = open_drafter(ctx.path)
+        except DFlashError:
+            drafter = None
+    ctx.cache["drafter"] = drafter
+    return drafter
+
+
+def is_drafter(ctx: InspectContext) -> bool:
+    if ctx.gguf is not None:
+        return detect_dialect(str(ctx.gguf.get("general.architecture", ""))) is not None
+    d = drafter_of(ctx)
+    return d is not None and d.architecture in ("DFlashDraftModel", "DFlash2DraftModel")
+
+
+@register_check("drafter.metadata", kinds=("gguf",), order=200)
+def check_gguf_metadata(ctx: InspectContext) -> Iterator[Finding]:
+    assert ctx.gguf is not None
+    arch = str(ctx.gguf.get("general.architecture", ""))
+    dialect = detect_dialect(arch)
+    if dialect is None:
+        ctx.summary["dialect"] = None
+        yield info(
+            "drafter.not_a_drafter",
+            f"{ctx.path}: general.architecture '{arch}' is not a DFlash drafter dialect — drafter checks skipped",
+            architecture=arch,
+        )
+        return
+    ctx.summary["dialect"] = dialect.name
+    ctx.summary["tap_convention"] = dialect.tap_convention
+    yield info(
+        "drafter.dialect",
+        f"{ctx.path}: {dialect.name} dialect ({dialect.description}); arch '{arch}'; target layer ids stored as "
+        f"{dialect.tap_convention}",
+        dialect=dialect.name, architecture=arch, tap_convention=dialect.tap_convention,
+    )
+    missing = []
+    for ks in dialect.keys:
+        key = dialect.key(ks, arch)
+        kv = ctx.gguf.kvs.get(key)
+        if kv is None:
+            if ks.required:
+                missing.append(key)
+            continue
+        if kv.type != ks.type or (ks.sub_type is not None and kv.sub_type != ks.sub_type):
+            want = ks.type.name + (f" of {ks.sub_type.name}" if ks.sub_type is not None else "")
+            got = kv.type.name + (f" of {kv.sub_type.name}" if kv.sub_type is not None else "")
+            yield error(
+                "drafter.key_type",
+                f"{ctx.path}: key '{key}' is {got} but the {dialect.name} loader needs {want} "
+                "(other types are rejected or silently ignored) — re-convert with dflash-convert",
+                key=key, expected=want, found=got,
+            )
+    if missing:
+        yield error(
+            "drafter.key_missing",
+            f"{ctx.path}: required {dialect.name} key(s) missing: {', '.join(missing)} — re-convert with dflash-convert",
+            keys=missing,
+        )
+    tokens = ctx.gguf.get("tokenizer.ggml.tokens")
+    if ctx.gguf.get("tokenizer.ggml.model") is None:
+        if dialect.name == "llama.cpp":
+            yield error(
+                "drafter.tokenizer_missing",
+                f"{ctx.path}: no tokenizer (tokenizer.ggml.model) — llama.cpp will refuse to load it "
+                "('key not found in model: tokenizer.ggml.model'); re-convert with --target TARGET.gguf",
+            )
+        else:
+            yield warning("drafter.tokenizer_missing", f"{ctx.path}: no tokenizer metadata (tokenizer.ggml.model)")
+    drafter = drafter_of(ctx)
+    if drafter is None:
+        return
+    if drafter.spec is None:
+        if not missing:
+            yield error("drafter.metadata_invalid", f"{ctx.path}: {drafter.spec_error}")
+        return
+    yield from _spec_checks(ctx, drafter, drafter.spec, n_tokens=len(tokens) if isinstance(tokens, list) else None)
+    if drafter.dialect is not None and drafter.dialect.name == "dflash-draft":
+        features = ctx.gguf.get(f"{arch}.dflash.n_target_features")
+        if isinstance(features, int) and features != drafter.spec.fc_input_width:
+            yield error(
+                "drafter.n_target_features",
+                f"{ctx.path}: {arch}.dflash.n_target_features = {features} but {drafter.spec.n_taps} taps × "
+                f"hidden {drafter.spec.hidden_size} = {drafter.spec.fc_input_width}",
+                stored=features, expected=drafter.spec.fc_input_width,
+            )
+    if drafter.dialect is not None and drafter.dialect.name == "luce" and arch.startswith("qwen35"):
+        n = ctx.gguf.get(f"{arch}.dflash.n_target_layers")
+        if isinstance(n, int) and n != drafter.spec.n_taps:
+            yield warning(
+                "drafter.n_target_layers",
+                f"{ctx.path}: {arch}.dflash.n_target_layers = {n} but the file has {drafter.spec.n_taps} tap ids "
+                "(Luce's Qwen loader reads it as the tap count)",
+                stored=n, taps=drafter.spec.n_taps,
+            )
+
+
+@register_check("drafter.checkpoint", kinds=("safetensors",), order=200)
+def check_checkpoint(ctx: InspectContext) -> Iterator[Finding]:
+    if not ctx.path.is_dir():
+        return
+    drafter = drafter_of(ctx)
+    if drafter is None:
+        return
+    if drafter.architecture not in ("DFlashDraftModel", "DFlash2DraftModel"):
+        yield info("drafter.not_a_drafter", f"{ctx.path}: config architecture '{drafter.architecture}' is not a DFlash drafter")
+        return
+    ctx.summary["dialect"] = "hf"
+    ctx.summary["tap_convention"] = drafter.tap_convention
+    if drafter.spec is None:
+        yield error("drafter.config_invalid", drafter.spec_error or f"{ctx.path}: invalid config.json")
+        return
+    yield from _spec_checks(ctx, drafter, drafter.spec, n_tokens=drafter.spec.vocab_size)
+
+
+def _spec_checks(ctx: InspectContext, drafter: DrafterFile, spec: DrafterSpec, *, n_tokens: int | None) -> Iterable[Finding]:
+    path = ctx.path
+    ids = list(spec.target_layer_ids)
+    ctx.summary["target_layer_ids"] = ids
+    if ids != sorted(set(ids)) or any(i < 0 for i in ids):
+        yield error("drafter.tap_ids", f"{path}: target layer ids {ids} must be non-negative, sorted and unique", ids=ids)
+    fc = drafter.tensors.get("fc.weight")
+    if fc is not None and len(fc.shape) == 2 and fc.shape[1] != spec.fc_input_width:
+        taps_from_fc = fc.shape[1] / spec.hidden_size
+        yield error(
+            "drafter.tap_count",
+            f"{path}: {len(ids)} target layer ids but '{fc.name}' takes {fc.shape[1]} inputs = {taps_from_fc:g} × hidden "
+            f"{spec.hidden_size}",
+            ids=ids, fc_inputs=fc.shape[1], hidden=spec.hidden_size,
+        )
+    if not 1 <= spec.block_size <= MAX_BLOCK_SIZE:
+        yield error("drafter.block_size", f"{path}: block size {spec.block_size} is outside 1..{MAX_BLOCK_SIZE}", block_size=spec.block_size)
+    if spec.sliding_window_pattern is not None:
+        if len(spec.sliding_window_pattern) != spec.n_layers:
+            yield error(
+                "drafter.swa_pattern",
+                f"{path}: sliding-window pattern has {len(spec.sliding_window_pattern)} entries for {spec.n_layers} layers",
+                pattern=list(spec.sliding_window_pattern), layers=spec.n_layers,
+            )
+        if not spec.sliding_window:
+            yield error("drafter.swa_window", f"{path}: a sliding-window pattern without a window size")
+    if spec.mask_token_id is not None and n_tokens is not None and spec.mask_token_id >= n_tokens:
+        yield error(
+            "drafter.mask_token",
+            f"{path}: mask token id {spec.mask_token_id} is outside the vocabulary ({n_tokens} tokens)",
+            mask_token_id=spec.mask_token_id, vocab=n_tokens,
+        )
+    if drafter.unmapped:
+        yield error(
+            "drafter.tensor_unknown",
+            f"{path}: {len(drafter.unmapped)} tensor(s) with no meaning in this dialect: {', '.join(drafter.unmapped[:8])}",
+            tensors=drafter.unmapped,
+        )
+    shapes = {c: t.shape for c, t in drafter.tensors.items()}
+    display = {c: t.name for c, t in drafter.tensors.items()}
+    if drafter.dialect is not None:
+        # name missing tensors the way this file's dialect would
+        for c in expected_tensors(spec):
+            if c not in display and drafter.dialect.has_tensor(c):
+                display[c] = drafter.dialect.gguf_name(c)
+    for kind, message in tensor_set_problems(spec, shapes, source=str(path), display_names=display):
+        yield error(f"drafter.tensor_{kind}", message)
