@@ -1,0 +1,511 @@
+"""One report model, rendered as terminal text, JSON, Markdown or a self-contained HTML page.
+
+Commands that compare things (``dflash-diff``, later ``dflash-parity`` and ``dflash-accept``) build a
+`Report` — a title, a one-line status, summary fields and a list of sections — and never format
+output themselves. A section is a `Table` (columns + rows), a `Notes` list or a `BarChart`.
+
+Rows are dicts: the table's columns choose what text/Markdown/HTML show, while JSON carries every
+key of every row at full precision (non-finite floats become the strings ``"inf"``, ``"-inf"``,
+``"nan"`` so the output stays strict JSON). The HTML page has inline CSS and inline SVG only: no
+scripts, no fonts, no URLs, so it renders offline and can be attached to a CI run as is.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence, Union
+
+from .errors import DFlashError
+
+#: section/status levels, mildest first
+LEVELS = ("ok", "info", "warning", "error")
+FORMATS = ("text", "json", "markdown", "html")
+
+
+def _slug(title: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", title.lower()).strip("_")
+
+
+# --------------------------------------------------------------------------------------------
+# Model
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Column:
+    """One displayed column. ``fmt``: a format spec for numbers (".4g"), "shape" (64×128) or
+    "pct" (a ratio shown as a percentage); lists are formatted element by element."""
+
+    key: str
+    header: str
+    fmt: str = ""
+
+
+@dataclass
+class Table:
+    title: str
+    columns: list[Column]
+    rows: list[dict[str, Any]]
+    level: str = "info"
+    note: str = ""
+    empty: str = "none"  # shown instead of an empty table
+    flagged: set[int] = field(default_factory=set)  # row indexes to highlight (e.g. over a threshold)
+    id: str = ""
+
+    def __post_init__(self) -> None:
+        self.id = self.id or _slug(self.title)
+
+
+@dataclass
+class Notes:
+    title: str
+    items: list[str]
+    level: str = "info"
+    note: str = ""
+    empty: str = "none"
+    id: str = ""
+
+    def __post_init__(self) -> None:
+        self.id = self.id or _slug(self.title)
+
+
+@dataclass(frozen=True)
+class Bar:
+    label: str  # shown as the tooltip (full name)
+    value: float
+    series: str = ""  # bars of one series share a colour across groups (e.g. "ffn_down")
+    flagged: bool = False
+
+
+@dataclass(frozen=True)
+class BarGroup:
+    label: str
+    bars: list[Bar]
+
+
+@dataclass
+class BarChart:
+    """Vertical bars in groups (e.g. one group per layer), coloured by series."""
+
+    title: str
+    groups: list[BarGroup]
+    value_label: str = ""
+    reference: float | None = None  # drawn as a dashed line (e.g. a threshold)
+    reference_label: str = ""
+    level: str = "info"
+    note: str = ""
+    id: str = ""
+
+    def __post_init__(self) -> None:
+        self.id = self.id or _slug(self.title)
+
+    @property
+    def bars(self) -> list[Bar]:
+        return [b for g in self.groups for b in g.bars]
+
+
+Section = Union[Table, Notes, BarChart]
+
+
+@dataclass(frozen=True)
+class Field:
+    label: str
+    value: Any
+    fmt: str = ""
+    key: str = ""
+
+    @property
+    def json_key(self) -> str:
+        return self.key or _slug(self.label)
+
+
+@dataclass
+class Report:
+    title: str
+    status: str  # one line: the verdict
+    level: str = "ok"  # of the status: ok | info | warning | error
+    summary: list[Field] = field(default_factory=list)
+    sections: list[Section] = field(default_factory=list)
+
+    def section(self, id: str) -> Section:
+        for s in self.sections:
+            if s.id == id:
+                return s
+        raise KeyError(id)
+
+    def render(self, fmt: str) -> str:
+        renderers = {"text": self.to_text, "json": self.to_json, "markdown": self.to_markdown, "html": self.to_html}
+        try:
+            return renderers[fmt]()
+        except KeyError:
+            raise DFlashError(f"unknown report format '{fmt}' (known: {', '.join(FORMATS)})") from None
+
+    # ---- JSON -------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return _jsonable(
+            {
+                "title": self.title,
+                "status": self.status,
+                "level": self.level,
+                "summary": {f.json_key: f.value for f in self.summary},
+                "sections": [_section_dict(s) for s in self.sections],
+            }
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n"
+
+    # ---- text -------------------------------------------------------------------------------
+    def to_text(self) -> str:
+        out = [self.title, f"{_LEVEL_MARK[self.level]}{self.status}", ""]
+        width = max((len(f.label) for f in self.summary), default=0)
+        out += [f"  {f.label.ljust(width)}  {format_value(f.value, f.fmt)}" for f in self.summary]
+        previous_empty = False
+        for s in self.sections:
+            lines = _text_section(s)
+            empty = len(lines) == 1  # "Title: none" — runs of them are kept together
+            if not (empty and previous_empty):
+                out.append("")
+            out.extend(lines)
+            previous_empty = empty
+        return "\n".join(out).rstrip() + "\n"
+
+    # ---- Markdown ---------------------------------------------------------------------------
+    def to_markdown(self) -> str:
+        out = [f"## {_md(self.title)}", "", f"**{_md(self.status)}**", ""]
+        out += [f"- **{_md(f.label)}**: {_md(format_value(f.value, f.fmt))}" for f in self.summary]
+        previous_empty = False
+        for s in self.sections:
+            lines = _md_section(s)
+            empty = len(lines) == 1
+            if not (empty and previous_empty):
+                out.append("")
+            out.extend(lines)
+            previous_empty = empty
+        return "\n".join(out).rstrip() + "\n"
+
+    # ---- HTML -------------------------------------------------------------------------------
+    def to_html(self) -> str:
+        e = html.escape
+        parts = [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            f"<title>{e(self.title)}</title>",
+            f"<style>{_CSS}</style></head><body>",
+            f"<h1>{e(self.title)}</h1>",
+            f'<p class="status {e(self.level)}">{e(self.status)}</p>',
+        ]
+        if self.summary:
+            parts.append('<table class="summary">')
+            parts += [
+                f"<tr><th>{e(f.label)}</th><td>{e(format_value(f.value, f.fmt))}</td></tr>" for f in self.summary
+            ]
+            parts.append("</table>")
+        for s in self.sections:
+            parts.append(_html_section(s))
+        parts.append("</body></html>")
+        return "\n".join(parts) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# Values
+# --------------------------------------------------------------------------------------------
+
+
+def format_value(value: Any, fmt: str = "") -> str:
+    """Human form of one cell; JSON never goes through here."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (list, tuple)):
+        if fmt == "shape":
+            return "×".join(str(v) for v in value) if value else "scalar"
+        return "[" + ", ".join(format_value(v, fmt) for v in value) + "]"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if fmt == "pct" and isinstance(value, (int, float)):
+        return f"{value * 100:.3g}%"
+    if fmt and isinstance(value, (int, float)):
+        return format(value, fmt)
+    return str(value)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = sorted(value) if isinstance(value, (set, frozenset)) else value
+        return [_jsonable(v) for v in items]
+    if hasattr(value, "item") and callable(value.item):  # numpy scalar
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def _section_dict(s: Section) -> dict[str, Any]:
+    base = {"id": s.id, "title": s.title, "level": s.level, "note": s.note}
+    if isinstance(s, Table):
+        return {
+            **base,
+            "type": "table",
+            "columns": [{"key": c.key, "header": c.header} for c in s.columns],
+            "rows": s.rows,
+            "flagged": sorted(s.flagged),
+        }
+    if isinstance(s, Notes):
+        return {**base, "type": "notes", "items": s.items}
+    return {
+        **base,
+        "type": "bar_chart",
+        "value_label": s.value_label,
+        "reference": s.reference,
+        "groups": [
+            {"label": g.label, "bars": [{"label": b.label, "value": b.value, "series": b.series} for b in g.bars]}
+            for g in s.groups
+        ],
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Text
+# --------------------------------------------------------------------------------------------
+
+_LEVEL_MARK = {"ok": "OK: ", "info": "", "warning": "WARNING: ", "error": "FAIL: "}
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _cells(t: Table) -> list[list[str]]:
+    return [[format_value(row.get(c.key), c.fmt) for c in t.columns] for row in t.rows]
+
+
+def _text_section(s: Section) -> list[str]:
+    mark = {"error": " [!]", "warning": " [warning]"}.get(s.level, "")
+    if isinstance(s, BarChart):
+        n = len(s.bars)
+        return [f"{s.title}{mark}: {n} bars in {len(s.groups)} groups (shown with --format html)"]
+    count = len(s.rows) if isinstance(s, Table) else len(s.items)
+    if count == 0:
+        return [f"{s.title}: {s.empty}"]
+    out = [f"{s.title} ({count}){mark}"]
+    if s.note:
+        out.append(f"  {s.note}")
+    if isinstance(s, Notes):
+        return out + [f"  - {item}" for item in s.items]
+    cells = _cells(s)
+    widths = [max(len(c.header), *(len(r[i]) for r in cells)) for i, c in enumerate(s.columns)]
+    numeric = [all(_is_number(row.get(c.key)) or row.get(c.key) is None for row in s.rows) for c in s.columns]
+
+    def line(values: Sequence[str], flag: str) -> str:
+        padded = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
+        return f"{flag} " + "  ".join(padded).rstrip()
+
+    out.append(line([c.header for c in s.columns], " "))
+    out.append(line(["-" * w for w in widths], " "))
+    out += [line(r, "!" if i in s.flagged else " ") for i, r in enumerate(cells)]
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Markdown
+# --------------------------------------------------------------------------------------------
+
+
+def _md(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _md_section(s: Section) -> list[str]:
+    icon = {"error": " ❌", "warning": " ⚠️"}.get(s.level, "")
+    if isinstance(s, BarChart):
+        return [f"### {_md(s.title)}", "", f"_{len(s.bars)} bars in {len(s.groups)} groups: see the HTML report._"]
+    count = len(s.rows) if isinstance(s, Table) else len(s.items)
+    if count == 0:
+        return [f"- **{_md(s.title)}**: {_md(s.empty)}"]
+    out = [f"### {_md(s.title)}{icon}", ""]
+    if s.note:
+        out += [_md(s.note), ""]
+    if isinstance(s, Notes):
+        return out + [f"- {_md(item)}" for item in s.items]
+    numeric = [all(_is_number(row.get(c.key)) or row.get(c.key) is None for row in s.rows) for c in s.columns]
+    out.append("| " + " | ".join(_md(c.header) for c in s.columns) + " |")
+    out.append("|" + "|".join("---:" if n else "---" for n in numeric) + "|")
+    for i, r in enumerate(_cells(s)):
+        cells = [_md(v) for v in r]
+        if i in s.flagged:
+            cells[0] = f"**{cells[0]}**"
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# HTML
+# --------------------------------------------------------------------------------------------
+
+_CSS = """
+body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#222;background:#fff}
+h1{font-size:20px;margin:0 0 8px}h2{font-size:16px;margin:24px 0 6px}
+.status{display:inline-block;padding:4px 10px;border-radius:4px;font-weight:600}
+.status.ok{background:#e3f4e3;color:#1d5e1d}.status.info{background:#e8eef8}
+.status.warning{background:#fff3cd;color:#6b5000}.status.error{background:#fbe0e0;color:#8a1010}
+h2.error{color:#a01010}h2.warning{color:#8a6a00}
+table{border-collapse:collapse;margin:4px 0 8px}th,td{padding:2px 8px;border-bottom:1px solid #e4e4e4;text-align:left}
+td.num{text-align:right;font-variant-numeric:tabular-nums}th{background:#f4f4f4}
+tr.flag td{background:#fde2e2}table.summary th{background:none;font-weight:600}
+.note{color:#555;margin:2px 0 6px}.empty{color:#555;margin:4px 0}.empty b{color:#222}
+th{white-space:nowrap}
+.chart{overflow-x:auto;border:1px solid #e4e4e4;padding:8px}
+.legend span{display:inline-block;margin:2px 10px 2px 0;font-size:12px}
+.legend i{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
+"""
+
+#: distinct colours for chart series (cycled)
+PALETTE = (
+    "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1",
+    "#ff9da7", "#9c755f", "#79706e", "#1f3b73", "#a0cbe8", "#ffbe7d", "#8cd17d",
+    "#b6992d", "#499894", "#86bcb6", "#d37295", "#fabfd2", "#d4a6c8",
+)
+
+
+def _html_section(s: Section) -> str:
+    e = html.escape
+    count = len(s.bars) if isinstance(s, BarChart) else len(s.rows) if isinstance(s, Table) else len(s.items)
+    if count == 0:  # one compact line: a list of "none"s should not push the content down
+        return f'<p class="empty" id="{e(s.id)}"><b>{e(s.title)}</b>: {e(getattr(s, "empty", "nothing to plot"))}</p>'
+    level = s.level
+    out = [f'<section id="{e(s.id)}"><h2 class="{e(level)}">{e(s.title)}'
+           + ("" if isinstance(s, BarChart) else f" ({count})") + "</h2>"]
+    if s.note:
+        out.append(f'<p class="note">{e(s.note)}</p>')
+    if isinstance(s, BarChart):
+        out.append(bar_chart_svg(s))
+    elif isinstance(s, Notes):
+        out.append("<ul>" + "".join(f"<li>{e(i)}</li>" for i in s.items) + "</ul>")
+    else:
+        out.append("<table><tr>" + "".join(f"<th>{e(c.header)}</th>" for c in s.columns) + "</tr>")
+        for i, (row, cells) in enumerate(zip(s.rows, _cells(s))):
+            tds = "".join(
+                f'<td class="num">{e(v)}</td>' if _is_number(row.get(c.key)) else f"<td>{e(v)}</td>"
+                for c, v in zip(s.columns, cells)
+            )
+            out.append(f'<tr class="flag">{tds}</tr>' if i in s.flagged else f"<tr>{tds}</tr>")
+        out.append("</table>")
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def _nice_step(v: float) -> float:
+    """Smallest 1/2/5 × 10^k at or above v."""
+    exp = math.floor(math.log10(v))
+    for m in (1, 2, 5):
+        if m * 10**exp >= v * (1 - 1e-12):
+            return m * 10**exp
+    return 10.0 ** (exp + 1)
+
+
+def _axis(vmax: float, n: int = 5) -> tuple[float, float]:
+    """(top, step) of a y axis with about ``n`` round ticks covering [0, vmax]."""
+    if not vmax > 0:
+        return 1.0, 0.25
+    step = _nice_step(vmax / n)
+    return step * math.ceil(vmax / step * (1 - 1e-12)), step
+
+
+def bar_chart_svg(chart: BarChart) -> str:
+    """Inline SVG (no xmlns URL needed inside HTML) + an HTML legend for the series colours."""
+    e = html.escape
+    gap, group_gap = 2, 18
+    bar_w = max(6, min(28, 900 // max(1, len(chart.bars)) - gap))  # few bars: wider, many: narrower
+    left, right, top, bottom, plot_h = 70, 100, 24, 48, 260  # right margin: the reference label
+    finite = [b.value for b in chart.bars if math.isfinite(b.value)]
+    top_value, step = _axis(max(finite + [chart.reference or 0.0, 0.0]))
+    colours: dict[str, str] = {}
+    for b in chart.bars:
+        colours.setdefault(b.series, PALETTE[len(colours) % len(PALETTE)])
+
+    def y(v: float) -> float:
+        v = top_value if not math.isfinite(v) else min(max(v, 0.0), top_value)
+        return top + plot_h * (1 - v / top_value)
+
+    width = left + right + sum(len(g.bars) * (bar_w + gap) + group_gap for g in chart.groups)
+    height = top + plot_h + bottom
+    svg = [f'<svg class="bar-chart" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+           f'role="img" font-family="sans-serif" font-size="11">']
+    for i in range(round(top_value / step) + 1):  # y grid + tick labels
+        v = step * i
+        svg.append(f'<line x1="{left}" x2="{width - right}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#e6e6e6"/>')
+        svg.append(f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.3g}</text>')
+    svg.append(f'<text transform="translate(14 {top + plot_h / 2}) rotate(-90)" text-anchor="middle">'
+               f"{e(chart.value_label)}</text>")
+    x = left + group_gap / 2
+    for g in chart.groups:
+        start = x
+        for b in g.bars:
+            fill = "#c00000" if not math.isfinite(b.value) else colours[b.series]
+            stroke = ' stroke="#c00000" stroke-width="2"' if b.flagged else ""
+            h = max(1.0, top + plot_h - y(b.value))  # a zero still shows as a 1 px bar: the tensor is there
+            svg.append(
+                f'<rect class="bar" x="{x:.1f}" y="{top + plot_h - h:.1f}" width="{bar_w}" '
+                f'height="{h:.1f}" fill="{fill}"{stroke}>'
+                f"<title>{e(b.label)}: {e(format_value(b.value, '.4g'))}</title></rect>"
+            )
+            x += bar_w + gap
+        mid = (start + x - gap) / 2
+        svg.append(f'<text x="{mid:.1f}" y="{top + plot_h + 16}" text-anchor="middle">{e(g.label)}</text>')
+        svg.append(f'<line x1="{x + group_gap / 2 - 1:.1f}" x2="{x + group_gap / 2 - 1:.1f}" y1="{top}" '
+                   f'y2="{top + plot_h}" stroke="#f0f0f0"/>')
+        x += group_gap
+    svg.append(f'<line x1="{left}" x2="{width - right}" y1="{top + plot_h}" y2="{top + plot_h}" stroke="#888"/>')
+    if chart.reference is not None and chart.reference <= top_value:
+        ry = y(chart.reference)
+        svg.append(f'<line class="reference" x1="{left}" x2="{width - right}" y1="{ry:.1f}" y2="{ry:.1f}" '
+                   'stroke="#c00000" stroke-dasharray="6 4"/>')
+        svg.append(f'<text x="{width - right + 4}" y="{ry + 4:.1f}" fill="#c00000">{e(chart.reference_label)}</text>')
+    svg.append("</svg>")
+    legend = "".join(f'<span><i style="background:{c}"></i>{e(s)}</span>' for s, c in colours.items() if s)
+    return f'<div class="chart">{"".join(svg)}</div><div class="legend">{legend}</div>'
+
+
+# --------------------------------------------------------------------------------------------
+# Output
+# --------------------------------------------------------------------------------------------
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str, *, force: bool = False) -> Path:
+    """Write ``text`` to ``path`` via a temporary file + rename; refuses to overwrite without force."""
+    out = Path(path)
+    if out.is_dir():
+        raise DFlashError(f"{out}: is a directory; give the report file name")
+    if not out.parent.exists():
+        raise DFlashError(f"{out}: the folder {out.parent} does not exist")
+    if out.exists() and not force:
+        raise DFlashError(f"{out}: already exists — pass --force to overwrite it")
+    fd, tmp = tempfile.mkstemp(prefix=out.name + ".tmp-", dir=out.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a report is an ordinary file
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return out
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -1,0 +1,159 @@
+"""The shared report model: one Report rendered as text, JSON, Markdown and self-contained HTML."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from html.parser import HTMLParser
+
+import pytest
+
+from dflashkit.errors import DFlashError
+from dflashkit.reporting import (
+    Bar,
+    BarChart,
+    BarGroup,
+    Column,
+    Field,
+    Notes,
+    Report,
+    Table,
+    format_value,
+    write_text_atomic,
+)
+
+
+def _report() -> Report:
+    rows = [
+        {"name": "layers.0.mlp.down_proj.weight", "shape": [64, 128], "rel": 0.1 + 0.2, "snr": math.inf, "extra": 7},
+        {"name": "norm.weight", "shape": [64], "rel": 0.0, "snr": 12.5, "extra": None},
+    ]
+    return Report(
+        title="demo <report>",
+        status="1 tensor over the threshold",
+        level="error",
+        summary=[Field("tensors", 2), Field("max rel", 0.30000000000000004, ".3g", key="max_rel")],
+        sections=[
+            Table("Tensors", [Column("name", "tensor"), Column("shape", "shape", "shape"), Column("rel", "rel", ".3g"),
+                              Column("snr", "SNR", ".1f")], rows, flagged={0}),
+            Table("Missing", [Column("name", "tensor")], [], level="error", empty="nothing missing"),
+            Notes("Notes", ["a <b> & c", "x|y"]),
+            BarChart("Errors", [BarGroup("global", [Bar("norm.weight", 0.0, "norm")]),
+                                BarGroup("layer 0", [Bar("down", 0.3, "ffn_down", flagged=True), Bar("up", 0.1, "ffn_up")])],
+                     value_label="rel", reference=0.2, reference_label="threshold 0.2"),
+        ],
+    )
+
+
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+
+def test_format_value() -> None:
+    assert format_value(None) == "-"
+    assert format_value(True) == "yes"
+    assert format_value([64, 128], "shape") == "64×128"
+    assert format_value([], "shape") == "scalar"
+    assert format_value([0.123456, -1.0], ".3g") == "[0.123, -1]"
+    assert format_value(math.inf, ".3g") == "inf"
+    assert format_value(-math.inf) == "-inf"
+    assert format_value(math.nan, ".1f") == "nan"
+    assert format_value(0.0123, "pct") == "1.23%"
+    assert format_value(3, ".2f") == "3.00"
+    assert format_value("abc", ".3g") == "abc"
+
+
+def test_json_keeps_every_number_at_full_precision() -> None:
+    data = json.loads(_report().to_json())
+    assert data["status"] == "1 tensor over the threshold" and data["level"] == "error"
+    assert data["summary"] == {"tensors": 2, "max_rel": 0.30000000000000004}
+    tensors = data["sections"][0]
+    assert tensors["id"] == "tensors" and tensors["type"] == "table" and tensors["flagged"] == [0]
+    # every key of every row, also those no column shows; non-finite floats as strings (strict JSON)
+    assert tensors["rows"][0] == {"name": "layers.0.mlp.down_proj.weight", "shape": [64, 128],
+                                  "rel": 0.30000000000000004, "snr": "inf", "extra": 7}
+    assert data["sections"][1]["rows"] == []
+    assert data["sections"][2]["items"] == ["a <b> & c", "x|y"]
+    chart = data["sections"][3]
+    assert chart["type"] == "bar_chart" and chart["reference"] == 0.2
+    assert [len(g["bars"]) for g in chart["groups"]] == [1, 2]
+
+
+def test_text() -> None:
+    text = _report().to_text()
+    lines = text.splitlines()
+    assert lines[0] == "demo <report>" and lines[1] == "FAIL: 1 tensor over the threshold"
+    assert "  max rel  0.3" in lines
+    row = next(line for line in lines if "down_proj" in line)
+    assert row.startswith("! ") and "64×128" in row and "inf" in row  # flagged row marked
+    assert "Missing: nothing missing" in lines
+    assert "  - a <b> & c" in lines
+    assert "Errors: 3 bars in 2 groups (shown with --format html)" in lines
+    # numbers right-aligned under their header
+    header = next(line for line in lines if "SNR" in line)
+    assert header.index("SNR") + 3 == row.index("inf") + 3
+
+
+def test_markdown() -> None:
+    md = _report().to_markdown()
+    assert md.startswith("## demo <report>\n\n**1 tensor over the threshold**")
+    assert "| tensor | shape | rel | SNR |" in md
+    assert "|---|---|---:|---:|" in md
+    assert "| **layers.0.mlp.down_proj.weight** | 64×128 | 0.3 | inf |" in md
+    assert "- **Missing**: nothing missing" in md
+    assert "- x\\|y" in md  # pipes escaped
+
+
+def test_html_is_self_contained_and_escaped() -> None:
+    page = _report().to_html()
+    assert page.startswith("<!DOCTYPE html>")
+    assert "demo &lt;report&gt;" in page and "a &lt;b&gt; &amp; c" in page
+    assert not re.search(r"https?://|<script|<link|@import|url\(", page)
+    p = _Tags()
+    p.feed(page)
+    assert not any("src" in attrs or "href" in attrs for _, attrs in p.tags)
+    svgs = [a for t, a in p.tags if t == "svg"]
+    assert len(svgs) == 1
+    bars = [a for t, a in p.tags if t == "rect" and a.get("class") == "bar"]
+    assert len(bars) == 3
+    heights = [float(a["height"]) for a in bars]
+    assert heights[0] == 1.0  # a zero is still drawn (1 px)
+    assert heights[1] == pytest.approx(3 * heights[2], rel=1e-3)  # linear scale
+    assert bars[1].get("stroke") == "#c00000"  # flagged bar outlined
+    assert [a for t, a in p.tags if t == "line" and a.get("class") == "reference"]
+    flagged_rows = [a for t, a in p.tags if t == "tr" and a.get("class") == "flag"]
+    assert len(flagged_rows) == 1
+    # one colour per series, shared across groups
+    assert len({a["fill"] for a in bars}) == 3
+
+
+def test_render_dispatch() -> None:
+    r = _report()
+    assert r.render("json") == r.to_json()
+    with pytest.raises(DFlashError, match="unknown report format 'pdf'"):
+        r.render("pdf")
+    assert r.section("missing").title == "Missing"
+
+
+def test_write_text_atomic(tmp_path) -> None:
+    out = tmp_path / "r.html"
+    write_text_atomic(out, "one")
+    assert out.read_text() == "one"
+    mask = os.umask(0)
+    os.umask(mask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~mask  # an ordinary file, not mkstemp's 0600
+    with pytest.raises(DFlashError, match="already exists — pass --force"):
+        write_text_atomic(out, "two")
+    assert out.read_text() == "one"
+    write_text_atomic(out, "two", force=True)
+    assert out.read_text() == "two"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html"]  # no temporary left
+    with pytest.raises(DFlashError, match="does not exist"):
+        write_text_atomic(tmp_path / "nope" / "r.html", "x")
