@@ -44,27 +44,11 @@ CONFIG = {
 
 
 def tensor_shapes(c: dict) -> dict[str, tuple[int, ...]]:
-    h, hd, ff = c["hidden_size"], c["head_dim"], c["intermediate_size"]
-    q, kv = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
-    shapes = {"fc.weight": (h, 5 * h), "hidden_norm.weight": (h,), "norm.weight": (h,)}
-    for i in range(c["num_hidden_layers"]):
-        p = f"layers.{i}."
-        shapes.update(
-            {
-                p + "input_layernorm.weight": (h,),
-                p + "self_attn.q_proj.weight": (q, h),
-                p + "self_attn.k_proj.weight": (kv, h),
-                p + "self_attn.v_proj.weight": (kv, h),
-                p + "self_attn.o_proj.weight": (h, q),
-                p + "self_attn.q_norm.weight": (hd,),
-                p + "self_attn.k_norm.weight": (hd,),
-                p + "post_attention_layernorm.weight": (h,),
-                p + "mlp.gate_proj.weight": (ff, h),
-                p + "mlp.up_proj.weight": (ff, h),
-                p + "mlp.down_proj.weight": (h, ff),
-            }
-        )
-    return shapes
+    """HF tensor names and shapes implied by the config (the converter's own table)."""
+    from dflashkit.spec import spec_from_hf_config
+    from dflashkit.tensors import expected_tensors
+
+    return expected_tensors(spec_from_hf_config(c))
 
 
 def write_checkpoint(directory: Path, seed: int = 0) -> int:

@@ -7,6 +7,10 @@ exits with ``exit_code`` (1 for bad input, 2 for usage); tracebacks only with ``
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+from typing import Any
+
 
 class DFlashError(Exception):
     """Bad input (a file, a config value, a tensor): exit code 1."""
@@ -18,3 +22,15 @@ class UsageError(DFlashError):
     """The command line itself is wrong (conflicting or missing options): exit code 2."""
 
     exit_code = 2
+
+
+class FormatError(DFlashError):
+    """A file is malformed. ``check_id`` is a stable id (``gguf.truncated``, ``safetensors.dtype`` ...)
+    that ``dflash-inspect`` reports; ``values`` holds the numbers involved."""
+
+    def __init__(self, path: "str | os.PathLike[str]", check_id: str, message: str, **values: "Any") -> None:
+        self.path = Path(path)
+        self.check_id = check_id
+        self.detail = message
+        self.values = values
+        super().__init__(f"{self.path}: {message}")

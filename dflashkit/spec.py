@@ -313,8 +313,8 @@ def spec_from_hf_config(config: Mapping[str, Any], path: str = "config.json") ->
     )
 
 
-def load_hf_config(directory: str | Path) -> tuple[dict[str, Any], DrafterSpec]:
-    """Read and validate ``directory/config.json``."""
+def read_config_json(directory: str | Path) -> dict[str, Any]:
+    """``directory/config.json`` as a dict (one-line DFlashError when absent or not JSON)."""
     path = Path(directory) / "config.json"
     if not path.is_file():
         raise DFlashError(f"{directory}: no config.json — expected an HF drafter checkpoint directory")
@@ -322,7 +322,15 @@ def load_hf_config(directory: str | Path) -> tuple[dict[str, Any], DrafterSpec]:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DFlashError(f"{path}: cannot read JSON ({exc})") from None
-    spec = spec_from_hf_config(config, str(path))
+    if not isinstance(config, dict):
+        raise DFlashError(f"{path}: expected a JSON object at the top level")
+    return config
+
+
+def load_hf_config(directory: str | Path) -> tuple[dict[str, Any], DrafterSpec]:
+    """Read and validate ``directory/config.json``."""
+    config = read_config_json(directory)
+    spec = spec_from_hf_config(config, str(Path(directory) / "config.json"))
     if spec.name is None:
         spec = _with_name(spec, Path(directory).resolve().name)
     return config, spec

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import struct
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from conftest import FAMILIES, target_for
 from dflashkit.cli import convert_command
 from dflashkit.converters.convert import convert
 from dflashkit.dialects import tap_ids_from_llama_cpp, tap_ids_to_llama_cpp
-from dflashkit.errors import DFlashError, UsageError
+from dflashkit.errors import DFlashError
 
 import make_drafters
 

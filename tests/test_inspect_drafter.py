@@ -13,12 +13,10 @@ import pytest
 from click.testing import CliRunner
 from gguf import GGUFValueType as V
 
-from conftest import target_for
 from dflashkit.cli import inspect_command
 from dflashkit.converters.convert import convert
 from dflashkit.inspect import inspect_paths
 
-import make_drafters
 import make_target
 
 QUIET = dict(progress=False, warn=lambda m: None)

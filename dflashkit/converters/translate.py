@@ -85,6 +85,7 @@ def translate_gguf(
         tokenizer = _tokenizer_entries(drafter)
         if not any(e.key == "tokenizer.ggml.model" for e in tokenizer) and target_info is not None and target_info.tokenizer:
             tokenizer = list(target_info.tokenizer.entries)
+            warn(f"{src} has no tokenizer: copied the one of {target_info.path}")
         if table.name in _NEEDS_TOKENIZER and not any(e.key == "tokenizer.ggml.model" for e in tokenizer):
             raise DFlashError(
                 f"{src}: has no tokenizer, which the {table.name} dialect requires — pass --target TARGET.gguf "

@@ -15,7 +15,7 @@ from dflashkit.converters.tokenizer import tokenizer_from_gguf
 from dflashkit.errors import DFlashError
 from dflashkit.inspect.checks import InspectContext, register_check
 from dflashkit.inspect.drafter import drafter_of
-from dflashkit.inspect.findings import Finding, error, info, warning
+from dflashkit.inspect.findings import Finding, error, info
 from dflashkit.inspect.provenance import Verdict, verdict_for_path
 
 

@@ -19,7 +19,7 @@ from gguf import GGMLQuantizationType
 
 from ..dialects import Dialect, detect_dialect, hf_canonical_name, spec_from_gguf_metadata
 from ..errors import DFlashError
-from ..spec import DrafterSpec, spec_from_hf_config
+from ..spec import DrafterSpec, read_config_json, spec_from_hf_config
 from .gguf_reader import GGUFFile, open_gguf
 from .safetensors_reader import SafetensorsCheckpoint, open_checkpoint
 
@@ -186,15 +186,8 @@ def _fill_vocab(spec: DrafterSpec, metadata: dict[str, Any], tensors: dict[str, 
 
 
 def _open_hf(directory: Path) -> DrafterFile:
-    import json
-
+    config = read_config_json(directory)
     config_path = directory / "config.json"
-    if not config_path.is_file():
-        raise DFlashError(f"{directory}: no config.json — expected an HF drafter checkpoint directory")
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DFlashError(f"{config_path}: cannot read JSON ({exc})") from None
     spec: DrafterSpec | None = None
     error: str | None = None
     try:

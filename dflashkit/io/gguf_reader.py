@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
-from dflashkit.errors import DFlashError
+from dflashkit.errors import FormatError
 
 __all__ = [
     "GGUFFormatError",
@@ -94,16 +94,8 @@ _GGML_NUMPY_DTYPES: dict[GGMLQuantizationType, np.dtype] = {
 _FIX_REDOWNLOAD = "re-download or re-convert the file"
 
 
-class GGUFFormatError(DFlashError):
-    """A GGUF file is malformed. ``check_id`` is a stable id (``gguf.truncated`` ...), ``values``
-    holds the numbers involved (for ``dflash-inspect --json``)."""
-
-    def __init__(self, path: str | os.PathLike[str], check_id: str, message: str, **values: Any) -> None:
-        self.path = Path(path)
-        self.check_id = check_id
-        self.detail = message
-        self.values = values
-        super().__init__(f"{self.path}: {message}")
+class GGUFFormatError(FormatError):
+    """A GGUF file is malformed. See `dflashkit.errors.FormatError`."""
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from dflashkit.errors import DFlashError
+from dflashkit.errors import FormatError
 
 __all__ = [
     "CheckpointFormatError",
@@ -68,16 +68,8 @@ _SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict, _SHORT.maxstring, _SHORT.maxoth
 _short = _SHORT.repr
 
 
-class CheckpointFormatError(DFlashError):
-    """A safetensors checkpoint is malformed. ``check_id`` is stable (``safetensors.truncated`` ...),
-    ``values`` holds the numbers involved."""
-
-    def __init__(self, path: str | os.PathLike[str], check_id: str, message: str, **values: Any) -> None:
-        self.path = Path(path)
-        self.check_id = check_id
-        self.detail = message
-        self.values = values
-        super().__init__(f"{self.path}: {message}")
+class CheckpointFormatError(FormatError):
+    """A safetensors checkpoint is malformed. See `dflashkit.errors.FormatError`."""
 
 
 @dataclass(frozen=True)
