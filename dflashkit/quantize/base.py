@@ -6,6 +6,7 @@ Organised like gguf-py's ``gguf/quants.py``: one small class per ggml type with 
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -61,8 +62,8 @@ def _get_pool(n: int) -> ThreadPoolExecutor:
     global _pool, _pool_size
     with _pool_lock:
         if _pool is None or _pool_size < n:
-            if _pool is not None:
-                _pool.shutdown(wait=False)
+            # the old pool is not shut down (another caller may still be submitting to it); its idle
+            # workers exit once it is garbage collected
             _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="dflashkit-quant")
             _pool_size = n
         return _pool
@@ -73,21 +74,34 @@ def run_chunked(kernel: Callable[[np.ndarray, np.ndarray], Any], x: np.ndarray, 
                 min_elems_per_thread: int = _MIN_ELEMS_PER_THREAD) -> None:
     """Run ``kernel(x[a:b], out[a:b])`` over contiguous ranges of the first axis, in parallel when large.
 
-    ``elems_per_row`` (times a cost factor) over ``min_elems_per_thread`` bounds how many threads are worth it.
+    ``elems_per_row`` (element count times a relative cost) over ``min_elems_per_thread`` bounds how many
+    threads are worth starting. Work is cut into up to 4 chunks per thread and handed out dynamically, so a
+    core slowed by other load does not hold the rest back.
     """
     n = x.shape[0]
     if n == 0:
         return
     want = get_num_threads() if threads is None else threads
+    if not isinstance(want, (int, np.integer)) or want < 1:
+        raise DFlashError(f"thread count must be a positive integer, got {threads!r}")
     by_size = max(1, (n * elems_per_row) // min_elems_per_thread)
-    k = max(1, min(want, by_size, n))
+    k = int(min(want, by_size, n))
     if k == 1:
         kernel(x, out)
         return
-    bounds = np.linspace(0, n, k + 1).astype(np.int64)
+    n_chunks = int(min(n, by_size, 4 * k))
+    bounds = np.linspace(0, n, n_chunks + 1).astype(np.int64).tolist()
+    next_chunk = itertools.count()
+
+    def worker() -> None:
+        while (i := next(next_chunk)) < n_chunks:
+            a, b = bounds[i], bounds[i + 1]
+            if b > a:
+                kernel(x[a:b], out[a:b])
+
     pool = _get_pool(k)
-    futs = [pool.submit(kernel, x[a:b], out[a:b]) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
-    for f in futs:
+    futures = [pool.submit(worker) for _ in range(k)]
+    for f in futures:
         f.result()
 
 

@@ -16,6 +16,16 @@ from .base import KernelQuantType, fp16_col, unpack_nibbles
 QK_K = 256
 
 
+def _q4_k_kernel(x: np.ndarray, out: np.ndarray) -> None:
+    # quantize_row_q4_K_ref: make_qkx2_quants(32, 15, x, w, L, &min, Laux, -1.f, 0.1f, 20, false)
+    K.qk_kernel(x, out, 15, np.float32(-1.0), np.float32(0.1), 20)
+
+
+def _q5_k_kernel(x: np.ndarray, out: np.ndarray) -> None:
+    # quantize_row_q5_K_ref: make_qkx2_quants(32, 31, x, w, L, &min, Laux, -0.5f, 0.1f, 15, false)
+    K.qk_kernel(x, out, 31, np.float32(-0.5), np.float32(0.1), 15)
+
+
 def get_scale_min_k4(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Unpack the 12 bytes of eight 6-bit (scale, min) pairs (ggml-quants.c get_scale_min_k4) -> 2 x [n, 8]."""
     s = scales.reshape(-1, 3, 4)
@@ -37,7 +47,7 @@ def _dequant_qkx(q: np.ndarray, levels: np.ndarray) -> np.ndarray:
 class Q4_K(KernelQuantType, ggml_type=GGMLQuantizationType.Q4_K):
     """Layout: d, dmin (fp16), 12 bytes of 6-bit scales/mins, 128 bytes of 4-bit levels."""
 
-    _kernel = K.q4_k_kernel
+    _kernel = _q4_k_kernel
     _cost = 40  # ~20 scale trials per sub-block
 
     def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
@@ -47,7 +57,7 @@ class Q4_K(KernelQuantType, ggml_type=GGMLQuantizationType.Q4_K):
 class Q5_K(KernelQuantType, ggml_type=GGMLQuantizationType.Q5_K):
     """Layout: d, dmin, 12 scale bytes, qh[32] (bit i of qh[j] = 5th bit of value 32*i + j), qs[128]."""
 
-    _kernel = K.q5_k_kernel
+    _kernel = _q5_k_kernel
     _cost = 30
 
     def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:

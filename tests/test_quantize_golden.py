@@ -1,0 +1,82 @@
+"""Golden vectors: dflashkit.quantize must write exactly ggml's bytes (ggml_quantize_chunk, no imatrix).
+
+Files: ../shared/golden/quants/<TYPE>__<family>.npz with x (float32 [rows, n]) and q (uint8 [rows, row_bytes]),
+made by llama-cpp-python 0.3.36's vendored ggml (see ../shared/golden/README.md). A missing folder or file
+is a failure, not a skip.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+
+from dflashkit.quantize import GGMLQuantizationType, dequantize, get_quant_type, quantize
+
+GOLDEN_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "golden" / "quants"
+TYPES = ["F16", "BF16", "Q4_0", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
+FAMILIES = ["normal", "uniform", "outliers", "positive", "constant_rows", "zeros_mixed", "bf16_weights"]
+EXPECTED = [f"{t}__{f}.npz" for t in TYPES for f in FAMILIES]
+
+
+def _golden_files() -> list[str]:
+    found = sorted(p.name for p in GOLDEN_DIR.glob("*__*.npz")) if GOLDEN_DIR.is_dir() else []
+    # every expected file is a test case even when missing, so a missing one fails instead of vanishing
+    return sorted(set(found) | set(EXPECTED))
+
+
+def _load(name: str) -> tuple[GGMLQuantizationType, np.ndarray, np.ndarray]:
+    path = GOLDEN_DIR / name
+    assert path.is_file(), f"golden file missing: {path}"
+    with np.load(path) as z:
+        x, q = z["x"], z["q"]
+    return GGMLQuantizationType[name.split("__")[0]], x, q
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and bool((a.view(np.uint32) == b.view(np.uint32)).all())
+
+
+def test_golden_folder_complete() -> None:
+    assert GOLDEN_DIR.is_dir(), f"golden folder missing: {GOLDEN_DIR}"
+    missing = [n for n in EXPECTED if not (GOLDEN_DIR / n).is_file()]
+    assert not missing, f"golden files missing: {missing}"
+
+
+@pytest.mark.parametrize("name", _golden_files())
+def test_golden_bytes(name: str) -> None:
+    qtype, x, q = _load(name)
+    assert x.dtype == np.float32 and q.dtype == np.uint8
+    out = quantize(x, qtype)
+    assert out.dtype == np.uint8 and out.shape == q.shape
+    bad_rows = np.flatnonzero((out != q).any(axis=1))
+    assert bad_rows.size == 0, f"{name}: rows {bad_rows.tolist()} differ from ggml"
+
+
+@pytest.mark.parametrize("name", _golden_files())
+def test_golden_dequantize_matches_gguf(name: str) -> None:
+    qtype, x, q = _load(name)
+    ref = gguf.quants.dequantize(q, qtype).astype(np.float32, copy=False)
+    assert _same_bits(dequantize(q, qtype), ref)
+    mine = quantize(x, qtype)
+    assert _same_bits(dequantize(mine, qtype), gguf.quants.dequantize(mine, qtype).astype(np.float32, copy=False))
+
+
+@pytest.mark.parametrize("tname", TYPES)
+def test_golden_shapes_and_threads(tname: str) -> None:
+    """Leading dims, a single row and a thread split all give the same bytes as the 2-D call."""
+    qtype, x, q = _load(f"{tname}__normal.npz")
+    qt = get_quant_type(qtype)
+    rows, n = x.shape
+    assert qt.row_bytes(n) == q.shape[1]
+    assert np.array_equal(quantize(x[:1], tname), q[:1])
+    assert np.array_equal(quantize(x[3], tname), q[3])  # 1-D input: one row
+    x3 = x[: rows - rows % 2].reshape(2, -1, n)
+    assert np.array_equal(quantize(x3, tname), q[: rows - rows % 2].reshape(2, -1, q.shape[1]))
+    # many rows (several lane tiles, split across threads) vs one thread
+    big = np.tile(x, (12, 1))
+    one = quantize(big, tname, threads=1)
+    assert np.array_equal(one, np.tile(q, (12, 1)))
+    assert np.array_equal(quantize(big, tname, threads=2), one)
