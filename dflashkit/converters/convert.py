@@ -290,8 +290,8 @@ def check_target_compatibility(spec: DrafterSpec, target: TargetInfo, dialect: D
     if worst + 1 >= target.n_layers:
         raise DFlashError(
             f"{target.path}: drafter target layer id {worst} taps layer {worst + 1} but the target has "
-            f"{target.n_layers} layers (ids + 1 must be < {target.n_layers}); llama.cpp would abort with "
-            "'layer input tensor is null' — wrong target, or wrong target_layer_ids"
+            f"{target.n_layers} layers (ids + 1 must be < {target.n_layers}); llama.cpp aborts on it "
+            "('layer input tensor is null' / GGML_ASSERT(lid <= n_layer)) — wrong target, or wrong target_layer_ids"
         )
     if spec.num_target_layers is not None and spec.num_target_layers != target.n_layers:
         raise DFlashError(

@@ -62,7 +62,7 @@ def check_target_fit(ctx: InspectContext) -> Iterator[Finding]:
         yield error(
             "target.tap_range",
             f"{ctx.path}: target layer id(s) {bad} (stored as {stored}, {drafter.tap_convention}) tap past the last "
-            f"layer of the {target.n_layers}-layer target — llama.cpp aborts with 'layer input tensor is null'; "
+            f"layer of the {target.n_layers}-layer target — llama.cpp aborts ('layer input tensor is null' / GGML_ASSERT); "
             "wrong target, or ids converted with the wrong tap convention",
             ids=bad, target_layers=target.n_layers,
         )
