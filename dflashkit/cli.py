@@ -261,3 +261,189 @@ def inspect_command(paths: tuple[str, ...], target: str | None, expect: str | No
     report = inspect_paths(list(paths), strict=strict, target=target, expect=expect)
     click.echo(report.to_json() if as_json else report.to_text())
     sys.exit(report.exit_code())
+
+
+def _parse_fraction(value: str | None, option: str) -> float | None:
+    """'0.99', '99%' or '99' (values above 1 are percentages) → 0.99."""
+    from .errors import UsageError
+
+    if value is None:
+        return None
+    text = value.strip()
+    try:
+        number = float(text.rstrip("%"))
+    except ValueError:
+        raise UsageError(f"{option}: expected a fraction like 0.99 or a percentage like 99%, got {value!r}") from None
+    if text.endswith("%") or number > 1:
+        number /= 100
+    if not 0 <= number <= 1:
+        raise UsageError(f"{option}: must lie between 0 and 1 (or 0% and 100%), got {value!r}")
+    return number
+
+
+def _parse_ids(value: str | None) -> list[int] | None:
+    from .errors import UsageError
+
+    if value is None:
+        return None
+    parts = [p for p in value.replace(",", " ").replace("[", " ").replace("]", " ").split() if p]
+    try:
+        ids = [int(p) for p in parts]
+    except ValueError:
+        raise UsageError(f"--prompt-ids: expected integers separated by commas or spaces, got {value!r}") from None
+    if not ids or any(i < 0 for i in ids):
+        raise UsageError("--prompt-ids: give at least one non-negative token id")
+    return ids
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("reference")
+@click.argument("candidate")
+@click.option(
+    "--target",
+    help="Target model. HF dir: run it with transformers on the prompt (real tap hidden states). "
+    "GGUF: its token_embd/output give embeddings and lm_head (hidden states seeded random). "
+    "None: hidden-state parity only.",
+)
+@click.option("--prompt", help="Prompt text for an HF --target (default: a fixed built-in prompt; chat template applied).")
+@click.option("--prompt-ids", metavar="IDS", help="Prompt token ids for an HF --target, e.g. '151644,872,198'.")
+@click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Draft rounds, each from the cache of the previous ones (cropped as dflash_generate does).")
+@click.option("--device", type=click.Choice(["cpu", "cuda", "mps"]), default="cpu", show_default=True)
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random hidden states / embeddings.")
+@click.option("--threshold-top1", metavar="FRAC",
+              help="Exit 1 when overall top-1 agreement is below FRAC (0.99 or 99%).")
+@click.option("--threshold-kl", type=click.FloatRange(min=0.0), metavar="NATS",
+              help="Exit 1 when the mean KL(ref‖cand) exceeds NATS.")
+@click.option("--dump", type=click.Path(dir_okay=False), metavar="FILE.npz",
+              help="Write the first round's exact inputs and both sides' outputs (format: shared/formats.md).")
+@click.option("--force", is_flag=True, help="Overwrite the --dump file if it exists.")
+@click.option("--json", "fmt", flag_value="json", help="Print the report as JSON.")
+@click.option("--markdown", "fmt", flag_value="markdown", help="Print the report as Markdown.")
+@click.option("--keep-quantized", is_flag=True,
+              help="Keep quantized weights quantized (fused dflashkit.kernels matmuls) instead of dequantizing.")
+@click.option("--skip-weights", is_flag=True, help="Skip the per-tensor weight diff (faster on big files).")
+@user_errors
+def parity_command(
+    reference: str, candidate: str, target: str | None, prompt: str | None, prompt_ids: str | None, rounds: int,
+    device: str, dtype: str, seed: int, threshold_top1: str | None, threshold_kl: float | None, dump: str | None,
+    force: bool, fmt: str | None, keep_quantized: bool, skip_weights: bool,
+) -> None:
+    """Does CANDIDATE still draft what REFERENCE drafts? Run both drafters (HF dirs or GGUFs) on the same
+    inputs and compare weights, logits per block position and accepted-prefix length.
+
+    Exit 0 when the thresholds hold (or none is given), 1 when one is missed or an input is bad, 2 for usage.
+    """
+    from .errors import UsageError
+    from .parity import run_parity
+
+    top1 = _parse_fraction(threshold_top1, "--threshold-top1")
+    if (top1 is not None or threshold_kl is not None) and target is None:
+        raise UsageError("--threshold-top1 / --threshold-kl gate on logits, which need a target head — pass --target")
+    result = run_parity(
+        reference, candidate, target=target, prompt=prompt, prompt_ids=_parse_ids(prompt_ids), rounds=rounds,
+        device=device, dtype=dtype, seed=seed, dump=dump, keep_quantized=keep_quantized, weights=not skip_weights,
+        force=force,
+    )
+    report = result.report(threshold_top1=top1, threshold_kl=threshold_kl)
+    click.echo(report.render(fmt or "text"), nl=False)
+    code = result.exit_code(top1, threshold_kl)
+    if fmt and code:
+        click.echo(f"dflash-parity: {report.status}", err=True)
+    sys.exit(code)
+
+
+_PLOT_SUFFIXES = (".html", ".htm", ".png")
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("drafters", nargs=-1, required=True)
+@click.option("--target", required=True,
+              help="Target model as an HF directory (transformers runs it: prefill, verify, tap hidden states).")
+@click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False), metavar="FILE.jsonl",
+              help='Prompts, one JSON per line: {"messages": [...]} (chat template), {"prompt": "..."} or '
+              '{"text": "..."} (raw). Default: the built-in chat/code/math set.')
+@click.option("--max-prompts", type=click.IntRange(min=1), help="Use only the first N prompts.")
+@click.option("--max-new-tokens", type=click.IntRange(min=2), default=128, show_default=True)
+@click.option("--temperature", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
+              help="0 = greedy (output identical to the target's own greedy output); > 0 = rejection sampling.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of sampling and of the bootstrap CI.")
+@click.option("--device", type=click.Choice(["cpu", "cuda", "mps"]), default="cpu", show_default=True)
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True,
+              help="Of the target and the drafters.")
+@click.option("--keep-quantized", is_flag=True,
+              help="Keep quantized drafter weights quantized (fused dflashkit.kernels matmuls) instead of dequantizing.")
+@click.option("--ignore-eos", is_flag=True, help="Do not stop at the target's end-of-sequence tokens.")
+@click.option("--trace", type=click.Path(dir_okay=False), metavar="FILE.jsonl",
+              help="Write the acceptance trace: one line per (drafter, prompt) (format: shared/formats.md).")
+@click.option("--plot", type=click.Path(dir_okay=False), metavar="FILE.html|FILE.png",
+              help="Write the τ-per-drafter plot: .html = the full report with charts, .png needs matplotlib.")
+@click.option("--max-drop", metavar="FRAC",
+              help="Exit 1 when a drafter's τ is more than FRAC (0.05 or 5%) below the first drafter's (for CI).")
+@click.option("--force", is_flag=True, help="Overwrite the --trace / --plot files if they exist.")
+@click.option("--json", "fmt", flag_value="json", help="Print the report as JSON.")
+@click.option("--markdown", "fmt", flag_value="markdown", help="Print the report as Markdown.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
+@user_errors
+def accept_command(
+    drafters: tuple[str, ...], target: str, prompts_file: str | None, max_prompts: int | None, max_new_tokens: int,
+    temperature: float, seed: int, device: str, dtype: str, keep_quantized: bool, ignore_eos: bool,
+    trace: str | None, plot: str | None, max_drop: str | None, force: bool, fmt: str | None, quiet: bool,
+) -> None:
+    """Acceptance length τ of each DRAFTER (HF dir or GGUF of any type) in speculative decoding with --target.
+
+    Runs the draft–verify loop per drafter on the same prompts; reports mean τ, accepted tokens per
+    round, acceptance per block position, this runtime's decode speed, and the difference to the
+    first drafter with a paired bootstrap confidence interval over prompts.
+
+    Exit 0 on success, 1 when --max-drop is exceeded or an input is bad, 2 for usage.
+    """
+    import os
+    from pathlib import Path
+
+    from .accept import require_matplotlib, run_acceptance, write_png
+    from .errors import UsageError
+    from .reporting import write_text_atomic
+
+    drop = _parse_fraction(max_drop, "--max-drop")
+    outputs = [(opt, p) for opt, p in (("--trace", trace), ("--plot", plot)) if p is not None]
+    if trace is not None and plot is not None and os.path.abspath(trace) == os.path.abspath(plot):
+        raise UsageError("--trace and --plot name the same file")
+    for opt, p in outputs:  # checked now, not after a long run
+        out = Path(p)
+        for src in (*drafters, target, prompts_file):
+            if src is not None and out.exists() and Path(src).exists() and os.path.samefile(src, out):
+                raise UsageError(f"{opt} {p}: is also an input; write it to another file")
+        if not out.parent.exists():
+            raise DFlashError(f"{opt} {p}: the folder {out.parent} does not exist")
+        if out.exists() and not force:
+            raise DFlashError(f"{opt} {p}: already exists — pass --force to overwrite it")
+    if plot is not None:
+        if Path(plot).suffix.lower() not in _PLOT_SUFFIXES:
+            raise UsageError(f"--plot {plot}: give a .html or .png file")
+        if Path(plot).suffix.lower() == ".png":
+            require_matplotlib()
+
+    result = run_acceptance(
+        target, list(drafters), prompts_file, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
+        device=device, dtype=dtype, keep_quantized=keep_quantized, max_prompts=max_prompts, ignore_eos=ignore_eos,
+        progress=None if quiet else (lambda message: click.echo(f"dflash-accept: {message}", err=True)),
+    )
+    report = result.report(max_drop=drop)
+    if trace is not None:
+        result.write_trace(trace, force=force)
+        if not quiet:
+            click.echo(f"dflash-accept: wrote {trace}", err=True)
+    if plot is not None:
+        if Path(plot).suffix.lower() == ".png":
+            write_png(result, plot, force=force)
+        else:
+            write_text_atomic(plot, report.to_html(), force=force)
+        if not quiet:
+            click.echo(f"dflash-accept: wrote {plot}", err=True)
+    click.echo(report.render(fmt or "text"), nl=False)
+    code = result.exit_code(drop)
+    if fmt and code:
+        click.echo(f"dflash-accept: {report.status}", err=True)
+    sys.exit(code)

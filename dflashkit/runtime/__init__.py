@@ -1,1 +1,38 @@
-"""dflashkit.runtime"""
+"""PyTorch runtime for DFlash drafters, reproducing z-lab's reference (``dflash`` on PyPI).
+
+    from dflashkit.runtime import load_drafter, load_target_head
+    model = load_drafter("drafter.gguf")                      # or an HF checkpoint directory
+    head = load_target_head("target.gguf")                    # embed_tokens + lm_head of the target
+    cache = model.new_cache()
+    step = model.draft(target_hidden, block_ids, position_ids, cache, head)   # one round
+    step.logits, step.tokens, step.hidden
+
+`dflash.py` holds the DFlash model, `dflash2.py` the DFlash 2 additions, `cache.py` the croppable
+KV cache, `load.py` the loaders, `target.py` the transformers target runner (tap features).
+"""
+
+from .cache import DraftCache
+from .dflash import DFlashDraftModel, DraftStep, Linear, TargetHead
+from .dflash2 import DFlash2DraftModel
+from .load import DTYPES, LoadInfo, kernels_available, load_drafter, load_target_head, resolve_device, resolve_dtype
+from .target import DEFAULT_PROMPT, GreedyStream, HFTarget, extract_context_feature
+
+__all__ = [
+    "DEFAULT_PROMPT",
+    "DTYPES",
+    "DFlash2DraftModel",
+    "DFlashDraftModel",
+    "DraftCache",
+    "DraftStep",
+    "GreedyStream",
+    "HFTarget",
+    "Linear",
+    "LoadInfo",
+    "TargetHead",
+    "extract_context_feature",
+    "kernels_available",
+    "load_drafter",
+    "load_target_head",
+    "resolve_device",
+    "resolve_dtype",
+]

@@ -1,0 +1,560 @@
+"""`dflash-accept`: what a drafter file is worth in speculative decoding — its acceptance length τ.
+
+Each drafter (HF dir or GGUF of any dialect/type) runs the draft–verify loop of
+`dflashkit.runtime.speculative` against the same HF target on the same prompts. Per drafter the
+report gives the mean τ (committed tokens per target forward), the histogram of accepted tokens per
+round, the acceptance rate per block position, the loop's decode speed in this PyTorch runtime, and
+the difference to the *first* drafter with a paired bootstrap confidence interval over prompts.
+
+τ of one prompt = mean over its rounds of (accepted + 1) (../shared/formats.md); a drafter's τ is
+the mean over prompts of that, as z-lab's benchmark reports it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .errors import DFlashError, UsageError
+from .reporting import Bar, BarChart, BarGroup, Column, Field, Notes, Report, Table, write_text_atomic
+from .runtime import HFTarget, LoadInfo, load_drafter
+from .runtime.speculative import SpeculativeResult, check_pair, default_stop_ids, speculative_generate
+
+EXIT_OK, EXIT_FAILED = 0, 1
+CONFIDENCE = 0.95
+BOOTSTRAP_RESAMPLES = 10_000
+WARMUP_TOKENS = 4
+CI_METHOD = (f"{CONFIDENCE:.0%} paired bootstrap percentile interval over prompts ({BOOTSTRAP_RESAMPLES} "
+             "resamples of the per-prompt τ differences to the first drafter)")
+SPEED_NOTE = ("decode tok/s is this PyTorch reference runtime's speed (eager, dequantized or reference kernels) — "
+              "not what a serving engine (llama.cpp, vLLM, SGLang) would reach; compare drafters by τ")
+
+# ---------------------------------------------------------------------------------------------
+# Prompts
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One prompt: chat ``messages`` (rendered with the target's chat template) or raw ``text``."""
+
+    id: str
+    category: str = ""
+    messages: tuple[tuple[str, str], ...] | None = None  # (role, content)
+    text: str | None = None
+
+    def ids(self, target: HFTarget) -> tuple[list[int], bool]:
+        """Token ids for ``target``, and whether a chat prompt had to go in as plain text (no template)."""
+        tok = target.tokenizer
+        if self.messages is None:
+            return list(tok.encode(self.text or "")), False  # the tokenizer's own specials (a BOS where used)
+        if getattr(tok, "chat_template", None):
+            chat = [{"role": r, "content": c} for r, c in self.messages]
+            text = tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+            return list(tok.encode(text, add_special_tokens=False)), False
+        # A base model: the contents as plain text, as HFTarget.encode does for one user turn.
+        return list(tok.encode("\n\n".join(c for _, c in self.messages))), True
+
+
+def builtin_prompts_path() -> Path:
+    return Path(str(resources.files("dflashkit.runtime").joinpath("prompts.jsonl")))
+
+
+def load_prompts(path: str | os.PathLike | None = None) -> list[Prompt]:
+    """Prompts from a JSONL file (the built-in chat/code/math set when ``path`` is None).
+
+    Each line: ``{"messages": [{"role": "user", "content": "..."}, ...]}`` (chat template),
+    ``{"prompt": "..."}`` or a bare JSON string (one user turn, chat template), or ``{"text": "..."}``
+    (raw text, tokenized as is); optional ``"id"`` and ``"category"``.
+    """
+    src = Path(path) if path is not None else builtin_prompts_path()
+    try:
+        lines = src.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise DFlashError(f"{src}: no such prompts file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DFlashError(f"{src}: cannot read the prompts file ({exc})") from None
+    prompts = [_parse_prompt(line, src, n) for n, line in enumerate(lines, 1) if line.strip()]
+    if not prompts:
+        raise DFlashError(f"{src}: no prompts (expected one JSON object per line)")
+    return prompts
+
+
+_PROMPT_FORMS = '{"messages": [{"role": "user", "content": "..."}]}, {"prompt": "..."} or {"text": "..."}'
+
+
+def _parse_prompt(line: str, src: Path, n: int) -> Prompt:
+    where = f"{src}:{n}"
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise DFlashError(f"{where}: not valid JSON ({exc.msg}) — each line must be {_PROMPT_FORMS}") from None
+    if isinstance(obj, str):
+        obj = {"prompt": obj}
+    if not isinstance(obj, dict):
+        raise DFlashError(f"{where}: expected {_PROMPT_FORMS}, got a JSON {type(obj).__name__}")
+    pid, category = str(obj.get("id", f"{src.stem}:{n}")), str(obj.get("category", ""))
+    given = [k for k in ("messages", "prompt", "text") if k in obj]
+    if len(given) != 1:
+        raise DFlashError(f"{where}: give exactly one of messages / prompt / text (found {given or 'none'})")
+    if "text" in obj or "prompt" in obj:
+        value = obj[given[0]]
+        if not isinstance(value, str) or not value:
+            raise DFlashError(f"{where}: '{given[0]}' must be a non-empty string")
+        if "text" in obj:
+            return Prompt(pid, category, text=value)
+        return Prompt(pid, category, messages=(("user", value),))
+    messages = obj["messages"]
+    if not isinstance(messages, list) or not messages:
+        raise DFlashError(f"{where}: 'messages' must be a non-empty list of {{\"role\", \"content\"}} objects")
+    out = []
+    for i, m in enumerate(messages):
+        if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+            raise DFlashError(f"{where}: messages[{i}] needs string 'role' and 'content'")
+        out.append((m["role"], m["content"]))
+    return Prompt(pid, category, messages=tuple(out))
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics
+# ---------------------------------------------------------------------------------------------
+
+
+def paired_bootstrap_ci(diffs: Sequence[float], *, seed: int = 0, resamples: int = BOOTSTRAP_RESAMPLES,
+                        confidence: float = CONFIDENCE) -> tuple[float, float] | None:
+    """Percentile interval of the mean of ``diffs`` (per-prompt paired differences); None below 2 prompts."""
+    d = np.asarray(diffs, dtype=np.float64)
+    if d.size < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    means = d[rng.integers(0, d.size, size=(resamples, d.size))].mean(axis=1)
+    alpha = (1 - confidence) / 2
+    lo, hi = np.quantile(means, [alpha, 1 - alpha])
+    return float(lo), float(hi)
+
+
+@dataclass
+class DrafterRun:
+    """One drafter over every prompt (``runs[i]`` ↔ prompt i)."""
+
+    path: str  # as given
+    info: LoadInfo
+    block_size: int
+    runs: list[SpeculativeResult]
+
+    @property
+    def name(self) -> str:
+        return Path(self.path).name or self.path
+
+    @property
+    def taus(self) -> list[float]:
+        return [r.tau for r in self.runs]
+
+    @property
+    def tau(self) -> float:
+        """Mean over prompts of per-prompt τ (prompts without a round are left out)."""
+        t = [x for x in self.taus if math.isfinite(x)]
+        return float(np.mean(t)) if t else math.nan
+
+    @property
+    def accepted(self) -> list[int]:
+        return [a for r in self.runs for a in r.accepted]
+
+    @property
+    def tau_pooled(self) -> float:
+        acc = self.accepted
+        return sum(a + 1 for a in acc) / len(acc) if acc else math.nan
+
+    def histogram(self) -> list[float]:
+        """Fraction of rounds that accepted k draft tokens, k = 0 .. block_size − 1."""
+        acc = np.asarray(self.accepted, dtype=np.int64)
+        counts = np.bincount(acc, minlength=self.block_size)[: self.block_size]
+        return (counts / max(1, acc.size)).tolist()
+
+    def position_rates(self) -> list[float]:
+        """P(draft token at block position k is accepted), k = 1 .. block_size − 1, over the rounds
+        that judged position k (a prompt's last round may judge fewer: see `SpeculativeResult`)."""
+        acc = np.asarray(self.accepted, dtype=np.int64)
+        drafted = np.asarray([d for r in self.runs for d in r.drafted], dtype=np.int64)
+        out = []
+        for k in range(1, self.block_size):
+            n = int((drafted >= k).sum())
+            out.append(float((acc[drafted >= k] >= k).sum() / n) if n else math.nan)
+        return out
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(r.output_ids) for r in self.runs)
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        n = sum(len(r.output_ids) - 1 for r in self.runs)
+        t = sum(r.decode_s for r in self.runs)
+        return n / t if t > 0 else math.nan
+
+
+@dataclass
+class Comparison:
+    """A drafter against the first one, over the prompts where both ran at least one round."""
+
+    delta: float  # τ − τ(first), mean of the per-prompt differences
+    relative: float  # delta / τ(first) over the same prompts
+    ci: tuple[float, float] | None
+    n_prompts: int
+
+    @property
+    def significant(self) -> bool:
+        return self.ci is not None and (self.ci[1] < 0 or self.ci[0] > 0)
+
+
+@dataclass
+class AcceptResult:
+    target: str
+    prompts: list[Prompt]
+    prompt_source: str
+    prompt_ids: list[list[int]]
+    drafters: list[DrafterRun]
+    max_new_tokens: int
+    temperature: float
+    seed: int
+    device: str
+    dtype: str
+    stop_token_ids: list[int]
+    notes: list[str] = field(default_factory=list)
+
+    def comparisons(self) -> list[Comparison | None]:
+        """Per drafter, the comparison with the first (None for the first itself)."""
+        first = self.drafters[0].taus
+        out: list[Comparison | None] = [None]
+        for d in self.drafters[1:]:
+            pairs = [(a, b) for a, b in zip(first, d.taus) if math.isfinite(a) and math.isfinite(b)]
+            if not pairs:
+                out.append(Comparison(math.nan, math.nan, None, 0))
+                continue
+            diffs = [b - a for a, b in pairs]
+            base = float(np.mean([a for a, _ in pairs]))
+            delta = float(np.mean(diffs))
+            out.append(Comparison(delta, delta / base if base else math.nan,
+                                  paired_bootstrap_ci(diffs, seed=self.seed), len(pairs)))
+        return out
+
+    def divergences(self) -> list[str]:
+        """At temperature 0 every drafter must reproduce the target's greedy output: where not, say where."""
+        if self.temperature > 0:
+            return []
+        out = []
+        ref = self.drafters[0]
+        for d in self.drafters[1:]:
+            for prompt, a, b in zip(self.prompts, ref.runs, d.runs):
+                if a.output_ids != b.output_ids:
+                    at = next((i for i, (x, y) in enumerate(zip(a.output_ids, b.output_ids)) if x != y),
+                              min(len(a.output_ids), len(b.output_ids)))
+                    out.append(f"{d.name} on prompt {prompt.id}: greedy output differs from {ref.name}'s at generated "
+                               f"token {at} — float rounding of the batched verify pass (expected now and then in "
+                               "bf16/fp16); τ is measured on each drafter's own output")
+        return out
+
+    def failures(self, max_drop: float | None = None) -> list[str]:
+        if max_drop is None:
+            return []
+        out = []
+        for d, c in zip(self.drafters[1:], self.comparisons()[1:]):
+            assert c is not None
+            if not math.isfinite(c.relative):
+                out.append(f"{d.name}: no prompt with rounds on both sides to compare")
+            elif -c.relative > max_drop:
+                out.append(f"{d.name}: τ {-c.relative:.1%} below {self.drafters[0].name} "
+                           f"(> --max-drop {max_drop:.1%})")
+        return out
+
+    def exit_code(self, max_drop: float | None = None) -> int:
+        return EXIT_FAILED if self.failures(max_drop) else EXIT_OK
+
+    def trace_lines(self) -> list[dict[str, Any]]:
+        """The acceptance trace (../shared/formats.md): one object per (drafter, prompt)."""
+        return [r.to_trace(d.path) for d in self.drafters for r in d.runs]
+
+    def write_trace(self, path: str | os.PathLike, *, force: bool = False) -> Path:
+        text = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in self.trace_lines())
+        return write_text_atomic(path, text, force=force)
+
+    def report(self, max_drop: float | None = None) -> Report:
+        return _build_report(self, max_drop)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+# ---------------------------------------------------------------------------------------------
+
+
+def run_acceptance(
+    target: str | os.PathLike | HFTarget,
+    drafters: Sequence[str | os.PathLike],
+    prompts: str | os.PathLike | Sequence[Prompt] | None = None,
+    *,
+    max_new_tokens: int = 128,
+    temperature: float = 0.0,
+    seed: int = 0,
+    device: str = "cpu",
+    dtype: str = "float32",
+    keep_quantized: bool = False,
+    max_prompts: int | None = None,
+    ignore_eos: bool = False,
+    warmup: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> AcceptResult:
+    """Run every drafter on every prompt against ``target`` (an HF dir, or an `HFTarget` already loaded).
+
+    Drafters are loaded one at a time (only one sits in memory next to the target). Each
+    (drafter, prompt) run is seeded with ``seed + prompt index``, so a prompt gets the same random
+    stream with every drafter. ``warmup`` runs a few tokens first so one-time costs stay out of tok/s.
+    """
+    if not drafters:
+        raise UsageError("give at least one drafter")
+    if max_new_tokens < 2:
+        raise UsageError(f"--max-new-tokens must be at least 2 (the prefill makes the first token; rounds come "
+                         f"after it), got {max_new_tokens}")
+    if temperature < 0 or not math.isfinite(temperature):
+        raise UsageError(f"--temperature must be ≥ 0, got {temperature}")
+    if max_prompts is not None and max_prompts < 1:
+        raise UsageError(f"--max-prompts must be at least 1, got {max_prompts}")
+    say = progress or (lambda message: None)
+
+    if isinstance(prompts, (str, os.PathLike)) or prompts is None:
+        source = str(prompts) if prompts is not None else "built-in (chat, code, math)"
+        prompt_list = load_prompts(prompts)
+    else:
+        source, prompt_list = "given", list(prompts)
+    prompt_list = prompt_list[:max_prompts] if max_prompts else prompt_list
+
+    if isinstance(target, HFTarget):
+        runner = target
+    else:
+        if not Path(target).is_dir():
+            kind = "a file" if Path(target).is_file() else "not found"
+            raise UsageError(f"--target {target}: {kind} — dflash-accept runs the target with transformers, so it "
+                             "needs the target's HF model directory (config.json + safetensors), not a GGUF")
+        say(f"loading target {target}")
+        runner = HFTarget(target, device=device, dtype=dtype)
+
+    notes: list[str] = []
+    prompt_ids, plain = [], []
+    for p in prompt_list:
+        ids, fallback = p.ids(runner)
+        if not ids:
+            raise DFlashError(f"prompt {p.id}: encodes to no tokens — give it some text")
+        prompt_ids.append(ids)
+        if fallback:
+            plain.append(p.id)
+    if plain:
+        notes.append(f"target {runner.path} has no chat template: chat prompt(s) {', '.join(plain)} were fed as "
+                     "plain text")
+    stops = [] if ignore_eos else default_stop_ids(runner)
+
+    runs: list[DrafterRun] = []
+    head = None
+    for n, path in enumerate(drafters, 1):
+        say(f"drafter {n}/{len(drafters)}: loading {path}")
+        model = load_drafter(path, device=str(runner.device), dtype=dtype, keep_quantized=keep_quantized)
+        if head is None:  # one head for all drafters: same device and dtype
+            head = runner.head(dtype=dtype)
+        check_pair(model, runner, head, where=f"drafter {path}")
+        if warmup:
+            speculative_generate(model, runner, prompt_ids[0], max_new_tokens=WARMUP_TOKENS, temperature=temperature,
+                                 head=head, stop_token_ids=(), seed=seed)
+        results = []
+        for i, ids in enumerate(prompt_ids):
+            r = speculative_generate(model, runner, ids, max_new_tokens=max_new_tokens, temperature=temperature,
+                                     head=head, stop_token_ids=stops, seed=seed + i)
+            results.append(r)
+            say(f"drafter {n}/{len(drafters)}: prompt {i + 1}/{len(prompt_ids)} ({prompt_list[i].id}): "
+                f"τ {r.tau:.2f} over {r.rounds} round(s)")
+        runs.append(DrafterRun(str(path), model.load_info, model.block_size, results))  # type: ignore[arg-type]
+        del model  # free it before the next one loads
+    return AcceptResult(
+        target=str(runner.path), prompts=prompt_list, prompt_source=source, prompt_ids=prompt_ids, drafters=runs,
+        max_new_tokens=max_new_tokens, temperature=float(temperature), seed=seed, device=str(runner.device),
+        dtype=dtype, stop_token_ids=stops, notes=notes,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------------
+
+
+def _form(info: LoadInfo) -> str:
+    kind = "HF" if info.kind == "hf" else f"GGUF {info.dialect}" if info.dialect else "GGUF"
+    types = ", ".join(f"{t}×{n}" for t, n in sorted(info.tensor_types.items(), key=lambda kv: -kv[1]))
+    return f"{kind}: {types}"
+
+
+def _ci_text(c: Comparison) -> str:
+    if c.ci is None:
+        return "no CI (< 2 prompts)"
+    return f"{CONFIDENCE:.0%} CI [{c.ci[0]:+.2f}, {c.ci[1]:+.2f}]"
+
+
+def _build_report(r: AcceptResult, max_drop: float | None) -> Report:
+    comps = r.comparisons()
+    failures = r.failures(max_drop)
+    first = r.drafters[0]
+    parts = [f"{first.name} τ {first.tau:.2f}"]
+    for d, c in zip(r.drafters[1:], comps[1:]):
+        assert c is not None
+        parts.append(f"{d.name} τ {d.tau:.2f} ({c.delta:+.2f}, {c.relative:+.1%}; {_ci_text(c)})")
+    headline = "; ".join(parts)
+    worse = [d.name for d, c in zip(r.drafters[1:], comps[1:]) if c is not None and c.significant and c.delta < 0]
+    if failures:
+        status, level = "; ".join(failures), "error"
+    elif worse:
+        status, level = f"{headline} — significantly lower: {', '.join(worse)}", "warning"
+    else:
+        status, level = headline, "ok"
+
+    n_prompt_tokens = [len(ids) for ids in r.prompt_ids]
+    summary = [
+        Field("target", r.target, key="target"),
+        Field("prompts", f"{len(r.prompts)} from {r.prompt_source} ({min(n_prompt_tokens)}–{max(n_prompt_tokens)} "
+              "tokens each)", key="prompts_text"),
+        Field("prompt count", len(r.prompts), key="prompt_count"),
+        Field("max new tokens", r.max_new_tokens, key="max_new_tokens"),
+        Field("temperature", r.temperature, key="temperature"),
+        Field("seed", r.seed, key="seed"),
+        Field("device / dtype", f"{r.device} / {r.dtype}", key="device_dtype"),
+        Field("stop tokens", r.stop_token_ids or "none (--ignore-eos)", key="stop_token_ids"),
+        Field("confidence interval", CI_METHOD, key="ci_method"),
+        Field("max drop", max_drop, "pct", key="max_drop"),
+        Field("exit code", EXIT_FAILED if failures else EXIT_OK, key="exit_code"),
+    ]
+
+    rows, flagged = [], set()
+    for i, (d, c) in enumerate(zip(r.drafters, comps)):
+        rows.append({
+            "drafter": d.path, "form": _form(d.info), "matmul": d.info.matmul, "block_size": d.block_size,
+            "tau": d.tau, "tau_pooled": d.tau_pooled,
+            "delta": None if c is None else c.delta, "relative": None if c is None else c.relative,
+            "ci_low": None if c is None or c.ci is None else c.ci[0],
+            "ci_high": None if c is None or c.ci is None else c.ci[1],
+            "rounds": len(d.accepted), "tokens": d.tokens, "decode_tok_s": d.decode_tokens_per_s,
+        })
+        if c is not None and (c.significant and c.delta < 0 or any(f.startswith(f"{d.name}:") for f in failures)):
+            flagged.add(i)
+    sections: list[Any] = [Table(
+        "Acceptance length τ per drafter",
+        [Column("drafter", "drafter"), Column("form", "tensors"), Column("tau", "τ", ".3f"),
+         Column("tau_pooled", "τ all rounds", ".3f"), Column("delta", "Δτ vs first", "+.3f"),
+         Column("relative", "Δ%", "pct"), Column("ci_low", "CI low", "+.3f"), Column("ci_high", "CI high", "+.3f"),
+         Column("rounds", "rounds"), Column("decode_tok_s", "decode tok/s (this runtime)", ".1f")],
+        rows, id="drafters", flagged=flagged, level="error" if failures else "warning" if worse else "info",
+        note="τ = mean over prompts of committed tokens per target forward; τ all rounds pools every round; "
+             "Δτ and its CI are paired over prompts (see 'confidence interval')",
+    )]
+    sections.append(BarChart(
+        "τ per drafter",
+        [BarGroup(d.name, [Bar(f"{d.path}: τ", d.tau, series=d.name)]) for d in r.drafters],
+        value_label="τ (tokens per target forward)", reference=first.tau, reference_label=f"{first.name}",
+        id="tau_chart",
+    ))
+
+    width = max(d.block_size for d in r.drafters)
+    hist_cols = [Column("drafter", "drafter")] + [Column(f"a{k}", str(k), "pct") for k in range(width)]
+    hist_rows = []
+    for d in r.drafters:
+        h = d.histogram()
+        hist_rows.append({"drafter": d.name, **{f"a{k}": h[k] if k < len(h) else None for k in range(width)},
+                          "histogram": h})
+    sections.append(Table("Accepted draft tokens per round", hist_cols, hist_rows, id="histogram",
+                          note="share of rounds that accepted k draft tokens (the bonus token not counted)"))
+    pos_cols = [Column("drafter", "drafter")] + [Column(f"p{k}", str(k), "pct") for k in range(1, width)]
+    pos_rows = []
+    for d in r.drafters:
+        p = d.position_rates()
+        pos_rows.append({"drafter": d.name, **{f"p{k}": p[k - 1] if k - 1 < len(p) else None for k in range(1, width)},
+                         "rates": p})
+    sections.append(Table("Acceptance rate per block position", pos_cols, pos_rows, id="positions",
+                          note="share of rounds whose draft token at block position k was accepted (k = 1 is the "
+                               "first drafted token; a token is accepted only if all before it were)"))
+    sections.append(BarChart(
+        "Acceptance rate per block position (chart)",
+        [BarGroup(str(k), [Bar(f"{d.name} @ {k}", d.position_rates()[k - 1], series=d.name)
+                           for d in r.drafters if k < d.block_size]) for k in range(1, width)],
+        value_label="acceptance rate", id="positions_chart",
+    ))
+
+    prompt_cols = [Column("prompt", "prompt"), Column("category", "category"), Column("prompt_tokens", "tokens")]
+    prompt_cols += [Column(f"tau_{j}", f"τ {d.name}", ".2f") for j, d in enumerate(r.drafters)]
+    prompt_rows = []
+    for i, p in enumerate(r.prompts):
+        row: dict[str, Any] = {"prompt": p.id, "category": p.category, "prompt_tokens": len(r.prompt_ids[i])}
+        for j, d in enumerate(r.drafters):
+            run = d.runs[i]
+            row[f"tau_{j}"] = run.tau
+            row[f"generated_{j}"] = len(run.output_ids)
+        prompt_rows.append(row)
+    sections.append(Table("τ per prompt", prompt_cols, prompt_rows, id="prompts"))
+
+    warnings = r.divergences()
+    for d in r.drafters:
+        empty = [p.id for p, run in zip(r.prompts, d.runs) if not run.rounds]
+        if empty:
+            warnings.append(f"{d.name}: no round on prompt(s) {', '.join(empty)} (the first token ended it) — left "
+                            "out of τ")
+    sections.append(Notes("Warnings", warnings, level="warning" if warnings else "info", id="warnings"))
+    notes = [SPEED_NOTE] + list(r.notes)
+    notes += [f"{d.name}: " + "; ".join([d.info.matmul, *d.info.notes]) for d in r.drafters]
+    sections.append(Notes("Notes", notes, id="notes"))
+    names = ", ".join(d.name for d in r.drafters)
+    return Report(f"dflash-accept: {names} on {Path(r.target).name}", status, level, summary, sections)
+
+
+# ---------------------------------------------------------------------------------------------
+# PNG plot
+# ---------------------------------------------------------------------------------------------
+
+
+def require_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError("a .png plot needs matplotlib (pip install matplotlib) — or give --plot FILE.html") from None
+
+
+def write_png(result: AcceptResult, path: str | os.PathLike, *, force: bool = False) -> Path:
+    """τ per drafter with the CI of its difference to the first, as a PNG (matplotlib)."""
+    require_matplotlib()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(path)
+    if out.exists() and not force:
+        raise DFlashError(f"{out}: already exists — pass --force to overwrite it")
+    names = [d.name for d in result.drafters]
+    taus = [d.tau for d in result.drafters]
+    base = result.drafters[0].tau
+    lower, upper = [0.0], [0.0]  # error bars: the CI of Δτ, drawn around each drafter's τ
+    for c in result.comparisons()[1:]:
+        ci = c.ci if c is not None else None
+        lower.append(0.0 if ci is None else max(0.0, c.delta - ci[0]))  # type: ignore[union-attr]
+        upper.append(0.0 if ci is None else max(0.0, ci[1] - c.delta))  # type: ignore[union-attr]
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(names) + 2), 4))
+    ax.bar(names, taus, yerr=[lower, upper], capsize=4, color="#4e79a7")
+    ax.axhline(base, color="#c00000", linestyle="--", linewidth=1)
+    ax.set_ylabel("τ (tokens per target forward)")
+    ax.set_title(f"dflash-accept on {Path(result.target).name} (T={result.temperature:g})")
+    plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
+    fig.tight_layout()
+    tmp = out.with_name(out.name + ".tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    os.replace(tmp, out)
+    return out

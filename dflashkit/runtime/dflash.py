@@ -1,0 +1,427 @@
+"""The DFlash drafter forward, in plain PyTorch — a readable re-implementation of z-lab's reference.
+
+Specification: ``dflash/model.py`` of the ``dflash`` package on PyPI (``DFlashDraftModel``,
+``dflash_generate``). One round of drafting:
+
+1. the target's hidden states at the tap layers, concatenated, go through ``fc`` → ``hidden_norm``:
+   the *context* stream;
+2. the block ``[anchor, mask, mask, ...]`` is embedded with the target's ``embed_tokens`` × the
+   input embedding scale: the *noise* stream; positions continue the context's;
+3. each layer attends with queries from the noise stream only and keys/values from context and
+   noise concatenated (``q_norm`` / ``k_norm`` per head, RoPE, GQA); full-attention layers are
+   non-causal, ``sliding_attention`` layers causal with a window (``is_causal`` overrides);
+   then a SwiGLU MLP; the final ``norm`` closes the stack;
+4. logits = target ``lm_head`` × output multiplier, then ``tanh`` softcapping when configured.
+
+Module and tensor names mirror the HF checkpoint (``layers.0.self_attn.q_proj.weight``), so the
+canonical ids of `dflashkit.io.drafter` load straight in. Weights are buffers (inference only);
+every linear layer holds a dense weight or a ggml-quantized one (`Linear`). The op order follows
+the reference wherever float32 rounding could otherwise differ (separate context/noise
+projections, norm in float32, cos/sin in float32).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ..spec import DrafterSpec
+from .cache import DraftCache
+
+# ---------------------------------------------------------------------------------------------
+# Building blocks
+# ---------------------------------------------------------------------------------------------
+
+
+class Linear(nn.Module):
+    """``y = x W^T (+ b)`` with W dense (a float buffer) or ggml-quantized (uint8 blocks + type).
+
+    Quantized weights stay quantized in memory and run through ``dflashkit.kernels.qmatmul``.
+    """
+
+    def __init__(self, in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.register_buffer("weight", None)
+        self.register_buffer("bias", None)
+        self.register_buffer("qdata", None)  # uint8 [out_features, row_bytes] when quantized
+        self.ggml_type: Any = None
+
+    @property
+    def is_quantized(self) -> bool:
+        return self.qdata is not None
+
+    @property
+    def is_loaded(self) -> bool:
+        return self.weight is not None or self.qdata is not None
+
+    def set_weight(self, weight: torch.Tensor) -> None:
+        self._check_shape(tuple(weight.shape))
+        self.weight, self.qdata, self.ggml_type = weight, None, None
+
+    def set_quantized(self, data: torch.Tensor, ggml_type: Any) -> None:
+        self.weight, self.qdata, self.ggml_type = None, data, ggml_type
+
+    def _check_shape(self, shape: tuple[int, ...]) -> None:
+        if shape != (self.out_features, self.in_features):
+            raise ValueError(f"weight shape {list(shape)} ≠ expected {[self.out_features, self.in_features]}")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.qdata is not None:
+            from ..kernels import QuantizedWeight, qmatmul  # only reached when the loader found them
+
+            w = QuantizedWeight(self.qdata, self.ggml_type, (self.out_features, self.in_features))
+            y = qmatmul(x, w).to(x.dtype)
+            return y if self.bias is None else y + self.bias
+        return F.linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        kind = f"quantized {getattr(self.ggml_type, 'name', self.ggml_type)}" if self.is_quantized else "dense"
+        return f"in={self.in_features}, out={self.out_features}, {kind}"
+
+
+class RMSNorm(nn.Module):
+    """Qwen3RMSNorm: normalise in float32, cast back, then scale."""
+
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.register_buffer("weight", torch.ones(size))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.to(torch.float32)
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+class Embedding(nn.Module):
+    """A lookup table (the DFlash 2 selector codebooks)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("weight", None)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, self.weight)
+
+
+class RotaryEmbedding(nn.Module):
+    """Default RoPE over the whole head (as transformers' Qwen3RotaryEmbedding computes it).
+
+    z-lab's reference builds its rotary embedding from a Qwen3 config, which applies RoPE to the full
+    ``head_dim``: a ``partial_rotary_factor`` in the config does not change it, so it does not here.
+    """
+
+    def __init__(self, head_dim: int, theta: float) -> None:
+        super().__init__()
+        self.head_dim, self.theta = head_dim, theta
+
+    def forward(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        # Computed on the fly in float32: a buffer would be cast to bf16 by `model.to(dtype)`.
+        inv_freq = 1.0 / (self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float) / self.head_dim))
+        inv_freq = inv_freq.to(position_ids.device)
+        freqs = (inv_freq[None, :, None] @ position_ids[:, None, :].float()).transpose(1, 2)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def apply_rotary(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE; ``cos``/``sin`` cover context + noise, the queries (noise only) take the last ``q_len``."""
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    q_len = q.shape[-2]
+    q = q * cos[..., -q_len:, :] + rotate_half(q) * sin[..., -q_len:, :]
+    k = k * cos + rotate_half(k) * sin
+    return q, k
+
+
+def attention_mask(q_len: int, k_len: int, *, causal: bool, window: int | None, device: torch.device) -> torch.Tensor:
+    """Boolean ``[1, 1, q_len, k_len]`` visibility; queries are the last ``q_len`` key positions."""
+    q_pos = k_len - q_len + torch.arange(q_len, device=device)[:, None]
+    k_pos = torch.arange(k_len, device=device)[None, :]
+    visible = torch.ones((q_len, k_len), dtype=torch.bool, device=device)
+    if causal:
+        visible &= k_pos <= q_pos
+    if window is not None:
+        visible &= q_pos - k_pos < window
+        if not causal:
+            visible &= k_pos - q_pos < window
+    return visible[None, None]
+
+
+def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """``[b, kv_heads, len, d]`` → ``[b, kv_heads * n_rep, len, d]`` (each kv head serves n_rep query heads)."""
+    if n_rep == 1:
+        return x
+    b, kv, length, d = x.shape
+    return x[:, :, None].expand(b, kv, n_rep, length, d).reshape(b, kv * n_rep, length, d)
+
+
+# ---------------------------------------------------------------------------------------------
+# Layers
+# ---------------------------------------------------------------------------------------------
+
+
+class Attention(nn.Module):
+    def __init__(self, spec: DrafterSpec, layer: int) -> None:
+        super().__init__()
+        h, hd = spec.hidden_size, spec.head_dim
+        self.layer, self.head_dim = layer, hd
+        self.n_rep = spec.n_heads // spec.n_kv_heads
+        self.scaling = hd**-0.5
+        self.q_proj = Linear(h, spec.n_heads * hd)
+        self.k_proj = Linear(h, spec.n_kv_heads * hd)
+        self.v_proj = Linear(h, spec.n_kv_heads * hd)
+        self.o_proj = Linear(spec.n_heads * hd, h)
+        self.q_norm = RMSNorm(hd, spec.rms_norm_eps)
+        self.k_norm = RMSNorm(hd, spec.rms_norm_eps)
+        pattern = spec.sliding_window_pattern or ()
+        sliding = layer < len(pattern) and bool(pattern[layer])
+        # The reference: sliding layers are causal, full ones are not, unless is_causal says otherwise.
+        self.causal = sliding if spec.causal is None else bool(spec.causal)
+        self.window = spec.sliding_window if sliding else None
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        context: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        cache: DraftCache | None,
+    ) -> torch.Tensor:
+        b, q_len, _ = x.shape
+        ctx_len = context.shape[1]
+        q = self.q_norm(self.q_proj(x).view(b, q_len, -1, self.head_dim)).transpose(1, 2)
+        # Context and noise are projected separately, as in the reference (same float32 rounding).
+        k = torch.cat([self.k_proj(context), self.k_proj(x)], dim=1).view(b, ctx_len + q_len, -1, self.head_dim)
+        v = torch.cat([self.v_proj(context), self.v_proj(x)], dim=1).view(b, ctx_len + q_len, -1, self.head_dim)
+        k = self.k_norm(k).transpose(1, 2)
+        v = v.transpose(1, 2)
+        q, k = apply_rotary(q, k, cos, sin)
+        if cache is not None:
+            k, v = cache.update(self.layer, k, v)
+        if self.causal or self.window is not None:
+            mask = attention_mask(q_len, k.shape[-2], causal=self.causal, window=self.window, device=x.device)
+            out = F.scaled_dot_product_attention(
+                q, repeat_kv(k, self.n_rep), repeat_kv(v, self.n_rep), attn_mask=mask, scale=self.scaling
+            )
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, scale=self.scaling, enable_gqa=self.n_rep > 1)
+        return self.o_proj(out.transpose(1, 2).reshape(b, q_len, -1))
+
+
+class MLP(nn.Module):
+    """SwiGLU: ``down(silu(gate(x)) * up(x))``."""
+
+    def __init__(self, spec: DrafterSpec) -> None:
+        super().__init__()
+        self.gate_proj = Linear(spec.hidden_size, spec.intermediate_size)
+        self.up_proj = Linear(spec.hidden_size, spec.intermediate_size)
+        self.down_proj = Linear(spec.intermediate_size, spec.hidden_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm attention + MLP blocks with residuals. DFlash 2 wraps both blocks (see `around`)."""
+
+    def __init__(self, spec: DrafterSpec, layer: int) -> None:
+        super().__init__()
+        self.self_attn = Attention(spec, layer)
+        self.mlp = MLP(spec)
+        self.input_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
+
+    def around(self, block: str, fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """Run one block (``"attention"`` or ``"mlp"``) on its normed input; DFlash 2 adds convolutions."""
+        return fn(x)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        context: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        cache: DraftCache | None,
+    ) -> torch.Tensor:
+        attn = functools.partial(self.self_attn, context=context, cos=cos, sin=sin, cache=cache)
+        x = x + self.around("attention", attn, self.input_layernorm(x))
+        return x + self.around("mlp", self.mlp, self.post_attention_layernorm(x))
+
+
+# ---------------------------------------------------------------------------------------------
+# The target's embedding and head
+# ---------------------------------------------------------------------------------------------
+
+
+class TargetHead(nn.Module):
+    """What a drafter borrows from its target: ``embed_tokens`` (noise embedding) and ``lm_head``."""
+
+    def __init__(self, embed_tokens: torch.Tensor, lm_head: Linear, *, source: str = "") -> None:
+        super().__init__()
+        self.register_buffer("embed_tokens", embed_tokens)
+        self.lm_head = lm_head
+        self.source = source
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.embed_tokens.shape[0])
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.embed_tokens.shape[1])
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, self.embed_tokens)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden)
+
+
+# ---------------------------------------------------------------------------------------------
+# The model
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DraftStep:
+    """One drafting round: the block's final hidden states, the draft logits and tokens."""
+
+    hidden: torch.Tensor  # [b, block, hidden]: final-norm output for the whole block
+    logits: torch.Tensor | None  # [b, block - 1, vocab] for positions 1.. (None without a head)
+    tokens: torch.Tensor | None  # [b, block - 1] greedy draft (None without a head)
+
+
+class DFlashDraftModel(nn.Module):
+    """z-lab's ``DFlashDraftModel``: ``forward`` returns the final-norm hidden states of the block."""
+
+    layer_class: type[DecoderLayer] = DecoderLayer
+
+    def __init__(self, spec: DrafterSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        h = spec.hidden_size
+        self.fc = Linear(spec.fc_input_width, h)
+        self.hidden_norm = RMSNorm(h, spec.rms_norm_eps)
+        self.layers = nn.ModuleList(self.layer_class(spec, i) for i in range(spec.n_layers))
+        self.norm = RMSNorm(h, spec.rms_norm_eps)
+        self.rotary_emb = RotaryEmbedding(spec.head_dim, spec.rope_theta)
+
+    # -- properties the decoding loop needs ----------------------------------------------------
+    @property
+    def block_size(self) -> int:
+        return self.spec.block_size
+
+    @property
+    def mask_token_id(self) -> int | None:
+        return self.spec.mask_token_id
+
+    @property
+    def target_layer_ids(self) -> tuple[int, ...]:
+        return self.spec.target_layer_ids
+
+    @property
+    def embedding_scale(self) -> float:
+        return 1.0 if self.spec.embedding_scale is None else float(self.spec.embedding_scale)
+
+    def new_cache(self) -> DraftCache:
+        return DraftCache(self.spec.n_layers)
+
+    # -- forward ------------------------------------------------------------------------------
+    def forward(
+        self,
+        target_hidden: torch.Tensor,
+        noise_embedding: torch.Tensor,
+        position_ids: torch.Tensor,
+        cache: DraftCache | None = None,
+    ) -> torch.Tensor:
+        """``target_hidden`` [b, ctx, taps × hidden], ``noise_embedding`` [b, block, hidden],
+        ``position_ids`` [b, ctx + block] → final-norm hidden states [b, block, hidden].
+
+        With a ``cache``, this call's context and noise keys/values are appended to it; crop it back
+        to the context length afterwards (``cache.crop(start)``), as ``dflash_generate`` does.
+        """
+        x = noise_embedding
+        context = self.hidden_norm(self.fc(target_hidden))
+        cos, sin = self.rotary_emb(position_ids, x.dtype)
+        for layer in self.layers:
+            x = layer(x, context, cos, sin, cache)
+        return self.norm(x)
+
+    def noise_embedding(self, block_ids: torch.Tensor, head: TargetHead) -> torch.Tensor:
+        """The target's embedding of ``[anchor, mask, ...]`` × the input embedding scale."""
+        return head.embed(block_ids) * self.embedding_scale
+
+    def compute_logits(self, hidden: torch.Tensor, head: TargetHead | nn.Module) -> torch.Tensor:
+        """Target ``lm_head`` × output multiplier, then final logit softcapping (if configured)."""
+        logits = head(hidden)
+        logits = logits * (1.0 if self.spec.logit_scale is None else float(self.spec.logit_scale))
+        cap = self.spec.final_logit_softcapping
+        if cap is not None and float(cap) > 0:
+            logits = torch.tanh(logits / float(cap)) * float(cap)
+        return logits
+
+    def select_tokens(
+        self, hidden: torch.Tensor, logits: torch.Tensor, anchor_ids: torch.Tensor, temperature: float = 0.0
+    ) -> torch.Tensor:
+        """Draft tokens from the logits of positions 1..: greedy, or sampled at ``temperature``."""
+        if temperature <= 0:
+            return torch.argmax(logits, dim=-1)
+        return sample_probs(sampling_probs(logits, temperature))
+
+    @torch.inference_mode()
+    def draft(
+        self,
+        target_hidden: torch.Tensor,
+        block_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        cache: DraftCache | None = None,
+        head: TargetHead | None = None,
+        *,
+        noise_embedding: torch.Tensor | None = None,
+        temperature: float = 0.0,
+    ) -> DraftStep:
+        """One round of ``dflash_generate``'s drafting: forward, crop the cache to the context, logits, tokens.
+
+        ``position_ids`` covers this round's context then the block. Without a ``head`` pass
+        ``noise_embedding`` and only hidden states come back.
+        """
+        if noise_embedding is None:
+            if head is None:
+                raise ValueError("draft() needs the target head or a noise_embedding")
+            noise_embedding = self.noise_embedding(block_ids, head)
+        hidden = self(target_hidden, noise_embedding, position_ids, cache)
+        if cache is not None:
+            cache.crop(cache.seq_length - block_ids.shape[1])  # keep the context, drop the block
+        if head is None:
+            return DraftStep(hidden, None, None)
+        draft_hidden = hidden[:, 1:, :]
+        logits = self.compute_logits(draft_hidden, head)
+        tokens = self.select_tokens(draft_hidden, logits, block_ids[:, 0], temperature)
+        return DraftStep(hidden, logits, tokens)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sampling (the reference's temperature path; greedy needs none of it)
+# ---------------------------------------------------------------------------------------------
+
+
+def sampling_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    return torch.softmax(logits.float() / temperature, dim=-1)
+
+
+def sample_probs(probs: torch.Tensor) -> torch.Tensor:
+    return torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1).view(probs.shape[:-1])

@@ -1,0 +1,297 @@
+"""Build a runnable drafter from any file `dflashkit.io.drafter.open_drafter` reads, and the target's head.
+
+A drafter comes from an HF checkpoint directory or a GGUF of any dialect and any tensor type:
+weights are read by canonical id and dequantized to float32 (``read_f32``), or — with
+``keep_quantized=True`` and when ``dflashkit.kernels`` provides ``qmatmul`` — kept as ggml blocks
+and multiplied by the fused kernels. The target's ``embed_tokens`` / ``lm_head`` come from a target
+GGUF (``token_embd.weight`` / ``output.weight``) or an HF target directory.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import DFlashError, UsageError
+from ..io.drafter import DrafterFile, open_drafter, to_float32
+from ..spec import DrafterSpec
+from ..tensors import expected_tensors
+from .dflash import DFlashDraftModel, Embedding, Linear, RMSNorm, TargetHead
+from .dflash2 import DFlash2DraftModel
+
+DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_DTYPE_ALIASES = {"f32": "float32", "fp32": "float32", "bf16": "bfloat16", "f16": "float16", "fp16": "float16", "half": "float16"}
+_FLOAT_TYPES = {"F32", "F16", "BF16", "F64"}
+#: Tensors a drafter may carry that the reference never uses (it borrows the target's).
+_UNUSED = ("embed_tokens.weight", "lm_head.weight")
+
+
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        if dtype not in DTYPES.values():
+            raise UsageError(f"dtype {dtype} is not supported (float32, bfloat16, float16)")
+        return dtype
+    name = _DTYPE_ALIASES.get(str(dtype).lower(), str(dtype).lower())
+    if name not in DTYPES:
+        raise UsageError(f"unknown dtype '{dtype}' (choose float32, bfloat16 or float16)")
+    return DTYPES[name]
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError("device 'cuda' requested but torch sees no CUDA GPU")
+    if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise UsageError("device 'mps' requested but the MPS backend is not available")
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise UsageError(f"unsupported device '{device}' (cpu, cuda or mps)")
+    return dev
+
+
+def kernels_available() -> bool:
+    """True when ``dflashkit.kernels`` provides the fused quantized matmul (``qmatmul``)."""
+    try:
+        from ..kernels import QuantizedWeight, qmatmul  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@dataclass
+class LoadInfo:
+    """How a drafter was loaded (for reports)."""
+
+    path: str
+    kind: str  # "hf" | "gguf"
+    dialect: str | None
+    architecture: str
+    tensor_types: dict[str, int]  # stored type → tensor count
+    matmul: str  # which linear-layer path runs
+    device: str
+    dtype: str
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path, "kind": self.kind, "dialect": self.dialect, "architecture": self.architecture,
+            "tensor_types": self.tensor_types, "matmul": self.matmul, "device": self.device, "dtype": self.dtype,
+            "notes": self.notes,
+        }
+
+
+def model_class(spec: DrafterSpec) -> type[DFlashDraftModel]:
+    return DFlash2DraftModel if spec.is_dflash2 else DFlashDraftModel
+
+
+def reference_notes(spec: DrafterSpec) -> list[str]:
+    """Config values the reference implementation does not act on (so neither does the runtime)."""
+    notes = []
+    if spec.rope_dimension_count is not None and spec.rope_dimension_count != spec.head_dim:
+        notes.append(
+            f"partial rotary ({spec.rope_dimension_count} of {spec.head_dim} dims) is ignored: z-lab's reference "
+            "rotates the full head"
+        )
+    if spec.attention_value_scale is not None:
+        notes.append(f"attention_value_scale {spec.attention_value_scale} is ignored: z-lab's reference does not use it")
+    return notes
+
+
+def load_drafter(
+    path: str | os.PathLike,
+    *,
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype = "float32",
+    keep_quantized: bool = False,
+) -> DFlashDraftModel:
+    """A ready-to-run drafter (eval mode) from an HF dir or a GGUF; ``model.load_info`` says how."""
+    dev, dt = resolve_device(device), resolve_dtype(dtype)
+    with open_drafter(path) as f:
+        spec = f.require_spec()
+        model = model_class(spec)(spec)
+        quantized = keep_quantized and kernels_available()
+        notes = reference_notes(spec)
+        if keep_quantized and not quantized:
+            notes.append("--keep-quantized: dflashkit.kernels is not available; weights were dequantized")
+        _fill(model, f, dev, dt, quantized, notes)
+        types: dict[str, int] = {}
+        for ref in f.tensors.values():
+            types[ref.type_name] = types.get(ref.type_name, 0) + 1
+        kept = any(isinstance(m, Linear) and m.is_quantized for m in model.modules())
+        if kept:
+            matmul = f"quantized, dflashkit.kernels.qmatmul ({_qmatmul_path(model, dev)} path)"
+        elif any(t not in _FLOAT_TYPES for t in types):
+            matmul = f"dense {_dtype_name(dt)} (dequantized on load)"
+        else:
+            matmul = f"dense {_dtype_name(dt)}"
+        info = LoadInfo(
+            path=str(path),
+            kind=f.kind,
+            dialect=f.dialect.name if f.dialect else None,
+            architecture=spec.architecture,
+            tensor_types=types,
+            matmul=matmul,
+            device=str(dev),
+            dtype=_dtype_name(dt),
+            notes=notes,
+        )
+    model.load_info = info  # type: ignore[attr-defined]
+    return model.eval()
+
+
+def _kernel_types() -> frozenset[Any]:
+    """Quantized ggml types dflashkit.kernels can multiply (empty without the kernels)."""
+    try:
+        from ..kernels import TORCH_DEQUANT
+    except ImportError:
+        return frozenset()
+    return frozenset(t for t in TORCH_DEQUANT if t.name not in _FLOAT_TYPES)
+
+
+def _dequantize(raw: np.ndarray, ggml_type: Any, shape: tuple[int, ...], dev: torch.device, dt: torch.dtype) -> torch.Tensor:
+    """ggml blocks → ``dt`` on ``dev``, through dflashkit.kernels (on the device itself: a GPU dequantizes in
+    place of the CPU); numpy's dequantizer when the kernels cannot take the type."""
+    if ggml_type in _kernel_types():
+        from ..kernels import dequantize_torch
+
+        data = torch.from_numpy(np.array(raw, dtype=np.uint8)).to(dev)  # a copy: the memmap is read-only
+        return dequantize_torch(data, ggml_type, shape).to(dtype=dt)
+    return torch.from_numpy(to_float32(raw, ggml_type.name, shape)).to(device=dev, dtype=dt)
+
+
+def _qmatmul_path(model: DFlashDraftModel, dev: torch.device) -> str:
+    from ..kernels import QuantizedWeight, qmatmul_path
+
+    lin = next(m for m in model.modules() if isinstance(m, Linear) and m.is_quantized)
+    return qmatmul_path(dev, QuantizedWeight(lin.qdata, lin.ggml_type, (lin.out_features, lin.in_features)))
+
+
+def _dtype_name(dt: torch.dtype) -> str:
+    return next(k for k, v in DTYPES.items() if v == dt)
+
+
+def _fill(model: DFlashDraftModel, f: DrafterFile, dev: torch.device, dt: torch.dtype, quantized: bool, notes: list[str]) -> None:
+    spec = model.spec
+    expected = expected_tensors(spec, vocab_size=spec.vocab_size)
+    missing = [n for n in expected if n not in f.tensors]
+    if missing:
+        shown = ", ".join(missing[:6]) + (f" (+{len(missing) - 6} more)" if len(missing) > 6 else "")
+        raise DFlashError(f"{f.path}: missing tensor(s) the drafter needs: {shown}")
+    if f.unmapped:
+        notes.append(f"ignored {len(f.unmapped)} tensor(s) with no DFlash meaning: {', '.join(f.unmapped[:4])}")
+    for canonical, ref in f.tensors.items():
+        if canonical in _UNUSED:
+            notes.append(f"the drafter's own {canonical} is ignored: the reference uses the target's")
+            continue
+        module_path, attr = canonical.rsplit(".", 1)
+        try:
+            module = model.get_submodule(module_path)
+        except AttributeError:
+            raise DFlashError(f"{f.path}: tensor '{ref.name}' has no place in a {spec.architecture} with this config") from None
+        want = expected.get(canonical)
+        if want is not None and (len(want) != len(ref.shape) or any(w not in (-1, g) for w, g in zip(want, ref.shape))):
+            raise DFlashError(f"{f.path}: tensor '{ref.name}' has shape {list(ref.shape)}, the config implies {list(want)}")
+        if isinstance(module, Linear) and attr == "weight" and quantized and ref.ggml_type in _kernel_types():
+            data = torch.from_numpy(np.array(f.read_raw(canonical), dtype=np.uint8)).to(dev)
+            module.set_quantized(data, ref.ggml_type)
+            continue
+        if ref.ggml_type is not None and ref.type_name not in _FLOAT_TYPES:
+            tensor = _dequantize(f.read_raw(canonical), ref.ggml_type, ref.shape, dev, dt)
+        else:
+            tensor = torch.from_numpy(np.ascontiguousarray(f.read_f32(canonical))).to(device=dev, dtype=dt)
+        if isinstance(module, Linear) and attr == "weight":
+            module.set_weight(tensor)
+        elif isinstance(module, (Linear, RMSNorm, Embedding)) or attr == "base_kernel":
+            setattr(module, attr, tensor)
+        else:  # pragma: no cover - every canonical id maps to one of the above
+            raise DFlashError(f"{f.path}: tensor '{ref.name}' cannot be loaded into {type(module).__name__}")
+    # Norms default to ones, so only the shape check above guards them; everything else must be set.
+    for name, module in model.named_modules():
+        if isinstance(module, Linear) and not module.is_loaded or isinstance(module, Embedding) and module.weight is None:
+            raise DFlashError(f"{f.path}: no weight for '{name}'")
+    model.to(device=dev, dtype=dt)  # float buffers only: quantized blocks stay uint8
+
+
+# ---------------------------------------------------------------------------------------------
+# The target's embeddings and lm_head
+# ---------------------------------------------------------------------------------------------
+
+
+def load_target_head(
+    target: str | os.PathLike,
+    *,
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype = "float32",
+    keep_quantized: bool = False,
+) -> TargetHead:
+    """``embed_tokens`` and ``lm_head`` of a target GGUF (``token_embd`` / ``output``) or HF directory.
+
+    A target without a separate output matrix ties the head to the embedding, as llama.cpp and
+    transformers do.
+    """
+    dev, dt = resolve_device(device), resolve_dtype(dtype)
+    p = Path(target)
+    if p.is_dir():
+        embed, head, bias = _hf_head(p)
+    elif p.is_file():
+        return _gguf_head(p, dev, dt, keep_quantized)
+    else:
+        raise DFlashError(f"target {p}: no such file or directory")
+    lm = Linear(embed.shape[1], head.shape[0])
+    lm.set_weight(torch.from_numpy(head).to(device=dev, dtype=dt))
+    if bias is not None:
+        lm.bias = torch.from_numpy(bias).to(device=dev, dtype=dt)
+    return TargetHead(torch.from_numpy(embed).to(device=dev, dtype=dt), lm, source=str(p))
+
+
+def _gguf_head(path: Path, dev: torch.device, dt: torch.dtype, keep_quantized: bool) -> TargetHead:
+    from ..io.gguf_reader import open_gguf
+
+    with open_gguf(path) as g:
+        if "token_embd.weight" not in g.tensors:
+            raise DFlashError(f"target {path}: no token_embd.weight tensor — not a llama.cpp language-model GGUF")
+
+        def read(name: str) -> torch.Tensor:
+            info = g.tensors[name]
+            if info.ggml_type.name not in _FLOAT_TYPES:
+                return _dequantize(g.array(name), info.ggml_type, info.shape, dev, dt)
+            f32 = to_float32(g.array(name), info.ggml_type.name, info.shape, where=f"{path}: tensor '{name}'")
+            return torch.from_numpy(np.ascontiguousarray(f32)).to(device=dev, dtype=dt)
+
+        embed = read("token_embd.weight")
+        name = "output.weight" if "output.weight" in g.tensors else "token_embd.weight"  # tied embeddings
+        info = g.tensors[name]
+        lm = Linear(info.shape[1], info.shape[0])
+        if keep_quantized and info.ggml_type in _kernel_types():
+            lm.set_quantized(torch.from_numpy(np.array(g.array(name), dtype=np.uint8)).to(dev), info.ggml_type)
+        else:
+            lm.set_weight(embed if name == "token_embd.weight" else read(name))
+        if "output.bias" in g.tensors:
+            lm.bias = read("output.bias")
+    return TargetHead(embed, lm, source=str(path))
+
+
+def _hf_head(directory: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    from ..io.safetensors_reader import open_checkpoint
+
+    ck = open_checkpoint(directory, strict=True)
+    # Multimodal checkpoints nest the language model (model.language_model.embed_tokens.weight).
+    embeds = sorted((n for n in ck.tensors if n.endswith("embed_tokens.weight")), key=len)
+    if not embeds:
+        raise DFlashError(f"target {directory}: no *embed_tokens.weight tensor in the checkpoint")
+    heads = sorted((n for n in ck.tensors if n.endswith("lm_head.weight")), key=len)
+
+    def f32(name: str) -> np.ndarray:
+        t = ck.tensors[name]
+        return np.ascontiguousarray(to_float32(ck.array(name), t.dtype, tuple(t.shape), where=f"{directory}: tensor '{name}'"))
+
+    embed = f32(embeds[0])
+    head = f32(heads[0]) if heads else embed  # no lm_head tensor: tied to the embedding
+    bias_name = heads[0][: -len("weight")] + "bias" if heads else None
+    bias = f32(bias_name) if bias_name and bias_name in ck.tensors else None
+    ck.close()
+    return embed, head, bias
