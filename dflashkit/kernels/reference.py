@@ -9,13 +9,14 @@ the results are equal bit for bit; integer unpacking is exact whatever the order
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Sequence
+from typing import ClassVar, Sequence
 
 import numpy as np
 import torch
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf import GGMLQuantizationType
 
 from dflashkit.errors import DFlashError
+from dflashkit.quantize.base import BlockFormat
 
 QK_K = 256
 TORCH_DEQUANT: dict[GGMLQuantizationType, "TorchDequant"] = {}
@@ -89,37 +90,16 @@ def scaled(out: torch.Tensor, levels: torch.Tensor, scale: torch.Tensor) -> torc
 
 
 # ----------------------------------------------------------------------------------------- registry
-class TorchDequant:
+class TorchDequant(BlockFormat):
     """One ggml type: ``dequantize_blocks`` (override) plus row-level checks shared here.
 
     ``class Q4_K(TorchDequant, ggml_type=...)`` takes ``block_size`` / ``type_size`` from
     ``gguf.GGML_QUANT_SIZES`` and registers an instance in ``TORCH_DEQUANT``.
     """
 
-    ggml_type: ClassVar[GGMLQuantizationType]
-    block_size: ClassVar[int]
-    type_size: ClassVar[int]
+    registry = TORCH_DEQUANT
+    row_verb = "dequantize"
     fp16_fields: ClassVar[tuple[int, ...]] = ()  # byte offsets of the block's fp16 scale fields
-
-    def __init_subclass__(cls, ggml_type: GGMLQuantizationType | None = None, **kw: Any) -> None:
-        super().__init_subclass__(**kw)
-        if ggml_type is None:
-            return
-        cls.ggml_type = ggml_type
-        cls.block_size, cls.type_size = GGML_QUANT_SIZES[ggml_type]
-        assert ggml_type not in TORCH_DEQUANT, ggml_type
-        TORCH_DEQUANT[ggml_type] = cls()
-
-    @property
-    def name(self) -> str:
-        return self.ggml_type.name
-
-    def row_bytes(self, n: int) -> int:
-        """Bytes of one row of ``n`` values (DFlashError unless n is a positive multiple of the block size)."""
-        if n <= 0 or n % self.block_size:
-            raise DFlashError(f"{self.name} row length {n} is not a positive multiple of {self.block_size} "
-                              f"(the {self.name} block size)")
-        return n // self.block_size * self.type_size
 
     def dequantize_blocks(self, blocks: torch.Tensor, out: torch.Tensor) -> None:
         """uint8 ``[n_blocks, type_size]`` -> ``out``, float32 ``[n_blocks, block_size]``."""

@@ -121,14 +121,12 @@ def as_float32(x: Any) -> np.ndarray:
     return x
 
 
-class QuantType:
-    """One ggml tensor type: block-level quantize / dequantize plus row-level wrappers.
+class BlockFormat:
+    """A ggml block format, the base of every per-type class (quantizers here, torch dequantizers
+    in ``dflashkit.kernels``): ``class X(Family, ggml_type=...)`` takes ``block_size`` /
+    ``type_size`` from ``gguf.GGML_QUANT_SIZES`` and registers an instance in ``Family.registry``."""
 
-    Subclasses set ``ggml_type`` through the class keyword (``class Q4_K(QuantType, ggml_type=...)``);
-    ``block_size`` / ``type_size`` then come from ``gguf.GGML_QUANT_SIZES`` and an instance is registered
-    in ``QUANT_TYPES``.
-    """
-
+    registry: ClassVar[dict[GGMLQuantizationType, Any]]
     ggml_type: ClassVar[GGMLQuantizationType]
     block_size: ClassVar[int]
     type_size: ClassVar[int]
@@ -139,27 +137,35 @@ class QuantType:
             return
         cls.ggml_type = ggml_type
         cls.block_size, cls.type_size = GGML_QUANT_SIZES[ggml_type]
-        assert ggml_type not in QUANT_TYPES, ggml_type
-        QUANT_TYPES[ggml_type] = cls()
+        assert ggml_type not in cls.registry, ggml_type
+        cls.registry[ggml_type] = cls()
 
     @property
     def name(self) -> str:
         return self.ggml_type.name
 
-    def __repr__(self) -> str:
-        return f"<QuantType {self.name}: {self.block_size} values -> {self.type_size} bytes>"
+    row_verb: ClassVar[str] = "quantize to"  # for the row-length error message
 
-    # --- sizes -----------------------------------------------------------------------------------
     def check_row_length(self, n: int) -> None:
         if n <= 0 or n % self.block_size != 0:
             raise DFlashError(
-                f"cannot quantize to {self.name}: row length {n} is not a positive multiple of "
+                f"cannot {self.row_verb} {self.name}: row length {n} is not a positive multiple of "
                 f"{self.block_size} (the {self.name} block size)")
 
     def row_bytes(self, n: int) -> int:
-        """Bytes of one quantized row of ``n`` values."""
+        """Bytes of one row of ``n`` values."""
         self.check_row_length(n)
         return n // self.block_size * self.type_size
+
+
+class QuantType(BlockFormat):
+    """One ggml tensor type: block-level quantize / dequantize plus row-level wrappers, registered
+    in ``QUANT_TYPES`` (``class Q4_K(QuantType, ggml_type=...)``)."""
+
+    registry = QUANT_TYPES
+
+    def __repr__(self) -> str:
+        return f"<QuantType {self.name}: {self.block_size} values -> {self.type_size} bytes>"
 
     # --- blocks (override) ---------------------------------------------------------------------------
     def quantize_blocks(self, x: np.ndarray, threads: int | None = None) -> np.ndarray:
