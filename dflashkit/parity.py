@@ -585,15 +585,15 @@ def _build_report(r: ParityResult, threshold_top1: float | None, threshold_kl: f
         summary += [
             Field("top-1 agreement", o.top1, "pct", key="top1"),
             Field("top-5 overlap", o.top5, "pct", key="top5"),
-            Field("KL(ref‖cand) mean / p99 / max", [o.kl_mean, o.kl_p99, o.kl_max], ".3g", key="kl"),
-            Field("max / RMS |Δlogit|", [o.max_abs, o.rms], ".3g", key="dlogit"),
+            Field("KL(ref‖cand) mean / p99 / max", (o.kl_mean, o.kl_p99, o.kl_max), ".3g", key="kl"),
+            Field("max / RMS |Δlogit|", (o.max_abs, o.rms), ".3g", key="dlogit"),
             Field("accepted prefix (mean)", r.accepted_mean, ".3g", key="accepted_prefix_mean"),
         ]
     summary += [
-        Field("hidden rel RMS / cosine", [r.hidden_overall.rel_rms, r.hidden_overall.cosine], ".4g", key="hidden"),
-        Field("weights rel RMS median / max", [rel.get("median"), rel.get("max")] if w is not None else None,
+        Field("hidden rel RMS / cosine", (r.hidden_overall.rel_rms, r.hidden_overall.cosine), ".4g", key="hidden"),
+        Field("weights rel RMS median / max", (rel.get("median"), rel.get("max")) if w is not None else None,
               ".4g", key="weights_rel_rms"),
-        Field("thresholds top-1 / KL", [threshold_top1, threshold_kl], ".4g", key="thresholds"),
+        Field("thresholds top-1 / KL", (threshold_top1, threshold_kl), ".4g", key="thresholds"),
         Field("dump", r.dump, key="dump"),
         Field("exit code", EXIT_FAILED if failures else EXIT_OK, key="exit_code"),
     ]
@@ -648,7 +648,7 @@ def _weights_section(r: ParityResult) -> Table:
         {"item": "rel RMS mean", "value": rel["mean"]},
         {"item": "rel RMS max", "value": rel["max"]},
         {"item": "worst tensor", "value": worst},
-        {"item": "bits per weight ref / cand", "value": [w.bits_per_weight("A"), w.bits_per_weight("B")]},
+        {"item": "bits per weight ref / cand", "value": (w.bits_per_weight("A"), w.bits_per_weight("B"))},
         {"item": "diff verdict", "value": "; ".join(failures) if failures else "no missing tensors, same meaning"},
     ]
     for d in w.meaning_differences:

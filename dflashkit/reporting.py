@@ -225,7 +225,11 @@ def format_value(value: Any, fmt: str = "") -> str:
         return "-"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, tuple):  # paired values, as in a "mean / p99 / max" label
+        if fmt == "shape":
+            return "×".join(str(v) for v in value) if value else "scalar"
+        return " / ".join(format_value(v, fmt) for v in value)
+    if isinstance(value, list):
         if fmt == "shape":
             return "×".join(str(v) for v in value) if value else "scalar"
         return "[" + ", ".join(format_value(v, fmt) for v in value) + "]"

@@ -454,7 +454,7 @@ def _build_report(r: DiffResult, threshold: float | None, allow_missing: bool) -
         Field("rel RMS mean", rel["mean"], ".4g", key="rel_rms_mean"),
         Field("rel RMS max", rel["max"], ".4g", key="rel_rms_max"),
         Field("worst tensor", worst.canonical if worst else None, key="worst_tensor"),
-        Field("bits per weight A / B", [r.bits_per_weight("A"), r.bits_per_weight("B")], ".4g", key="bits_per_weight"),
+        Field("bits per weight A / B", (r.bits_per_weight("A"), r.bits_per_weight("B")), ".4g", key="bits_per_weight"),
         Field("threshold", threshold, ".4g", key="threshold"),
         Field("exit code", EXIT_DIFFERENT if failures else EXIT_OK, key="exit_code"),
     ]
