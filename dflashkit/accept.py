@@ -333,6 +333,10 @@ def run_acceptance(
     else:
         source, prompt_list = "given", list(prompts)
     prompt_list = prompt_list[:max_prompts] if max_prompts else prompt_list
+    # fail on a missing drafter before spending minutes loading the target
+    for d in drafters:
+        if not Path(d).exists():
+            raise DFlashError(f"{d}: no such file or directory (drafters are HF dirs or GGUF files)")
 
     if isinstance(target, HFTarget):
         runner = target
