@@ -106,8 +106,8 @@ class KeySpec:
 
 
 #: DFlash semantics a dialect has no key of its own for, stored under its arch prefix.
-def _extension_keys(*fields_and_keys: tuple[str, str, GGUFValueType]) -> tuple[KeySpec, ...]:
-    return tuple(KeySpec(f, k, t, extension=True) for f, k, t in fields_and_keys)
+def _extension_keys(*fields_and_keys: tuple) -> tuple[KeySpec, ...]:
+    return tuple(KeySpec(*row, extension=True) for row in fields_and_keys)
 
 
 @dataclass(frozen=True)
@@ -225,6 +225,7 @@ LLAMA_CPP = Dialect(
         KeySpec("logit_scale", "{arch}.logit_scale", T.FLOAT32),
         KeySpec("attention_value_scale", "{arch}.attention.value_scale", T.FLOAT32),
         KeySpec("rope_dimension_count", "{arch}.rope.dimension_count", T.UINT32),
+        KeySpec("rope_dimension_sections", "{arch}.rope.dimension_sections", T.ARRAY, T.INT32),
         KeySpec("conv_kernel_size", "{arch}.conv_kernel_size", T.UINT32),
         KeySpec("conv_group_size", "{arch}.conv_group_size", T.UINT32),
         KeySpec("selector_rank", "{arch}.selector_rank", T.UINT32),
@@ -266,6 +267,7 @@ LUCE = Dialect(
         ("logit_scale", "{arch}.logit_scale", T.FLOAT32),
         ("attention_value_scale", "{arch}.attention.value_scale", T.FLOAT32),
         ("rope_dimension_count", "{arch}.rope.dimension_count", T.UINT32),
+        ("rope_dimension_sections", "{arch}.rope.dimension_sections", T.ARRAY, T.INT32),
     ),
 )
 
@@ -297,6 +299,7 @@ DFLASH_DRAFT = Dialect(
         ("logit_scale", "{arch}.logit_scale", T.FLOAT32),
         ("attention_value_scale", "{arch}.attention.value_scale", T.FLOAT32),
         ("rope_dimension_count", "{arch}.rope.dimension_count", T.UINT32),
+        ("rope_dimension_sections", "{arch}.rope.dimension_sections", T.ARRAY, T.INT32),
     ),
 )
 
@@ -401,6 +404,8 @@ def decode_metadata(kvs: Mapping[str, Any], dialect: Dialect, arch: str) -> dict
             value = tuple(dialect.taps_from_file(value))
         elif ks.field == "sliding_window_pattern":
             value = tuple(bool(v) for v in value)
+        elif ks.field == "rope_dimension_sections":
+            value = tuple(int(v) for v in value)
         if ks.field in out and out[ks.field] != value:
             # key_length and value_length both map to head_dim; keep the first and flag the mismatch
             out.setdefault("_conflicts", []).append((ks.field, key, value))
@@ -443,6 +448,7 @@ def spec_from_gguf_metadata(kvs: Mapping[str, Any], dialect: Dialect, arch: str,
         logit_scale=fields_.get("logit_scale"),
         attention_value_scale=fields_.get("attention_value_scale"),
         rope_dimension_count=fields_.get("rope_dimension_count"),
+        rope_dimension_sections=fields_.get("rope_dimension_sections"),
         conv_kernel_size=fields_.get("conv_kernel_size"),
         conv_group_size=fields_.get("conv_group_size"),
         selector_rank=fields_.get("selector_rank"),

@@ -48,6 +48,8 @@ class DrafterSpec:
     logit_scale: float | None = None  # HF output_multiplier
     attention_value_scale: float | None = None
     rope_dimension_count: int | None = None  # partial rotary: head_dim * partial_rotary_factor
+    # M-RoPE targets (Qwen3.5/3.6): the drafter ropes on the temporal section only, [n_rot/2, 0, 0, 0]
+    rope_dimension_sections: tuple[int, ...] | None = None
     attention_bias: bool = False
     conv_kernel_size: int | None = None
     conv_group_size: int | None = None

@@ -505,3 +505,19 @@ def test_console_script_installed(drafters, tmp_path: Path) -> None:
     assert exe.exists(), "pip install the package: the dflash-convert entry point is missing"
     r = subprocess.run([str(exe), str(drafters["qwen3-b16"]), str(tmp_path / "o.gguf"), "-q"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_mrope_target_gives_temporal_rope_sections(drafters, tmp_path: Path) -> None:
+    # Qwen3.5/3.6 targets rope with M-RoPE sections; the drafter ropes on the temporal one only,
+    # which llama.cpp's converter writes as [head_dim / 2, 0, 0, 0]
+    hf = make_target.make_hf_target(tmp_path / "t", hidden_size=64, n_layers=12)
+    cfg = json.loads((hf / "config.json").read_text())
+    cfg["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e7, "mrope_section": [11, 11, 10]}
+    (hf / "config.json").write_text(json.dumps(cfg))
+    out = tmp_path / "d.gguf"
+    convert(drafters["qwen35-swa"], out, outtype="bf16", target=hf, progress=False)
+    assert read_fields(out)["dflash.rope.dimension_sections"] == ([V.ARRAY, V.INT32], [8, 0, 0, 0])
+    # a GGUF target carrying sections is recognised too, and a plain target gives none
+    plain = tmp_path / "p.gguf"
+    convert(drafters["qwen35-swa"], plain, outtype="bf16", target=make_target.make_hf_target(tmp_path / "p", hidden_size=64, n_layers=12), progress=False)
+    assert "dflash.rope.dimension_sections" not in read_fields(plain)

@@ -45,6 +45,7 @@ FACT_KEYS = {
         "{arch}.logit_scale": (V.FLOAT32, None),
         "{arch}.attention.value_scale": (V.FLOAT32, None),
         "{arch}.rope.dimension_count": (V.UINT32, None),
+        "{arch}.rope.dimension_sections": (V.ARRAY, V.INT32),
         "{arch}.conv_kernel_size": (V.UINT32, None),
         "{arch}.conv_group_size": (V.UINT32, None),
         "{arch}.selector_rank": (V.UINT32, None),

@@ -268,6 +268,16 @@ def map_checkpoint_names(tensors: dict[str, SafetensorsTensor], source: str) -> 
     return mapped
 
 
+def target_uses_mrope(target: TargetInfo) -> bool:
+    """Whether the target ropes with M-RoPE sections (Qwen3.5/3.6): its config's rope parameters
+    carry ``mrope_section``, or its GGUF has ``{arch}.rope.dimension_sections``."""
+    if target.kind == "gguf":
+        return f"{target.architecture}.rope.dimension_sections" in target.metadata
+    config = target.metadata.get("text_config") or target.metadata
+    rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    return isinstance(rope, dict) and "mrope_section" in rope
+
+
 def check_target_compatibility(spec: DrafterSpec, target: TargetInfo, dialect: Dialect) -> None:
     """Refuse a drafter/target pair llama.cpp would mis-run or abort on."""
     if spec.hidden_size != target.hidden_size:
@@ -355,6 +365,9 @@ def convert(
         check_target_compatibility(spec, target_info, dialect_table)
         if spec.num_target_layers is None:
             spec = replace(spec, num_target_layers=target_info.n_layers)
+        if target_uses_mrope(target_info):
+            # as llama.cpp's converter: the drafter ropes on the temporal section only
+            spec = replace(spec, rope_dimension_sections=(spec.head_dim // 2, 0, 0, 0))
         if spec.vocab_size is None:
             spec = replace(spec, vocab_size=target_info.vocab_size)
     else:
