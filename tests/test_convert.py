@@ -521,3 +521,33 @@ def test_mrope_target_gives_temporal_rope_sections(drafters, tmp_path: Path) -> 
     plain = tmp_path / "p.gguf"
     convert(drafters["qwen35-swa"], plain, outtype="bf16", target=make_target.make_hf_target(tmp_path / "p", hidden_size=64, n_layers=12), progress=False)
     assert "dflash.rope.dimension_sections" not in read_fields(plain)
+
+
+def test_special_values_round_as_ggml(drafters, tmp_path: Path) -> None:
+    # f32 checkpoint with NaN (with payload), ±inf, -0, subnormals and halfway cases
+    d = tmp_path / "d"
+    import shutil
+
+    shutil.copytree(drafters["qwen3-b16"], d)
+    tensors = {k: ("F32", as_f32(*v)) for k, v in read_safetensors(d).items()}
+    special = np.array(
+        [0x7FC00001, 0xFFC12345, 0x7F800000, 0xFF800000, 0x80000000, 0x00000001, 0x3F808000, 0x3F818000],
+        dtype=np.uint32,
+    ).view(np.float32)
+    w = tensors["fc.weight"][1].copy()
+    w.reshape(-1)[: special.size] = special
+    tensors["fc.weight"] = ("F32", w)
+    make_drafters.write_safetensors(d / "model.safetensors", tensors)
+    convert(d, tmp_path / "b.gguf", outtype="bf16", progress=False, warn=lambda m: None)
+    convert(d, tmp_path / "h.gguf", outtype="f16", progress=False, warn=lambda m: None)
+    u = w.reshape(-1).view(np.uint32)
+    # ggml_compute_fp32_to_bf16: NaN -> quiet NaN keeping sign and top payload, else round to nearest even
+    nan = (u & 0x7FFFFFFF) > 0x7F800000
+    want_bf16 = np.where(nan, (u >> 16) | 64, (u + (0x7FFF + ((u >> 16) & 1))) >> 16).astype(np.uint16)
+    got_bf16 = np.frombuffer(tensor_bytes(tmp_path / "b.gguf")["fc.weight"][2], dtype=np.uint16)
+    assert np.array_equal(got_bf16, want_bf16)
+    assert got_bf16[0] == 0x7FC0 | 64 and got_bf16[1] == 0xFFC1 | 64  # NaN stays NaN, sign kept
+    got_f16 = np.frombuffer(tensor_bytes(tmp_path / "h.gguf")["fc.weight"][2], dtype=np.float16)
+    assert np.isnan(got_f16[:2]).all() and np.signbit(got_f16[1])
+    finite = ~np.isnan(w.reshape(-1))
+    assert np.array_equal(got_f16[finite].view(np.uint16), w.reshape(-1)[finite].astype(np.float16).view(np.uint16))
