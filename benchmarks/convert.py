@@ -22,6 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _measure import run_measured  # noqa: E402
+
 # z-lab Qwen3-4B-DFlash-b16 (../shared/dialects.md)
 CONFIG = {
     "architectures": ["DFlashDraftModel"],
@@ -72,27 +75,10 @@ def write_checkpoint(directory: Path, seed: int = 0) -> int:
     return max(int(np.prod(s)) * 2 for s in shapes.values())
 
 
-# The converter reports its own peak RSS at exit, as VmHWM of its own address space: ru_maxrss
-# (self or children) also counts the pages of this large benchmark process it was forked from.
-_RSS_WRAPPER = (
-    "import atexit, re, sys\n"
-    "def _hwm():\n"
-    "    status = open('/proc/self/status').read()\n"
-    "    print('MAXRSS_KB=' + re.search(r'VmHWM:\\s+(\\d+)', status).group(1), file=sys.stderr)\n"
-    "atexit.register(_hwm)\n"
-    "from dflashkit.cli import convert_command\n"
-    "sys.argv[0] = 'dflash-convert'\n"
-    "convert_command()\n"
-)
-
-
-def timed(cmd: list[str]) -> tuple[float, float]:
-    """Run cmd, return (seconds, peak RSS in MB when the command reports it, else 0)."""
+def timed_cp(src: Path, dst: Path) -> float:
     t = time.perf_counter()
-    r = subprocess.run(cmd, check=True, stderr=subprocess.PIPE, text=True)
-    dt = time.perf_counter() - t
-    rss = [int(line.split("=")[1]) for line in r.stderr.splitlines() if line.startswith("MAXRSS_KB=")]
-    return dt, (rss[-1] / 1024 if rss else 0.0)
+    subprocess.run(["cp", str(src), str(dst)], check=True)
+    return time.perf_counter() - t
 
 
 def main() -> None:
@@ -112,11 +98,11 @@ def main() -> None:
         with open(st, "rb") as f:
             while f.read(64 << 20):
                 pass
-        cp_s = min(timed(["cp", str(st), str(work / f"copy{i}.bin")])[0] for i in range(3))
+        cp_s = min(timed_cp(st, work / f"copy{i}.bin") for i in range(3))
         for i in range(3):
             (work / f"copy{i}.bin").unlink()
-        conv = [sys.executable, "-c", _RSS_WRAPPER, str(src), str(work / "out.gguf"), "--outtype", "f16", "-q", "--force"]
-        runs = [timed(conv) for _ in range(3)]
+        conv_args = [str(src), str(work / "out.gguf"), "--outtype", "f16", "-q", "--force"]
+        runs = [run_measured("convert_command", conv_args)[:2] for _ in range(3)]
         conv_s = min(r[0] for r in runs)
         peak_mb = max(r[1] for r in runs)
         out_size = (work / "out.gguf").stat().st_size

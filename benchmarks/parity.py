@@ -18,20 +18,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "fixtures"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import make_drafters  # noqa: E402
+from _measure import run_measured  # noqa: E402
 
 # z-lab Qwen3-4B-DFlash-b16 (../shared/dialects.md); the target Qwen3-4B has 36 layers, tied embeddings.
 OVERRIDES = {
@@ -72,16 +72,6 @@ def write_target(path: Path, seed: int = 1) -> None:
     writer.close()
 
 
-def timed(cmd: list[str]) -> tuple[float, float, str]:
-    t = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    dt = time.perf_counter() - t
-    if proc.returncode not in (0, 1):
-        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()}")
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    return dt, peak, proc.stdout
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", type=Path, default=None)
@@ -101,10 +91,9 @@ def main() -> None:
         if not target.exists():
             print("writing the target's token embedding (151936 × 2560, Q8_0) ...", flush=True)
             write_target(target)
-        cmd = [str(bin_dir / "dflash-parity"), str(drafter), str(q8), "--target", str(target),
-               "--rounds", str(args.rounds), "--json"]
+        cmd = [str(drafter), str(q8), "--target", str(target), "--rounds", str(args.rounds), "--json"]
         load = os.getloadavg()[0]
-        runs = [timed(cmd) for _ in range(2)]  # best of two: the page cache is warm for both
+        runs = [run_measured("parity_command", cmd, (0, 1)) for _ in range(2)]  # best of two: warm page cache
         dt, peak, out = min(runs, key=lambda r: r[0])
         s = json.loads(out)["summary"]
         print(f"drafter: {sum(f.stat().st_size for f in drafter.glob('*.safetensors')) / 1e6:.0f} MB bf16, "
@@ -114,7 +103,7 @@ def main() -> None:
               f"weights rel RMS median {s['weights_rel_rms'][0]:.3g}")
         print(f"peak RSS: {peak:.0f} MB; load average before the runs: {load:.1f} on {os.cpu_count()} cores "
               "(other work on the machine slows every phase)")
-        dt2 = min(timed(cmd + ["--skip-weights"])[0] for _ in range(2))
+        dt2 = min(run_measured("parity_command", cmd + ["--skip-weights"], (0, 1))[0] for _ in range(2))
         print(f"with --skip-weights: {dt2:.1f} s")
     finally:
         if not args.keep:
