@@ -278,6 +278,21 @@ def target_uses_mrope(target: TargetInfo) -> bool:
     return isinstance(rope, dict) and "mrope_section" in rope
 
 
+def spec_with_target(spec: DrafterSpec, target: TargetInfo, dialect: Dialect) -> DrafterSpec:
+    """Check the drafter against its target, then fill what only the target tells: its layer
+    count, its vocabulary size and (M-RoPE targets) the rope sections. Used by conversion and
+    translation alike."""
+    check_target_compatibility(spec, target, dialect)
+    if spec.num_target_layers is None:
+        spec = replace(spec, num_target_layers=target.n_layers)
+    if spec.vocab_size is None:
+        spec = replace(spec, vocab_size=target.vocab_size)
+    if spec.rope_dimension_sections is None and target_uses_mrope(target):
+        # as llama.cpp's converter: the drafter ropes on the temporal section only
+        spec = replace(spec, rope_dimension_sections=(spec.head_dim // 2, 0, 0, 0))
+    return spec
+
+
 def check_target_compatibility(spec: DrafterSpec, target: TargetInfo, dialect: Dialect) -> None:
     """Refuse a drafter/target pair llama.cpp would mis-run or abort on."""
     if spec.hidden_size != target.hidden_size:
@@ -362,14 +377,7 @@ def convert(
     target_info: TargetInfo | None = None
     if target is not None:
         target_info = load_target(target)
-        check_target_compatibility(spec, target_info, dialect_table)
-        if spec.num_target_layers is None:
-            spec = replace(spec, num_target_layers=target_info.n_layers)
-        if target_uses_mrope(target_info):
-            # as llama.cpp's converter: the drafter ropes on the temporal section only
-            spec = replace(spec, rope_dimension_sections=(spec.head_dim // 2, 0, 0, 0))
-        if spec.vocab_size is None:
-            spec = replace(spec, vocab_size=target_info.vocab_size)
+        spec = spec_with_target(spec, target_info, dialect_table)
     else:
         warnings.append(
             f"no --target given: {out_path.name} will have no tokenizer and llama.cpp will refuse to load it "

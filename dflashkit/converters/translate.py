@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import replace
 from typing import Callable, Iterator
 
 import numpy as np
@@ -19,7 +18,7 @@ from ..dialects import Dialect, get_dialect
 from ..errors import DFlashError, UsageError
 from ..io.drafter import DrafterFile, open_drafter
 from ..io.gguf_writer import MetadataEntry, TensorToWrite, check_output_path, write_gguf
-from .convert import ConvertResult, PlannedTensor, apply_overrides, build_metadata, check_target_compatibility, ordered_canonical
+from .convert import ConvertResult, PlannedTensor, apply_overrides, build_metadata, ordered_canonical, spec_with_target
 from .target import TargetInfo, load_target
 
 #: Dialects whose loader refuses a file without a tokenizer.
@@ -79,9 +78,7 @@ def translate_gguf(
         target_info: TargetInfo | None = None
         if target is not None:
             target_info = load_target(target)
-            check_target_compatibility(spec, target_info, table)
-            if spec.num_target_layers is None:
-                spec = replace(spec, num_target_layers=target_info.n_layers)
+            spec = spec_with_target(spec, target_info, table)
         tokenizer = _tokenizer_entries(drafter)
         if not any(e.key == "tokenizer.ggml.model" for e in tokenizer) and target_info is not None and target_info.tokenizer:
             tokenizer = list(target_info.tokenizer.entries)
