@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .errors import DFlashError, UsageError
+from .files import atomic_output
 from .reporting import Bar, BarChart, BarGroup, Column, Field, Notes, Report, Table, write_text_atomic
 from .runtime import HFTarget, LoadInfo, load_drafter
 from .runtime.speculative import SpeculativeResult, check_pair, default_stop_ids, speculative_generate
@@ -540,7 +541,7 @@ def write_png(result: AcceptResult, path: str | os.PathLike, *, force: bool = Fa
     import matplotlib.pyplot as plt
 
     out = Path(path)
-    if out.exists() and not force:
+    if os.path.lexists(out) and not force:
         raise DFlashError(f"{out}: already exists — pass --force to overwrite it")
     names = [d.name for d in result.drafters]
     taus = [d.tau for d in result.drafters]
@@ -557,8 +558,9 @@ def write_png(result: AcceptResult, path: str | os.PathLike, *, force: bool = Fa
     ax.set_title(f"dflash-accept on {Path(result.target).name} (T={result.temperature:g})")
     plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
     fig.tight_layout()
-    tmp = out.with_name(out.name + ".tmp.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    os.replace(tmp, out)
+    try:
+        with atomic_output(out, force=force) as f:
+            fig.savefig(f, format="png", dpi=120)
+    finally:
+        plt.close(fig)
     return out

@@ -214,17 +214,13 @@ def diff_command(
     from pathlib import Path
 
     from .diff import diff_drafters
-    from .errors import UsageError
+    from .files import check_output
     from .reporting import write_text_atomic
 
     if fmt is None:
         fmt = _REPORT_SUFFIXES.get(Path(output).suffix.lower(), "text") if output else "text"
     if output is not None:
-        for src in (a, b):  # --force must never turn the report into an overwritten input
-            if Path(output).exists() and Path(src).exists() and os.path.samefile(src, output):
-                raise UsageError(f"{output}: is also an input; write the report to another file")
-        if Path(output).exists() and not force:  # checked now, not after a long diff
-            raise DFlashError(f"{output}: already exists — pass --force to overwrite it")
+        check_output(output, inputs=[a, b], force=force)  # now, not after a long diff; never an input file
     result = diff_drafters(a, b, progress=not quiet)
     report = result.report(threshold=threshold, allow_missing=allow_missing)
     text = report.render(fmt)
@@ -404,6 +400,7 @@ def accept_command(
 
     from .accept import require_matplotlib, run_acceptance, write_png
     from .errors import UsageError
+    from .files import check_output
     from .reporting import write_text_atomic
 
     drop = _parse_fraction(max_drop, "--max-drop")
@@ -411,14 +408,7 @@ def accept_command(
     if trace is not None and plot is not None and os.path.abspath(trace) == os.path.abspath(plot):
         raise UsageError("--trace and --plot name the same file")
     for opt, p in outputs:  # checked now, not after a long run
-        out = Path(p)
-        for src in (*drafters, target, prompts_file):
-            if src is not None and out.exists() and Path(src).exists() and os.path.samefile(src, out):
-                raise UsageError(f"{opt} {p}: is also an input; write it to another file")
-        if not out.parent.exists():
-            raise DFlashError(f"{opt} {p}: the folder {out.parent} does not exist")
-        if out.exists() and not force:
-            raise DFlashError(f"{opt} {p}: already exists — pass --force to overwrite it")
+        check_output(p, inputs=[*drafters, target, prompts_file], force=force, label=opt)
     if plot is not None:
         if Path(plot).suffix.lower() not in _PLOT_SUFFIXES:
             raise UsageError(f"--plot {plot}: give a .html or .png file")

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from .errors import DFlashError, UsageError
+from .files import atomic_output, check_output
 from .reporting import Column, Field, Notes, Report, Table
 from .runtime import DFlashDraftModel, HFTarget, LoadInfo, TargetHead, load_drafter, load_target_head
 from .runtime.target import DEFAULT_PROMPT, GreedyStream
@@ -328,10 +329,8 @@ def run_parity(
                          "its embeddings and lm_head; without a target the hidden states are random)")
     if dump is not None:
         dump = Path(dump)
-        if dump.exists() and not force:  # checked now, not after a long run
-            raise DFlashError(f"{dump}: already exists — pass --force to overwrite it")
-        if not dump.parent.exists():
-            raise DFlashError(f"{dump}: the folder {dump.parent} does not exist")
+        # checked now, not after a long run; the dump must never replace a file parity reads
+        dump = check_output(dump, inputs=[reference, candidate, target], force=force)
 
     models = {
         "reference": load_drafter(reference, device=device, dtype=dtype, keep_quantized=keep_quantized),
@@ -375,7 +374,7 @@ def run_parity(
 
         result.weights = diff_drafters(reference, candidate)
     if dump is not None:
-        _write_dump(Path(dump), result, run.first, models)
+        _write_dump(Path(dump), result, run.first, models, force=force)
         result.dump = str(dump)
     return result
 
@@ -474,7 +473,8 @@ def _np(t: torch.Tensor, dtype: Any) -> np.ndarray:
                                 dtype=dtype)
 
 
-def _write_dump(path: Path, result: ParityResult, first: _FirstRound, models: dict[str, DFlashDraftModel]) -> None:
+def _write_dump(path: Path, result: ParityResult, first: _FirstRound, models: dict[str, DFlashDraftModel], *,
+                force: bool = False) -> None:
     steps = first.steps
     arrays: dict[str, np.ndarray] = {
         "target_hidden": _np(first.context["reference"], np.float32),
@@ -507,13 +507,8 @@ def _write_dump(path: Path, result: ParityResult, first: _FirstRound, models: di
         "logits": "draft logits for block positions 1..B-1 after output multiplier and softcap",
     }
     arrays["meta"] = np.array(json.dumps(meta))
-    tmp = path.with_name(path.name + ".tmp.npz")  # np.savez appends .npz to other names
-    try:
-        np.savez(tmp, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with atomic_output(path, force=force) as f:  # a file object: np.savez appends .npz to other names
+        np.savez(f, **arrays)
 
 
 def _side_meta(info: LoadInfo, model: DFlashDraftModel) -> dict[str, Any]:

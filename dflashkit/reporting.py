@@ -17,12 +17,12 @@ import json
 import math
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence, Union
 
 from .errors import DFlashError
+from .files import write_bytes_atomic
 
 #: section/status levels, mildest first
 LEVELS = ("ok", "info", "warning", "error")
@@ -489,27 +489,8 @@ def bar_chart_svg(chart: BarChart) -> str:
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str, *, force: bool = False) -> Path:
-    """Write ``text`` to ``path`` via a temporary file + rename; refuses to overwrite without force."""
+    """Write ``text`` (UTF-8) to ``path`` through `files.atomic_output`; refuses to overwrite without force."""
     out = Path(path)
     if out.is_dir():
         raise DFlashError(f"{out}: is a directory; give the report file name")
-    if not out.parent.exists():
-        raise DFlashError(f"{out}: the folder {out.parent} does not exist")
-    if out.exists() and not force:
-        raise DFlashError(f"{out}: already exists — pass --force to overwrite it")
-    fd, tmp = tempfile.mkstemp(prefix=out.name + ".tmp-", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a report is an ordinary file
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return out
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    return write_bytes_atomic(out, text.encode("utf-8"), force=force)

@@ -8,13 +8,13 @@ as in z-lab's ``dflash_config.target_layer_ids``); dialects convert on the way i
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import DFlashError
+from .files import read_json
 
 ARCH_DFLASH = "DFlashDraftModel"
 ARCH_DFLASH2 = "DFlash2DraftModel"
@@ -320,10 +320,7 @@ def read_config_json(directory: str | Path) -> dict[str, Any]:
     path = Path(directory) / "config.json"
     if not path.is_file():
         raise DFlashError(f"{directory}: no config.json — expected an HF drafter checkpoint directory")
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DFlashError(f"{path}: cannot read JSON ({exc})") from None
+    config = read_json(path)
     if not isinstance(config, dict):
         raise DFlashError(f"{path}: expected a JSON object at the top level")
     return config

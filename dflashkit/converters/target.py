@@ -7,7 +7,6 @@ way: hidden size, layer count, vocab size and the tokenizer metadata to copy int
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from dflashkit.converters.tokenizer import (
     tokenizer_from_hf_dir,
 )
 from dflashkit.errors import DFlashError
+from dflashkit.files import read_json
 from dflashkit.io.gguf_reader import open_gguf
 
 GGUF_MAGIC = b"GGUF"
@@ -71,10 +71,7 @@ def _has_gguf_magic(path: Path) -> bool:
 
 def _load_hf(directory: Path) -> TargetInfo:
     config_path = directory / "config.json"
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DFlashError(f"{config_path}: cannot read JSON ({exc}); re-download the file") from None
+    config = read_json(config_path, hint="; re-download the file")
     if not isinstance(config, dict):
         raise DFlashError(f"{config_path}: expected a JSON object; re-download the file")
     # Multimodal configs (Gemma 3/4, Qwen3.5, ...) keep the language model's values in text_config.

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from gguf import GGUFValueType, TokenType
 
 from dflashkit.errors import DFlashError
+from dflashkit.files import read_json
 
 if TYPE_CHECKING:
     from gguf import GGUFWriter
@@ -356,11 +357,7 @@ def tokenizer_from_hf_dir(directory: str | Path, vocab_size: int) -> TokenizerMe
 
 
 def _read_json(path: Path) -> Any:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DFlashError(f"{path}: cannot read JSON ({exc}); re-download the file") from exc
+    return read_json(path, hint="; re-download the file")
 
 
 def _read_json_if_present(path: Path) -> dict[str, Any] | None:

@@ -10,13 +10,14 @@ points both ways the verdict is ``unknown`` with both sides listed. A chat templ
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dflashkit.errors import DFlashError
+from dflashkit.files import read_json
 from dflashkit.inspect.checks import InspectContext, register_check
 from dflashkit.inspect.findings import Finding, error, info, warning
 
@@ -114,10 +115,10 @@ def hf_evidence(directory: Path, config: Mapping[str, Any]) -> list[tuple[str, s
 
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
-        if path.is_file() and path.stat().st_size < 50_000_000:
-            data = json.loads(path.read_text(encoding="utf-8"))
+        if path.is_file():
+            data = read_json(path, max_bytes=50_000_000 - 1)
             return data if isinstance(data, dict) else None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, DFlashError):
         return None
     return None
 

@@ -11,16 +11,17 @@ from __future__ import annotations
 import os
 import re
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, GGUFWriter
+from gguf.gguf_writer import WriterState
 from tqdm import tqdm
 
 from ..errors import DFlashError, UsageError
+from ..files import atomic_output, check_output
 
 #: Key for the quantization format version llama.cpp writes with quantized files.
 QUANTIZATION_VERSION = 2
@@ -64,24 +65,12 @@ def tensor_nbytes(shape: Sequence[int], ggml_type: GGMLQuantizationType) -> int:
 
 
 def check_output_path(out: str | os.PathLike, *, force: bool, inputs: Sequence[str | os.PathLike] = ()) -> Path:
-    """Validate an output path before any work: refuses overwrites without --force and
-    never lets an output replace one of the inputs."""
+    """Validate a GGUF output path before any work: a ``.gguf`` name, then `files.check_output`
+    (no overwrite without --force; never one of the files the inputs stand for)."""
     out = Path(out)
     if out.suffix.lower() != ".gguf":
         raise UsageError(f"{out}: the output must be a .gguf path")
-    if out.is_dir():
-        raise UsageError(f"{out}: is a directory; give the output file name")
-    if not out.parent.exists():
-        raise DFlashError(f"{out}: the folder {out.parent} does not exist")
-    for src in inputs:
-        try:
-            if Path(src).exists() and out.exists() and os.path.samefile(src, out):
-                raise UsageError(f"{out}: is also an input; write to another file (inputs are never modified)")
-        except OSError:
-            pass
-    if out.exists() and not force:
-        raise DFlashError(f"{out}: already exists — pass --force to overwrite it")
-    return out
+    return check_output(out, inputs=inputs, force=force)
 
 
 def write_gguf(
@@ -94,10 +83,8 @@ def write_gguf(
     progress: bool = True,
     alignment: int = 32,
 ) -> int:
-    """Write a GGUF atomically (``OUT.tmp-*`` then rename). Returns the file size in bytes."""
+    """Write a GGUF atomically (`files.atomic_output`). Returns the file size in bytes."""
     out = Path(out)
-    if out.exists() and not force:
-        raise DFlashError(f"{out}: already exists — pass --force to overwrite it")
     writer = GGUFWriter(path=None, arch=arch)
     if alignment != 32:
         writer.add_custom_alignment(alignment)
@@ -108,9 +95,6 @@ def write_gguf(
     for t in tensors:
         writer.add_tensor_info(t.name, t.shape, np.dtype(np.float32), t.nbytes, raw_dtype=t.ggml_type)
 
-    fd, tmp_name = tempfile.mkstemp(prefix=out.name + ".tmp-", dir=out.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
     total = sum(t.nbytes for t in tensors)
     bar = tqdm(
         total=total,
@@ -123,33 +107,28 @@ def write_gguf(
         leave=False,
     )
     try:
-        writer.write_header_to_file(tmp)
-        writer.write_kv_data_to_file()
-        writer.write_ti_data_to_file()
-        assert writer.fout is not None
-        fout = writer.fout[0]
-        for t in tensors:
-            writer.write_padding(fout, fout.tell())
-            written = 0
-            for chunk in t.chunks():
-                data = memoryview(np.ascontiguousarray(chunk)).cast("B")
-                fout.write(data)
-                written += data.nbytes
-                bar.update(data.nbytes)
-            if written != t.nbytes:
-                raise DFlashError(f"tensor '{t.name}': produced {written} bytes, expected {t.nbytes}")
-            writer.write_padding(fout, written)
-        writer.close()
-        size = tmp.stat().st_size
-        os.replace(tmp, out)
+        with atomic_output(out, force=force) as fout:
+            # GGUFWriter writes to our file object instead of opening a path itself.
+            writer.fout = [fout]  # type: ignore[list-item]
+            writer.state = WriterState.EMPTY
+            writer.write_header_to_file()
+            writer.write_kv_data_to_file()
+            writer.write_ti_data_to_file()
+            for t in tensors:
+                writer.write_padding(fout, fout.tell())
+                written = 0
+                for chunk in t.chunks():
+                    data = memoryview(np.ascontiguousarray(chunk)).cast("B")
+                    fout.write(data)
+                    written += data.nbytes
+                    bar.update(data.nbytes)
+                if written != t.nbytes:
+                    raise DFlashError(f"tensor '{t.name}': produced {written} bytes, expected {t.nbytes}")
+                writer.write_padding(fout, written)
+            fout.flush()
+            size = fout.tell()
+            writer.fout = None  # atomic_output closes and publishes the file
         return size
-    except BaseException:
-        try:
-            writer.close()
-        except Exception:
-            pass
-        tmp.unlink(missing_ok=True)
-        raise
     finally:
         bar.close()
 
