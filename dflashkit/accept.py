@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .errors import DFlashError, UsageError
-from .files import atomic_output
+from .files import atomic_output, check_output
 from .reporting import Bar, BarChart, BarGroup, Column, Field, Notes, Report, Table, write_text_atomic
 from .runtime import HFTarget, LoadInfo, load_drafter
 from .runtime.speculative import SpeculativeResult, check_pair, default_stop_ids, speculative_generate
@@ -541,8 +541,7 @@ def write_png(result: AcceptResult, path: str | os.PathLike, *, force: bool = Fa
     import matplotlib.pyplot as plt
 
     out = Path(path)
-    if os.path.lexists(out) and not force:
-        raise DFlashError(f"{out}: already exists — pass --force to overwrite it")
+    check_output(out, force=force)
     names = [d.name for d in result.drafters]
     taus = [d.tau for d in result.drafters]
     base = result.drafters[0].tau

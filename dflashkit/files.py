@@ -41,7 +41,8 @@ from typing import IO, Any, Iterable, Iterator, Sequence
 from .errors import DFlashError, UsageError
 
 #: Test hook: when set to a path, the first write to an output creates that file and then waits (up to
-#: 60 s) so that a test can signal the process mid-write. Never set in normal use.
+#: 60 s) until the file is deleted, so that a test can signal or race the process mid-write. Never set
+#: in normal use.
 PAUSE_ENV = "DFLASHKIT_TEST_PAUSE_AFTER_FIRST_WRITE"
 
 _MAX_INPUT_FILES = 100_000  # files listed per input directory (a checkpoint has a few dozen)
@@ -113,7 +114,8 @@ def check_output(
     for src in input_files(inputs):
         src_path, src_id = _identity(src)
         if (out_path is not None and out_path == src_path) or (out_id is not None and out_id == src_id):
-            raise UsageError(f"{name}: is also an input ({src}); write to another file (inputs are never modified)")
+            also = "" if str(src) == str(out) else f" ({src})"
+            raise UsageError(f"{name}: is also an input{also}; write to another file (inputs are never modified)")
     if not out.parent.exists():
         raise DFlashError(f"{name}: the folder {out.parent} does not exist")
     if os.path.lexists(out) and not force:
@@ -291,8 +293,11 @@ class _PausingFile:
         if not self._paused:
             self._paused = True
             self._f.flush()
-            Path(self._marker).write_text(str(os.getpid()))
-            time.sleep(60)
+            marker = Path(self._marker)
+            marker.write_text(str(os.getpid()))
+            deadline = time.monotonic() + 60
+            while marker.exists() and time.monotonic() < deadline:  # the test deletes it to resume us
+                time.sleep(0.01)
         return n
 
     def __getattr__(self, name: str) -> Any:

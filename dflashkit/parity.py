@@ -330,7 +330,7 @@ def run_parity(
     if dump is not None:
         dump = Path(dump)
         # checked now, not after a long run; the dump must never replace a file parity reads
-        dump = check_output(dump, inputs=[reference, candidate, target], force=force)
+        dump = check_output(dump, inputs=[reference, candidate, target], force=force, label="--dump")
 
     models = {
         "reference": load_drafter(reference, device=device, dtype=dtype, keep_quantized=keep_quantized),

@@ -1,0 +1,424 @@
+"""Output files (dflashkit.files): no input destroyed, no overwrite without --force (race-free), nothing
+left behind after a failure or a signal, a failed --force run keeps the old file, ordinary file modes,
+one-line OS errors naming OUT. Hostile cases from issue 16, run through the real CLI commands."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from conftest import ROOT, target_for
+from gguf import GGMLQuantizationType as Q
+
+from dflashkit import files
+from dflashkit.cli import accept_command, convert_command, diff_command, parity_command, quantize_command
+from dflashkit.converters.convert import convert
+from dflashkit.errors import DFlashError, UsageError
+from dflashkit.io.gguf_writer import TensorToWrite, write_gguf
+from dflashkit.files import atomic_output, check_output, read_json
+
+NOWARN = {"progress": False, "warn": lambda m: None}
+
+
+def digest(path: Path) -> str:
+    h = hashlib.sha256()
+    for f in sorted(path.rglob("*")) if path.is_dir() else [path]:
+        if f.is_file():
+            h.update(f.name.encode() + f.read_bytes())
+    return h.hexdigest()
+
+
+def names(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def one_line(result, code: int, *needles: str) -> str:
+    out = "\n".join(ln for ln in result.output.strip().splitlines() if not ln.startswith("warning: "))
+    assert result.exit_code == code, out
+    assert "\n" not in out and "Traceback" not in out, out
+    for n in needles:
+        assert n in out, out
+    return out
+
+
+@pytest.fixture
+def hf(drafters, tmp_path: Path) -> Path:
+    """A private copy of an HF drafter checkpoint (a test that fails must not harm the session fixture)."""
+    return Path(shutil.copytree(drafters["qwen3-b16"], tmp_path / "hf"))
+
+
+@pytest.fixture(scope="module")
+def small_gguf(drafters, targets, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("files_small") / "in.gguf"
+    convert(drafters["qwen3-b16"], out, target=target_for("qwen3-b16", targets), outtype="f32", **NOWARN)
+    return out
+
+
+@pytest.fixture
+def gguf_copy(small_gguf: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copy(small_gguf, tmp_path / "in.gguf"))
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. Never destroy an input: every file a command reads is refused as OUT (exit 2), by path and inode
+# ----------------------------------------------------------------------------------------------
+
+
+def test_parity_dump_onto_the_candidate_is_refused(hf: Path, gguf_copy: Path) -> None:
+    before = digest(gguf_copy)
+    r = CliRunner().invoke(parity_command, [str(hf), str(gguf_copy), "--dump", str(gguf_copy), "--force"])
+    one_line(r, 2, f"--dump {gguf_copy}: is also an input", "inputs are never modified")
+    assert digest(gguf_copy) == before
+
+
+def test_parity_dump_onto_a_file_inside_the_reference_dir_is_refused(hf: Path, gguf_copy: Path) -> None:
+    before = digest(hf)
+    for victim in ("config.json", "model.safetensors"):
+        r = CliRunner().invoke(parity_command, [str(hf), str(gguf_copy), "--dump", str(hf / victim), "--force"])
+        one_line(r, 2, f"{hf / victim}: is also an input")
+    assert digest(hf) == before
+
+
+def test_parity_dump_onto_the_target_is_refused(hf: Path, gguf_copy: Path, targets, tmp_path: Path) -> None:
+    target = Path(shutil.copy(targets[64]["gguf"], tmp_path / "target.gguf"))
+    before = digest(target)
+    r = CliRunner().invoke(parity_command, [str(hf), str(gguf_copy), "--target", str(target),
+                                            "--dump", str(target), "--force"])
+    one_line(r, 2, "is also an input")
+    assert digest(target) == before
+
+
+def test_diff_report_onto_the_checkpoint_weights_is_refused(hf: Path, gguf_copy: Path) -> None:
+    before = digest(hf)
+    r = CliRunner().invoke(diff_command, [str(hf), str(gguf_copy), "-o", str(hf / "model.safetensors"), "--force"])
+    one_line(r, 2, f"{hf / 'model.safetensors'}: is also an input")
+    assert digest(hf) == before
+
+
+def test_accept_trace_onto_the_targets_config_is_refused(hf: Path, targets, tmp_path: Path) -> None:
+    target = Path(shutil.copytree(targets[64]["hf"], tmp_path / "target"))
+    before = digest(target)
+    for victim in sorted(p.name for p in target.iterdir()):  # config, weights, tokenizer files
+        r = CliRunner().invoke(accept_command, [str(hf), "--target", str(target),
+                                                "--trace", str(target / victim), "--force"])
+        one_line(r, 2, f"--trace {target / victim}: is also an input")
+    assert digest(target) == before
+
+
+def test_convert_output_that_is_a_link_to_an_input_file_is_refused(hf: Path, tmp_path: Path) -> None:
+    before = digest(hf)
+    hard = tmp_path / "hard.gguf"
+    os.link(hf / "model.safetensors", hard)  # same inode, different path
+    sym = tmp_path / "sym.gguf"
+    sym.symlink_to(hf / "config.json")  # resolves to an input
+    for out in (hard, sym):
+        r = CliRunner().invoke(convert_command, [str(hf), str(out), "--force"])
+        one_line(r, 2, f"{out}: is also an input")
+    assert digest(hf) == before
+
+
+def test_convert_output_onto_the_target_gguf_is_refused(hf: Path, targets, tmp_path: Path) -> None:
+    target = Path(shutil.copy(targets[64]["gguf"], tmp_path / "target.gguf"))
+    before = digest(target)
+    r = CliRunner().invoke(convert_command, [str(hf), str(target), "--target", str(target), "--force"])
+    one_line(r, 2, f"{target}: is also an input")
+    assert digest(target) == before
+
+
+def test_quantize_and_translate_output_onto_their_input_is_refused(gguf_copy: Path, tmp_path: Path) -> None:
+    before = digest(gguf_copy)
+    link = tmp_path / "link.gguf"
+    os.link(gguf_copy, link)
+    for out in (gguf_copy, link):
+        one_line(CliRunner().invoke(quantize_command, [str(gguf_copy), str(out), "Q8_0", "--force"]), 2,
+                 f"{out}: is also an input")
+        one_line(CliRunner().invoke(convert_command, [str(gguf_copy), str(out), "--force"]), 2,
+                 f"{out}: is also an input")
+    assert digest(gguf_copy) == before
+
+
+def test_check_output_allows_a_new_file_inside_an_input_dir(hf: Path) -> None:
+    assert check_output(hf / "report.txt", inputs=[hf], force=False) == hf / "report.txt"
+    with pytest.raises(UsageError, match="is also an input"):
+        check_output(hf / "sub" / ".." / "config.json", inputs=[hf], force=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. No overwrite without --force, race-free
+# ----------------------------------------------------------------------------------------------
+
+
+def test_file_created_at_out_during_the_run_is_not_clobbered(tmp_path: Path) -> None:
+    out = tmp_path / "o.bin"
+    with pytest.raises(DFlashError) as info:
+        with atomic_output(out) as f:
+            f.write(b"ours")
+            out.write_bytes(b"someone else's")  # appears after the up-front check
+    assert str(info.value) == f"{out}: already exists — pass --force to overwrite it"
+    assert out.read_bytes() == b"someone else's"
+    assert names(tmp_path) == ["o.bin"]
+
+
+def test_named_temp_fallback_publishes_without_replacing(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(files, "_open_tmpfile", lambda d: None)  # as on a file system without O_TMPFILE
+    out = tmp_path / "o.bin"
+    with pytest.raises(DFlashError, match="already exists — pass --force"):
+        with atomic_output(out) as f:
+            f.write(b"ours")
+            out.write_bytes(b"theirs")
+    assert out.read_bytes() == b"theirs" and names(tmp_path) == ["o.bin"]
+    with atomic_output(out, force=True) as f:
+        f.write(b"ours")
+    assert out.read_bytes() == b"ours" and names(tmp_path) == ["o.bin"]
+
+
+def _cli_env(marker: Path) -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env[files.PAUSE_ENV] = str(marker)
+    return env
+
+
+def _start(command: str, args: list[str], marker: Path) -> subprocess.Popen:
+    code = f"import sys; from dflashkit.cli import {command}; sys.argv[0] = 'dflash'; {command}()"
+    return subprocess.Popen([sys.executable, "-c", code, *args], env=_cli_env(marker),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(marker: Path, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"exited {proc.returncode} before writing: {proc.stderr.read()}")
+        assert time.monotonic() < deadline, "the writer never paused"
+        time.sleep(0.02)
+
+
+def test_two_concurrent_runs_to_one_new_out_exactly_one_wins(gguf_copy: Path, tmp_path: Path) -> None:
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    out = out_dir / "q.gguf"
+    marks = [tmp_path / "a.marker", tmp_path / "b.marker"]
+    procs = [_start("quantize_command", [str(gguf_copy), str(out), "Q8_0"], m) for m in marks]
+    try:
+        for m, p in zip(marks, procs):
+            _wait_for(m, p)  # both have passed the up-front check and are writing
+        marks[0].unlink()
+        assert procs[0].wait(60) == 0, procs[0].stderr.read()
+        first = out.read_bytes()
+        marks[1].unlink()
+        assert procs[1].wait(60) == 1
+        err = procs[1].stderr.read().strip()
+        assert err == f"error: {out}: already exists — pass --force to overwrite it", err
+    finally:
+        for p in procs:
+            p.kill() if p.poll() is None else None
+            p.wait()
+    assert out.read_bytes() == first
+    assert names(out_dir) == ["q.gguf"]
+
+
+def test_parity_dump_does_not_touch_a_file_named_like_the_old_temp(hf: Path, gguf_copy: Path, tmp_path: Path) -> None:
+    dump = tmp_path / "d.npz"
+    bystander = tmp_path / "d.npz.tmp.npz"
+    bystander.write_bytes(b"keep me")
+    r = CliRunner().invoke(parity_command, [str(hf), str(gguf_copy), "--dump", str(dump)])
+    assert r.exit_code == 0, r.output
+    assert bystander.read_bytes() == b"keep me"
+    assert sorted(np.load(dump).files)[:1] == ["block_ids"]
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. Nothing left behind: exceptions, TERM/HUP/INT, and KILL where O_TMPFILE exists
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("anonymous", [True, False], ids=["o_tmpfile", "named_temp"])
+def test_exception_mid_write_leaves_nothing(tmp_path: Path, monkeypatch, anonymous: bool) -> None:
+    if not anonymous:
+        monkeypatch.setattr(files, "_open_tmpfile", lambda d: None)
+    out = tmp_path / "o.bin"
+    with pytest.raises(RuntimeError, match="boom"):
+        with atomic_output(out) as f:
+            f.write(b"x" * 100_000)
+            raise RuntimeError("boom")
+    assert names(tmp_path) == []
+
+
+def _supports_o_tmpfile(directory: Path) -> bool:
+    fd = files._open_tmpfile(directory)
+    if fd is None:
+        return False
+    os.close(fd)
+    return True
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP", "SIGINT", "SIGKILL"])
+def test_signal_mid_write_leaves_nothing_and_keeps_old_out(gguf_copy: Path, tmp_path: Path, sig: str) -> None:
+    signum = getattr(signal, sig)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    out = out_dir / "q.gguf"
+    out.write_bytes(b"previous output")
+    if signum == signal.SIGKILL and not _supports_o_tmpfile(out_dir):
+        pytest.skip("no O_TMPFILE here: a SIGKILL leaves the named temporary file")
+    marker = tmp_path / "marker"
+    proc = _start("quantize_command", [str(gguf_copy), str(out), "Q8_0", "--force"], marker)
+    try:
+        _wait_for(marker, proc)
+        proc.send_signal(signum)
+        rc = proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    # TERM/HUP/KILL: the process dies of the signal as usual; INT: the CLI's "interrupted" exit 130.
+    assert rc == (130 if signum == signal.SIGINT else -signum), (rc, proc.stderr.read())
+    assert names(out_dir) == ["q.gguf"]
+    assert out.read_bytes() == b"previous output"
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_signal_with_named_temp_fallback_leaves_nothing(tmp_path: Path, sig: str) -> None:
+    out = tmp_path / "o.bin"
+    code = (
+        "import os, signal, time\n"
+        "from dflashkit import files\n"
+        "files._open_tmpfile = lambda d: None\n"
+        f"with files.atomic_output({str(out)!r}) as f:\n"
+        "    f.write(b'x' * 1000); f.flush()\n"
+        f"    os.kill(os.getpid(), signal.{sig})\n"
+        "    time.sleep(30)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=60)
+    assert proc.returncode == -getattr(signal, sig)
+    assert names(tmp_path) == []
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. A failed --force run leaves the old file intact
+# ----------------------------------------------------------------------------------------------
+
+
+def _failing_tensor() -> TensorToWrite:
+    def chunks():
+        yield np.zeros(64, np.float32)  # some bytes reach the file, then the producer fails
+        raise DFlashError("tensor 'w': simulated failure")
+
+    return TensorToWrite("w", (2, 64), Q.F32, chunks)
+
+
+@pytest.mark.parametrize("anonymous", [True, False], ids=["o_tmpfile", "named_temp"])
+def test_failed_force_run_keeps_previous_file(tmp_path: Path, monkeypatch, anonymous: bool) -> None:
+    if not anonymous:
+        monkeypatch.setattr(files, "_open_tmpfile", lambda d: None)
+    out = tmp_path / "d.gguf"
+    out.write_bytes(b"previous output")
+    with pytest.raises(DFlashError, match="simulated failure"):
+        write_gguf(out, "qwen3", [], [_failing_tensor()], force=True, progress=False)
+    assert out.read_bytes() == b"previous output"
+    assert names(tmp_path) == ["d.gguf"]
+
+
+def test_failed_force_quantize_keeps_previous_file(gguf_copy: Path, tmp_path: Path, monkeypatch) -> None:
+    out = tmp_path / "q.gguf"
+    out.write_bytes(b"previous output")
+    monkeypatch.setattr(files, "_open_fd", _full_disk_after(4096))
+    r = CliRunner().invoke(quantize_command, [str(gguf_copy), str(out), "Q8_0", "--force"])
+    one_line(r, 1, f"{out}: cannot write (No space left on device)")
+    assert out.read_bytes() == b"previous output"
+    assert names(tmp_path) == ["in.gguf", "q.gguf"]
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. Ordinary modes; read-only folder and full disk name OUT
+# ----------------------------------------------------------------------------------------------
+
+
+def test_gguf_and_report_outputs_get_the_umask_mode(hf: Path, tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        convert(hf, tmp_path / "d.gguf", outtype="f32", **NOWARN)
+        r = CliRunner().invoke(diff_command, [str(hf), str(tmp_path / "d.gguf"), "-o", str(tmp_path / "r.json")])
+        assert r.exit_code == 0, r.output
+    finally:
+        os.umask(old)
+    assert (tmp_path / "d.gguf").stat().st_mode & 0o777 == 0o644  # not mkstemp's 0600
+    assert (tmp_path / "r.json").stat().st_mode & 0o777 == 0o644
+
+
+def test_read_only_folder_error_names_out(hf: Path, tmp_path: Path, monkeypatch) -> None:
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    if os.geteuid() == 0:  # root writes anyway: make the OS refuse the way it refuses a user
+        def refuse(*a, **k):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(ro / "d.gguf.tmp-xyz"))
+
+        monkeypatch.setattr(files, "_open_tmpfile", refuse)
+    ro.chmod(0o555)
+    try:
+        r = CliRunner().invoke(convert_command, [str(hf), str(ro / "d.gguf")])
+    finally:
+        ro.chmod(0o755)
+    msg = one_line(r, 1, f"error: {ro / 'd.gguf'}: cannot write (Permission denied); choose a writable folder")
+    assert ".tmp-" not in msg
+    assert names(ro) == []
+
+
+class _FullDisk:
+    def __init__(self, f, room: int) -> None:
+        self._f, self._room = f, room
+
+    def write(self, data) -> int:
+        n = memoryview(data).nbytes
+        if n > self._room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self._room -= n
+        return self._f.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+
+def _full_disk_after(room: int):
+    real = files._open_fd
+    return lambda fd: _FullDisk(real(fd), room)
+
+
+def test_disk_full_error_names_out(hf: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(files, "_open_fd", _full_disk_after(1000))
+    out = tmp_path / "d.gguf"
+    r = CliRunner().invoke(convert_command, [str(hf), str(out)])
+    one_line(r, 1, f"error: {out}: cannot write (No space left on device)")
+    assert names(tmp_path) == ["hf"]
+
+
+# ----------------------------------------------------------------------------------------------
+# JSON reading: one line naming the file
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("content, reason", [
+    (b"{", "cannot read JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"),
+    (b"\xff{}", "cannot read JSON ('utf-8' codec can't decode byte 0xff in position 0: invalid start byte)"),
+    (b"[" * 100_000 + b"]" * 100_000, "cannot read JSON (nested too deeply)"),
+    (b"1" * 10_000, "cannot read JSON (Exceeds the limit (4300 digits) for integer string conversion"),
+])
+def test_read_json_errors_are_one_line_naming_the_file(tmp_path: Path, content: bytes, reason: str) -> None:
+    p = tmp_path / "config.json"
+    p.write_bytes(content)
+    with pytest.raises(DFlashError) as info:
+        read_json(p, hint="; re-download the file")
+    msg = str(info.value)
+    assert msg.startswith(f"{p}: {reason}") and msg.endswith("; re-download the file") and "\n" not in msg
+    with pytest.raises(DFlashError, match=rf"over {len(content) - 1}\)"):
+        read_json(p, max_bytes=len(content) - 1)
