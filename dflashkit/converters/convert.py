@@ -202,7 +202,7 @@ def _to_float32(raw: np.ndarray, src_tag: str) -> np.ndarray:
 
 
 def _convert_chunk(raw: np.ndarray, src_tag: str, out_type: GGMLQuantizationType, row_elems: int) -> np.ndarray:
-    from ..quantize import quantize
+    from ..codecs import quantize
 
     # Same-type copies keep the exact bits (bf16 NaN payloads included).
     if (src_tag, out_type) in (("BF16", Q.BF16), ("F16", Q.F16), ("F32", Q.F32)):

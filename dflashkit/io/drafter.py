@@ -118,7 +118,7 @@ def to_float32(raw: np.ndarray, type_name: str, shape: tuple[int, ...], *, where
         qtype = Q[type_name]
     except KeyError:
         raise DFlashError(f"{where}: type {type_name} cannot be read as numbers") from None
-    from ..quantize import QUANT_TYPES, dequantize
+    from ..codecs import QUANT_TYPES, dequantize
 
     if qtype in QUANT_TYPES:
         return dequantize(np.asarray(raw, dtype=np.uint8), qtype).reshape(shape)

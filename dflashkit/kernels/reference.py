@@ -16,7 +16,7 @@ import torch
 from gguf import GGMLQuantizationType
 
 from dflashkit.errors import DFlashError
-from dflashkit.quantize.base import BlockFormat
+from dflashkit.codecs.base import BlockFormat
 
 QK_K = 256
 TORCH_DEQUANT: dict[GGMLQuantizationType, "TorchDequant"] = {}

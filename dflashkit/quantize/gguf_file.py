@@ -32,7 +32,7 @@ from dflashkit.io.gguf_writer import (
     write_gguf,
 )
 
-from . import QUANT_TYPES, dequantize, quantize
+from dflashkit.codecs import QUANT_TYPES, dequantize, quantize
 from .policy import FileType, TypeChoice, choose_types, get_file_type, is_quantized, normalize_overrides
 
 Q = GGMLQuantizationType
