@@ -16,14 +16,15 @@ from gguf import GGMLQuantizationType
 
 from dflashkit.errors import DFlashError
 
-from .base import QUANT_TYPES, QuantType, get_num_threads, set_num_threads
-from .float16 import BF16, F16, F32, f32_to_bf16_bits, f32_to_f16_bits
+from .base import QUANT_TYPES, QuantType, get_num_threads, set_num_threads, tensor_nbytes
+from .float16 import BF16, F16, F32, bf16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits
 from .kquants import Q4_K, Q5_K, Q6_K
 from .legacy import Q4_0, Q5_0, Q5_1, Q8_0
 
 __all__ = [
     "GGMLQuantizationType", "QUANT_TYPES", "QuantType", "get_quant_type", "quantize", "dequantize",
-    "f32_to_f16_bits", "f32_to_bf16_bits", "get_num_threads", "set_num_threads",
+    "f32_to_f16_bits", "f32_to_bf16_bits", "bf16_bits_to_f32", "get_num_threads", "set_num_threads",
+    "tensor_nbytes", "to_float32",
     "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K",
 ]
 
@@ -65,3 +66,52 @@ def quantize(x: np.ndarray, qtype: GGMLQuantizationType | int | str, *, threads:
 def dequantize(q: np.ndarray, qtype: GGMLQuantizationType | int | str) -> np.ndarray:
     """uint8 (..., row_bytes) -> float32 (..., n), bit-identical to ``gguf.quants.dequantize``."""
     return get_quant_type(qtype).dequantize(q)
+
+
+#: Plain element types (safetensors dtype tags and ggml names): converted by value.
+_PLAIN_DTYPES = {
+    "F64": np.float64, "F32": np.float32, "F16": np.float16,
+    "I8": np.int8, "I16": np.int16, "I32": np.int32, "I64": np.int64,
+}
+
+
+def to_float32(
+    raw: np.ndarray,
+    dtype: str | GGMLQuantizationType,
+    shape: tuple[int, ...] | None = None,
+    *,
+    where: str = "tensor",
+    copy: bool = True,
+) -> np.ndarray:
+    """The one bytes -> float32 decoder: stored data of a safetensors dtype tag (``"BF16"``, ``"F16"``, ...) or a
+    ggml type (enum or name) -> float32, reshaped to ``shape`` when given.
+
+    ``raw`` holds the elements (uint16 bits for BF16, float16 for F16 ...) or their raw bytes (uint8); quantized
+    types take rows of blocks ``(..., row_bytes)`` and give ``(..., n)``. BF16 widens as ggml does (bits shifted
+    up), F16 exactly; quantized types through this package's bit-exact dequantizers, else gguf-py's.
+    ``copy=False`` may return ``raw`` itself for F32 data (no copy of a large chunk).
+    """
+    name = dtype.name if isinstance(dtype, GGMLQuantizationType) else str(dtype)
+    a = np.asarray(raw)
+    if name == "BF16":
+        out = bf16_bits_to_f32(a)
+    elif name in _PLAIN_DTYPES:
+        plain = np.dtype(_PLAIN_DTYPES[name])
+        if a.dtype == np.uint8 and plain.itemsize > 1:  # raw bytes of the elements
+            a = np.ascontiguousarray(a).view(plain)
+        out = a.astype(np.float32, copy=copy)
+    else:
+        try:
+            qtype = GGMLQuantizationType[name]
+        except KeyError:
+            raise DFlashError(f"{where}: type {name} cannot be read as numbers") from None
+        if qtype in QUANT_TYPES:
+            out = dequantize(np.asarray(a, dtype=np.uint8), qtype)
+        else:
+            import gguf.quants
+
+            try:
+                out = gguf.quants.dequantize(np.asarray(a, dtype=np.uint8), qtype).astype(np.float32, copy=False)
+            except NotImplementedError:
+                raise DFlashError(f"{where}: dequantizing {name} is not supported") from None
+    return out.reshape(shape) if shape is not None else out

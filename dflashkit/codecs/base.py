@@ -10,7 +10,7 @@ import itertools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
@@ -106,6 +106,20 @@ def run_chunked(kernel: Callable[[np.ndarray, np.ndarray], Any], x: np.ndarray, 
 
 
 # ----------------------------------------------------------------------------------------- input checks
+def tensor_nbytes(ggml_type: GGMLQuantizationType, shape: Sequence[int]) -> int:
+    """Bytes of a tensor of ``ggml_type`` with numpy-order ``shape`` (row length last; GGUF's ne0).
+    The row length must be a multiple of the type's block size (DFlashError otherwise)."""
+    block, type_size = GGML_QUANT_SIZES[ggml_type]
+    if len(shape) and shape[-1] % block:
+        raise DFlashError(
+            f"row length {shape[-1]} is not a multiple of {GGMLQuantizationType(ggml_type).name}'s block size {block}"
+        )
+    n = 1
+    for d in shape:  # Python ints: no overflow whatever a header claims
+        n *= int(d)
+    return n // block * type_size
+
+
 def as_float32(x: Any) -> np.ndarray:
     """Float input as a float32 ndarray (torch tensors, incl. bf16, converted exactly on the host)."""
     if hasattr(x, "detach") and hasattr(x, "cpu"):  # torch.Tensor without importing torch

@@ -37,6 +37,14 @@ def _contig_f32(x: Any) -> np.ndarray:
     return np.ascontiguousarray(as_float32(x))
 
 
+def bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 data (uint16 bits, or their raw bytes) -> float32, exactly as ggml_compute_bf16_to_fp32:
+    the bits shifted into the upper half (NaN payloads kept)."""
+    wide = np.ascontiguousarray(bits).view(np.uint16).astype(np.uint32)
+    wide <<= 16  # in place: one temporary, not two
+    return wide.view(np.float32)
+
+
 def f32_to_f16_bits(x: np.ndarray, out: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
     """float32 array -> uint16 IEEE half bits, same shape, exactly as ggml_fp32_to_fp16_row."""
     return _convert(K.f32_to_f16_kernel, _contig_f32(x), out, threads, "f32_to_f16_bits")
@@ -73,5 +81,4 @@ class BF16(QuantType, ggml_type=GGMLQuantizationType.BF16):
         return f32_to_bf16_bits(x, threads=threads).view(np.uint8)
 
     def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
-        # ggml_compute_bf16_to_fp32: the bits shifted into the upper half
-        return (np.ascontiguousarray(q).view(np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
+        return bf16_bits_to_f32(q)

@@ -193,21 +193,13 @@ def _read_rows(t: SafetensorsTensor, fd: int, start: int, stop: int, row_elems: 
     return buf
 
 
-def _to_float32(raw: np.ndarray, src_tag: str) -> np.ndarray:
-    if src_tag == "BF16":
-        bits = raw.astype(np.uint32)
-        bits <<= 16  # in place: one temporary per chunk, not two
-        return bits.view(np.float32)
-    return raw.astype(np.float32, copy=False)
-
-
 def _convert_chunk(raw: np.ndarray, src_tag: str, out_type: GGMLQuantizationType, row_elems: int) -> np.ndarray:
-    from ..codecs import quantize
+    from ..codecs import quantize, to_float32
 
     # Same-type copies keep the exact bits (bf16 NaN payloads included).
     if (src_tag, out_type) in (("BF16", Q.BF16), ("F16", Q.F16), ("F32", Q.F32)):
         return raw
-    x = _to_float32(raw, src_tag)
+    x = to_float32(raw, src_tag, copy=False)
     if out_type == Q.F32:
         return x
     if out_type == Q.F16:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from gguf import GGMLQuantizationType
 
+from ..codecs import to_float32
 from ..dialects import Dialect, detect_dialect, hf_canonical_name, spec_from_gguf_metadata
 from ..errors import DFlashError
 from ..spec import DrafterSpec, read_config_json, spec_from_hf_config
@@ -104,30 +105,6 @@ class DrafterFile:
             return self.tensors[canonical]
         except KeyError:
             raise DFlashError(f"{self.path}: has no tensor for '{canonical}'") from None
-
-
-def to_float32(raw: np.ndarray, type_name: str, shape: tuple[int, ...], *, where: str = "tensor") -> np.ndarray:
-    """Stored data of any supported type → float32 array of ``shape``."""
-    if type_name == "BF16":
-        bits = np.asarray(raw, dtype=np.uint16).astype(np.uint32)
-        bits <<= 16
-        return bits.view(np.float32).reshape(shape)
-    if type_name in ("F32", "F16", "F64", "I8", "I16", "I32", "I64"):
-        return np.asarray(raw).astype(np.float32).reshape(shape)
-    try:
-        qtype = Q[type_name]
-    except KeyError:
-        raise DFlashError(f"{where}: type {type_name} cannot be read as numbers") from None
-    from ..codecs import QUANT_TYPES, dequantize
-
-    if qtype in QUANT_TYPES:
-        return dequantize(np.asarray(raw, dtype=np.uint8), qtype).reshape(shape)
-    import gguf.quants
-
-    try:
-        return gguf.quants.dequantize(np.asarray(raw, dtype=np.uint8), qtype).astype(np.float32).reshape(shape)
-    except NotImplementedError:
-        raise DFlashError(f"{where}: dequantizing {type_name} is not supported") from None
 
 
 def is_drafter_path(path: str | os.PathLike) -> bool:

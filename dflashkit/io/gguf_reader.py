@@ -30,6 +30,7 @@ from typing import Any, NoReturn
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
+from dflashkit.codecs import tensor_nbytes
 from dflashkit.errors import FormatError
 
 __all__ = [
@@ -104,15 +105,6 @@ class KV:
     type: GGUFValueType
     value: Any  # int/float/bool/str, or a list for ARRAY (element type in sub_type)
     sub_type: GGUFValueType | None = None
-
-
-def tensor_nbytes(ggml_type: GGMLQuantizationType, dims: tuple[int, ...]) -> int:
-    """Bytes of a tensor with GGUF-order ``dims`` (ne0 first); ne0 must be a multiple of the block size."""
-    block_size, type_size = GGML_QUANT_SIZES[ggml_type]
-    n = 1
-    for d in dims:
-        n *= d
-    return n // block_size * type_size
 
 
 @dataclass(frozen=True)
@@ -526,7 +518,7 @@ def _place_tensors(p: _Parser, raw: list[_RawTensor], data_start: int, alignment
                 f"tensor {t.name!r} data offset {t.rel_offset} is not a multiple of the alignment {alignment}",
                 tensor=t.name, offset=t.rel_offset, alignment=alignment,
             )
-        tensors[t.name] = TensorInfo(t.name, t.dims, t.ggml_type, data_start + t.rel_offset, tensor_nbytes(t.ggml_type, t.dims))
+        tensors[t.name] = TensorInfo(t.name, t.dims, t.ggml_type, data_start + t.rel_offset, tensor_nbytes(t.ggml_type, tuple(reversed(t.dims))))
 
     past_end = [t for t in tensors.values() if t.end > p.size]
     if past_end:

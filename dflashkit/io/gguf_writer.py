@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, GGUFWriter
+from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter
 from gguf.gguf_writer import WriterState
 from tqdm import tqdm
 
+from ..codecs import tensor_nbytes
 from ..errors import DFlashError, UsageError
 from ..files import atomic_output, check_output
 
@@ -51,17 +52,7 @@ class TensorToWrite:
 
     @property
     def nbytes(self) -> int:
-        return tensor_nbytes(self.shape, self.ggml_type)
-
-
-def tensor_nbytes(shape: Sequence[int], ggml_type: GGMLQuantizationType) -> int:
-    block, type_size = GGML_QUANT_SIZES[ggml_type]
-    n = int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
-    if shape and shape[-1] % block:
-        raise DFlashError(
-            f"row length {shape[-1]} is not a multiple of {GGMLQuantizationType(ggml_type).name}'s block size {block}"
-        )
-    return n // block * type_size
+        return tensor_nbytes(self.ggml_type, self.shape)
 
 
 def check_output_path(out: str | os.PathLike, *, force: bool, inputs: Sequence[str | os.PathLike] = ()) -> Path:

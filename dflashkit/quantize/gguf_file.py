@@ -21,7 +21,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 from dflashkit.errors import DFlashError
-from dflashkit.io.gguf_reader import DEFAULT_ALIGNMENT, GGUFFile, TensorInfo, open_gguf, tensor_nbytes
+from dflashkit.io.gguf_reader import DEFAULT_ALIGNMENT, GGUFFile, TensorInfo, open_gguf
 from dflashkit.io.gguf_writer import (
     QUANTIZATION_VERSION,
     MetadataEntry,
@@ -32,7 +32,7 @@ from dflashkit.io.gguf_writer import (
     write_gguf,
 )
 
-from dflashkit.codecs import QUANT_TYPES, dequantize, quantize
+from dflashkit.codecs import QUANT_TYPES, quantize, tensor_nbytes, to_float32
 from .policy import FileType, TypeChoice, choose_types, get_file_type, is_quantized, normalize_overrides
 
 Q = GGMLQuantizationType
@@ -118,16 +118,6 @@ def _can_dequantize(t: GGMLQuantizationType) -> bool:
     return True
 
 
-def _to_float32(raw: np.ndarray, t: GGMLQuantizationType, n_rows: int, row_bytes: int) -> np.ndarray:
-    """Rows of a tensor of type ``t`` -> float32 [n_rows, ne0] (ggml's to_float for quantized rows)."""
-    rows = np.asarray(raw).reshape(n_rows, row_bytes)
-    if t in QUANT_TYPES:
-        return dequantize(rows, t)
-    import gguf.quants
-
-    return gguf.quants.dequantize(rows, t)
-
-
 def _producer(gguf_file: GGUFFile, info: TensorInfo, new_type: GGMLQuantizationType) -> Callable[[], Iterator[np.ndarray]]:
     """Chunks of the output tensor: the raw bytes when the type is kept, else rows dequantized and requantized."""
     ne0 = info.dims[0] if info.dims else 1
@@ -143,7 +133,7 @@ def _producer(gguf_file: GGUFFile, info: TensorInfo, new_type: GGMLQuantizationT
             if same:
                 yield part
             else:
-                yield quantize(_to_float32(part, info.ggml_type, b - a, src_row), new_type)
+                yield quantize(to_float32(np.asarray(part).reshape(b - a, src_row), info.ggml_type), new_type)
 
     return chunks
 

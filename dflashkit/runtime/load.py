@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..codecs import to_float32
 from ..errors import DFlashError, UsageError
-from ..io.drafter import DrafterFile, open_drafter, to_float32
+from ..io.drafter import DrafterFile, open_drafter
 from ..spec import DrafterSpec
 from ..tensors import expected_tensors
 from .dflash import DFlashDraftModel, Embedding, Linear, RMSNorm, TargetHead

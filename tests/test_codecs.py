@@ -1,0 +1,55 @@
+"""The one bytes→float32 decoder and the one tensor_nbytes (dflashkit.codecs), checked against gguf-py."""
+
+from __future__ import annotations
+
+import gguf.quants
+import numpy as np
+import pytest
+from gguf import GGML_QUANT_SIZES
+from gguf import GGMLQuantizationType as Q
+
+from dflashkit.codecs import quantize, tensor_nbytes, to_float32
+from dflashkit.errors import DFlashError
+
+
+def _bf16_bits(rng: np.random.Generator, n: int) -> np.ndarray:
+    bits = rng.integers(0, 1 << 16, size=n, dtype=np.uint16)  # every pattern: NaN payloads, inf, subnormals
+    bits[:4] = [0x7FC1, 0xFF80, 0x8000, 0x0001]
+    return bits
+
+
+def test_bf16_decodes_as_gguf_py_from_bits_and_from_bytes() -> None:
+    bits = _bf16_bits(np.random.default_rng(0), 4096)
+    expected = gguf.quants.dequantize(bits.view(np.uint8).reshape(64, 128), Q.BF16)
+    for raw in (bits.reshape(64, 64), bits.view(np.uint8).reshape(64, 128)):
+        got = to_float32(raw, "BF16").reshape(64, 64)
+        assert got.dtype == np.float32
+        assert got.view(np.uint32).tobytes() == np.asarray(expected, np.float32).view(np.uint32).tobytes()
+
+
+@pytest.mark.parametrize("qtype", [Q.F16, Q.F32, Q.Q8_0, Q.Q4_K, Q.Q6_K, Q.Q5_1])
+def test_ggml_types_decode_as_gguf_py(qtype: Q) -> None:
+    x = np.random.default_rng(1).standard_normal((4, 256)).astype(np.float32)
+    raw = quantize(x, qtype)
+    expected = np.asarray(gguf.quants.dequantize(raw, qtype), np.float32)
+    got = to_float32(raw, qtype)
+    assert got.shape == (4, 256) and got.tobytes() == expected.tobytes()
+    assert to_float32(raw, qtype.name, (2, 2, 256)).tobytes() == expected.tobytes()
+
+
+def test_safetensors_dtypes_decode_by_value() -> None:
+    assert to_float32(np.array([1.5, -2.0], np.float16), "F16").tolist() == [1.5, -2.0]
+    assert to_float32(np.array([-3, 7], np.int16), "I16", (2, 1)).tolist() == [[-3.0], [7.0]]
+    with pytest.raises(DFlashError, match=r"^w: type U8 cannot be read as numbers$"):
+        to_float32(np.zeros(2, np.uint8), "U8", where="w")
+
+
+@pytest.mark.parametrize("qtype", [Q.F32, Q.BF16, Q.Q8_0, Q.Q4_K, Q.Q5_0, Q.IQ4_NL])
+def test_tensor_nbytes_matches_gguf_py(qtype: Q) -> None:
+    shape = (3, 5, 2 * GGML_QUANT_SIZES[qtype][0])
+    assert tensor_nbytes(qtype, shape) == int(np.prod(gguf.quants.quant_shape_to_byte_shape(shape, qtype)))
+
+
+def test_tensor_nbytes_refuses_a_partial_block_row() -> None:
+    with pytest.raises(DFlashError, match=r"^row length 100 is not a multiple of Q4_K's block size 256$"):
+        tensor_nbytes(Q.Q4_K, (2, 100))
