@@ -1,9 +1,9 @@
 """Streaming, atomic GGUF output shared by every command that writes a GGUF.
 
 gguf-py's `GGUFWriter` serialises the header, metadata and tensor infos; tensor data is then
-streamed chunk by chunk (one tensor at a time never has to fit in memory twice) into a temporary
-file next to the output, which is renamed over the output only when everything is written. An
-interrupted or failed run leaves no output file behind.
+streamed chunk by chunk (one tensor at a time never has to fit in memory twice) into the file
+object of `files.atomic_output`, which publishes the output only when everything is written (never
+over an existing file without --force). An interrupted or failed run leaves nothing behind.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Flow (as llama_model_quantize_impl): read the header with the hardened reader, choose every tensor's type
 with :mod:`dflashkit.quantize.policy`, refuse what cannot be done (requantizing without permission, a
 fallback under ``--no-fallback``) before anything is written, then stream each tensor in row chunks through
-the bit-exact quantizers into an atomic ``OUT.tmp-*`` that is renamed at the end. A tensor whose type does not
+the bit-exact quantizers (:mod:`dflashkit.codecs`) into an atomic output (:mod:`dflashkit.files`). A tensor whose type does not
 change is copied byte for byte. Metadata is copied in order with ``general.file_type`` (and
 ``general.quantization_version``) updated.
 """
