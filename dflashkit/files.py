@@ -4,8 +4,8 @@ Guarantees (README "Guarantees"), each enforced here once for every command:
 
 * **No input modified.** :func:`check_output` refuses (exit 2) an OUT that is any file the command
   reads — compared by resolved path and by ``(st_dev, st_ino)``, so hard links and symlinks are
-  caught. A directory input (an HF checkpoint or target) contributes every file inside it: config,
-  index, shards, tokenizer files.
+  caught. A directory input (an HF checkpoint or target) contributes every file inside it (config,
+  index, shards, tokenizer files) except dflashkit's own output kinds, which no directory reader reads.
 * **No overwrite without --force, race-free.** :func:`atomic_output` writes a temporary file in OUT's
   directory and publishes it *without replacing* (``link``, which fails when OUT exists, or
   ``renameat2(RENAME_NOREPLACE)``) unless ``force`` (then ``os.replace``). Two concurrent runs to one
@@ -46,6 +46,10 @@ from .errors import DFlashError, UsageError
 PAUSE_ENV = "DFLASHKIT_TEST_PAUSE_AFTER_FIRST_WRITE"
 
 _MAX_INPUT_FILES = 100_000  # files listed per input directory (a checkpoint has a few dozen)
+#: Kinds of file that no directory reader (ours, transformers') reads out of a checkpoint directory: dflashkit's
+#: own outputs, so that ``dflash-convert DIR DIR/d.gguf --force`` can be re-run. Every other file in an input
+#: directory counts as read (config, index, shards, tokenizer and chat-template files, ...).
+_NOT_READ_FROM_DIRS = frozenset({".gguf", ".npz", ".png", ".html", ".htm", ".md", ".markdown", ".jsonl"})
 _SIGNALS = tuple(s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if s is not None)
 _RENAME_NOREPLACE = 1
 _AT_FDCWD = -100
@@ -57,7 +61,8 @@ _AT_SYMLINK_FOLLOW = 0x400
 
 
 def input_files(paths: Iterable[str | os.PathLike[str] | None]) -> list[Path]:
-    """Every file the given inputs stand for: a file itself, every file under a directory."""
+    """Every file the given inputs stand for: a file itself; every file under a directory except the kinds no
+    directory reader reads (``_NOT_READ_FROM_DIRS``: GGUF, npz, png, html, markdown, jsonl)."""
     files: list[Path] = []
     for p in paths:
         if p is None:
@@ -67,7 +72,8 @@ def input_files(paths: Iterable[str | os.PathLike[str] | None]) -> list[Path]:
             n = 0
             for root, _dirs, names in os.walk(path):
                 for name in names:
-                    files.append(Path(root) / name)
+                    if os.path.splitext(name)[1].lower() not in _NOT_READ_FROM_DIRS:
+                        files.append(Path(root) / name)
                     n += 1
                 if n > _MAX_INPUT_FILES:
                     break

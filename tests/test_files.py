@@ -149,8 +149,29 @@ def test_quantize_and_translate_output_onto_their_input_is_refused(gguf_copy: Pa
 
 def test_check_output_allows_a_new_file_inside_an_input_dir(hf: Path) -> None:
     assert check_output(hf / "report.txt", inputs=[hf], force=False) == hf / "report.txt"
+    (hf / "sub").mkdir()
     with pytest.raises(UsageError, match="is also an input"):
         check_output(hf / "sub" / ".." / "config.json", inputs=[hf], force=True)
+
+
+def test_convert_into_the_checkpoint_dir_can_be_rerun_with_force(hf: Path) -> None:
+    out = hf / "d.gguf"
+    for args in ([], ["--force"]):  # the GGUF is an output kind, not something the HF reader reads
+        r = CliRunner().invoke(convert_command, [str(hf), str(out), "--outtype", "f32", *args])
+        assert r.exit_code == 0, r.output
+    before = digest(out)
+    r = CliRunner().invoke(quantize_command, [str(out), str(out), "Q8_0", "--force"])  # a GGUF given as input
+    one_line(r, 2, f"{out}: is also an input")
+    assert digest(out) == before
+
+
+def test_accept_trace_onto_the_prompts_file_is_refused(hf: Path, targets, tmp_path: Path) -> None:
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "hi"}\n')
+    r = CliRunner().invoke(accept_command, [str(hf), "--target", str(targets[64]["hf"]), "--prompts", str(prompts),
+                                            "--trace", str(prompts), "--force"])
+    one_line(r, 2, f"--trace {prompts}: is also an input")
+    assert prompts.read_text() == '{"prompt": "hi"}\n'
 
 
 # ----------------------------------------------------------------------------------------------
