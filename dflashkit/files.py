@@ -29,6 +29,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
+import functools
 import json
 import os
 import signal
@@ -241,8 +242,15 @@ def _open_tmpfile(directory: Path) -> int | None:
         raise
 
 
+@functools.lru_cache(maxsize=1)
 def _libc() -> Any:
-    return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    # The process's own symbols include libc's on Linux; find_library (which may spawn ldconfig) only if not.
+    try:
+        lib = ctypes.CDLL(None, use_errno=True)
+        lib.linkat
+        return lib
+    except (OSError, AttributeError):
+        return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 
 
 def _linkat_follow(src: str, dst: Path) -> None:
