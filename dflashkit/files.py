@@ -8,7 +8,8 @@ Guarantees (README "Guarantees"), each enforced here once for every command:
   index, shards, tokenizer files) except dflashkit's own output kinds, which no directory reader reads.
 * **No overwrite without --force, race-free.** :func:`atomic_output` writes a temporary file in OUT's
   directory and publishes it *without replacing* (``link``, which fails when OUT exists, or
-  ``renameat2(RENAME_NOREPLACE)``) unless ``force`` (then ``os.replace``). Two concurrent runs to one
+  ``renameat2(RENAME_NOREPLACE)`` on file systems without hard links; only where neither exists, a check
+  just before an ordinary rename) unless ``force`` (then ``os.replace``). Two concurrent runs to one
   new OUT: one succeeds, the other gets "already exists — pass --force"; a file created at OUT during
   a run is never clobbered.
 * **Nothing left behind.** The temporary file is removed on any exception; SIGTERM and SIGHUP are
@@ -206,7 +207,7 @@ def _publish_named(tmp: str, out: Path, force: bool) -> None:
         os.replace(tmp, out)
         return
     try:
-        os.link(tmp, out, follow_symlinks=False)
+        os.link(tmp, out)
     except FileExistsError:
         raise _exists_error(out) from None
     except OSError as exc:

@@ -203,6 +203,29 @@ def test_named_temp_fallback_publishes_without_replacing(tmp_path: Path, monkeyp
     assert out.read_bytes() == b"ours" and names(tmp_path) == ["o.bin"]
 
 
+def test_without_hard_links_publication_uses_rename_noreplace(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(files, "_open_tmpfile", lambda d: None)
+
+    def no_links(*a, **k):
+        raise PermissionError(errno.EPERM, os.strerror(errno.EPERM))
+
+    monkeypatch.setattr(files.os, "link", no_links)
+    renames = []
+    real = files._renameat2_noreplace
+    monkeypatch.setattr(files, "_renameat2_noreplace", lambda s, d: renames.append(d) or real(s, d))
+    out = tmp_path / "o.bin"
+    with pytest.raises(DFlashError, match="already exists — pass --force"):
+        with atomic_output(out) as f:
+            f.write(b"ours")
+            out.write_bytes(b"theirs")
+    assert out.read_bytes() == b"theirs" and names(tmp_path) == ["o.bin"]
+    out.unlink()
+    with atomic_output(out) as f:
+        f.write(b"ours")
+    assert out.read_bytes() == b"ours" and names(tmp_path) == ["o.bin"]
+    assert renames == [str(out), str(out)]
+
+
 def _cli_env(marker: Path) -> dict[str, str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env[files.PAUSE_ENV] = str(marker)
