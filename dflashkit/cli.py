@@ -210,7 +210,6 @@ def diff_command(
     Exit 0 when they match, 1 when a tensor is missing/unmapped/reshaped/unreadable, the metadata means
     something else, or --threshold is exceeded; 2 for usage errors.
     """
-    import os
     from pathlib import Path
 
     from .diff import diff_drafters
