@@ -563,7 +563,7 @@ class _ConverterSpecialVocab(SpecialVocab):
             elif kind in ("RobertaProcessing", "TemplateProcessing") and not applied:
                 flags.update(writes)  # what the released class read from these processors
                 applied = True
-                if kind == "TemplateProcessing" and self._leading_token_is_bos(proc, config):
+                if kind == "TemplateProcessing" and self._template_leader_becomes_bos(proc, config):
                     flags["bos"] = True
         if not applied:
             flags.update(writes)
@@ -572,8 +572,9 @@ class _ConverterSpecialVocab(SpecialVocab):
                 logger.warning("tokenizer_config add_%s_token=%s ignored: the post-processor says %s", typ, value, flags[typ])
         return flags
 
-    def _leading_token_is_bos(self, proc: dict[str, Any], config: dict[str, Any] | None) -> bool:
-        """(iii) TemplateProcessing's leading special token becomes BOS/CLS where the config has none."""
+    def _template_leader_becomes_bos(self, proc: dict[str, Any], config: dict[str, Any] | None) -> bool:
+        """(iii) TemplateProcessing's leading special token becomes BOS/CLS where the config names
+        none: records their ids and returns True (the template then adds a BOS)."""
         single = proc.get("single") or []
         first = single[0].get("SpecialToken", {}).get("id") if len(single) > 1 else None
         if not first or not config:
