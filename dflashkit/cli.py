@@ -243,18 +243,27 @@ def diff_command(
     type=click.Choice(["instruct", "base"]),
     help="Fail when a file does not look like this variant (instruct vs base).",
 )
-@click.option("--json", "as_json", is_flag=True, help="One JSON document with every finding (for CI).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document with every finding (for CI); same as --format json.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "html"]), help="Report format (default text).")
 @click.option("--strict", is_flag=True, help="Warnings fail too (exit 1).")
 @user_errors
-def inspect_command(paths: tuple[str, ...], target: str | None, expect: str | None, as_json: bool, strict: bool) -> None:
+def inspect_command(
+    paths: tuple[str, ...], target: str | None, expect: str | None, as_json: bool, fmt: str | None, strict: bool
+) -> None:
     """Check GGUF files and safetensors checkpoints: structure, drafter metadata, dialect, target fit.
 
     Exit 0 when no error (warnings allowed unless --strict), 1 when any error, 2 for usage.
     """
     from .inspect import inspect_paths
 
+    from .errors import UsageError
+
+    if as_json and fmt not in (None, "json"):
+        raise UsageError(f"dflash-inspect: --json and --format {fmt} contradict each other; pass one of them")
+    fmt = "json" if as_json else fmt or "text"
     report = inspect_paths(list(paths), strict=strict, target=target, expect=expect)
-    click.echo(report.to_json() if as_json else report.to_text())
+    text = report.render(fmt)
+    click.echo(text, nl=not text.endswith("\n"))
     sys.exit(report.exit_code())
 
 

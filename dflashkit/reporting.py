@@ -242,6 +242,18 @@ def format_value(value: Any, fmt: str = "") -> str:
     return str(value)
 
 
+def human_size(n: int | None) -> str:
+    """A byte count for people: ``512 B``, ``1.50 KiB``, ... (``?`` when unknown)."""
+    if n is None:
+        return "?"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{int(size)} B" if unit == "B" else f"{size:.2f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}

@@ -11,7 +11,7 @@ import pytest
 from test_gguf_reader import last_tensor_end, patch, tensor_field_offsets, write_gguf
 from test_safetensors_reader import write_checkpoint, write_raw
 
-from dflashkit.errors import UsageError
+from dflashkit.errors import DFlashError, UsageError
 from dflashkit.inspect import Finding, InspectReport, Severity, inspect_paths, register_check
 from dflashkit.inspect import checks as checks_mod
 from dflashkit.inspect.findings import warning
@@ -254,3 +254,54 @@ def test_registered_checks_run_and_crashing_check_is_contained(good: Path, monke
     crashed = [f for f in fr.findings if f.id == "inspect.internal_error"]
     assert len(crashed) == 1 and "test.crash" in crashed[0].message and "ZeroDivisionError" in crashed[0].message
     assert report.exit_code() == 1
+
+
+# --- rendering through reporting.Report ------------------------------------------------------------
+
+
+def _two_file_report() -> InspectReport:
+    from dflashkit.inspect import FileReport
+
+    summary = {"version": 3, "arch": "dflash", "dialect": "llama.cpp", "tensor_count": 2, "size": 3 * 1024,
+               "quant_mix": {"Q8_0": {"count": 1, "bytes": 34, "elements": 32, "bpw": 8.5}}, "bpw": 8.5}
+    bad = Finding("x.bad", Severity.ERROR, "a.gguf: <bad> & worse", {})
+    note = Finding("x.note", Severity.INFO, "a.gguf: fine", {})
+    return InspectReport([FileReport("a.gguf", "gguf", summary, [note, bad]), FileReport("b", "missing", {}, [])], strict=True)
+
+
+def test_text_report_through_reporting() -> None:
+    text = _two_file_report().to_text()
+    lines = text.splitlines()
+    assert lines[:2] == ["dflash-inspect", "FAIL: 2 file(s): 1 error(s), 0 warning(s), 1 info — exit 1 (strict)"]
+    assert "a.gguf: gguf v3, arch dflash, dialect llama.cpp, 2 tensors, 3.00 KiB — quant mix (1)" in lines
+    assert "  Q8_0        1  34 B  8.50 bpw" in lines and "  overall 8.50 bpw" in lines
+    findings = lines.index("a.gguf: gguf v3, arch dflash, dialect llama.cpp, 2 tensors, 3.00 KiB — findings (2) [!]")
+    # worst first, each message exactly as found
+    assert [ln.split()[0] for ln in lines[findings + 3:findings + 5]] == ["error", "info"]
+    assert lines[findings + 3] == "  error     x.bad   a.gguf: <bad> & worse"
+    assert "b: missing: ok: no findings" in lines
+
+
+def test_markdown_html_json_renderings() -> None:
+    report = _two_file_report()
+    md = report.render("markdown")
+    assert "| error | x.bad | a.gguf: <bad> & worse |" in md and "**2 file(s): 1 error(s)" in md
+    page = report.render("html")
+    assert "a.gguf: &lt;bad&gt; &amp; worse" in page and "<bad>" not in page
+    assert json.loads(report.render("json")) == report.to_dict()  # --format json is the CI document
+    assert report.to_dict()["files"][0]["findings"][1]["id"] == "x.bad"
+    with pytest.raises(DFlashError) as info:
+        report.render("pdf")
+    assert str(info.value) == "unknown report format 'pdf' (known: text, json, markdown, html)"
+
+
+def test_cli_format_and_json_conflict(good: Path) -> None:
+    from click.testing import CliRunner
+
+    from dflashkit.cli import inspect_command
+
+    r = CliRunner().invoke(inspect_command, [str(good), "--format", "markdown"])
+    assert r.exit_code == 0 and r.stdout.startswith("## dflash-inspect\n")
+    r = CliRunner().invoke(inspect_command, [str(good), "--json", "--format", "html"])
+    assert r.exit_code == 2
+    assert "dflash-inspect: --json and --format html contradict each other; pass one of them" in r.output

@@ -1,13 +1,32 @@
 """Tokenizer metadata (``tokenizer.*`` GGUF keys) for drafter GGUFs, taken from the target model.
 
 llama.cpp refuses a drafter GGUF without a tokenizer ("key not found in model:
-tokenizer.ggml.model"); drafters have none of their own, so it comes from the target:
+tokenizer.ggml.model"); drafters have none of their own, so it comes from the target. The output
+is what llama.cpp's own converter (``convert_hf_to_gguf.py``, llama-cpp-python 0.3.36's vendored
+llama.cpp) writes for the same target: same keys, order, value types and bytes.
 
-* a target GGUF: every ``tokenizer.*`` KV is copied verbatim (key, type, sub-type, value, order);
-* a target HF directory: the metadata is rebuilt from ``tokenizer.json`` / ``tokenizer_config.json``
-  / ``config.json`` the way llama.cpp's ``convert_hf_to_gguf.py`` does for byte-level BPE (gpt2-style)
-  tokenizers (Qwen, Llama 3, ...): ``get_vocab_base`` + ``get_vocab_base_pre`` + ``_set_vocab_gpt2`` +
-  gguf-py's ``SpecialVocab``. Same keys, order and value types as that converter writes.
+What gguf-py does, gguf-py does here: key names are ``gguf.Keys.Tokenizer``; the ``tokenizer.*``
+keys from an HF directory are produced by gguf-py's own ``GGUFWriter.add_*`` methods (recorded,
+never written to disk) and ``gguf.SpecialVocab`` (merges, special token ids, add_bos/add_eos/
+add_sep flags, chat templates), as llama.cpp's ``_set_vocab_gpt2`` calls them.
+
+What is written by hand here, and why:
+
+* the copy from a target GGUF: every ``tokenizer.*`` KV verbatim (key, type, element type, value,
+  order) from the header alone, through the project's hardened reader; gguf-py's ``GGUFReader``
+  maps the whole file, tensor data included, and has no verbatim-copy helper;
+* llama.cpp's ``get_vocab_base`` / ``get_vocab_base_pre`` (they live in the converter, not in
+  gguf-py): the token list with ``[PAD{id}]`` (UNUSED) for every id below the target config's
+  ``vocab_size`` the tokenizer lacks, the token types, and the pre-tokenizer hash table;
+* :class:`_ConverterSpecialVocab`: llama.cpp's converter runs the gguf-py *vendored in its source
+  tree*, whose ``SpecialVocab`` is newer than the released ``gguf`` package (0.19.0 on PyPI, same
+  version number). The vendored one (i) reads a ``ByteLevel`` post-processor as "no BOS/EOS
+  added" (so Qwen-style targets get ``add_bos_token`` *and* ``add_eos_token`` false), (ii) lets the
+  post-processor win over ``tokenizer_config.json``'s ``add_*_token``, (iii) takes a
+  ``TemplateProcessing`` leading special token as BOS/CLS when the config names none, and (iv)
+  writes ``tokenizer.ggml.normalizer.lowercase`` / ``.strip_accents``. The subclass runs the
+  released ``SpecialVocab`` and applies exactly these four differences on top, so the output
+  follows llama.cpp's converter (checked against it in tests/test_target_tokenizer.py).
 
 Neither path loads model weights: an HF directory is read through its JSON files only (never
 ``trust_remote_code``, never a pickle), a GGUF through its header only.
@@ -18,16 +37,17 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import string
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
-from gguf import GGUFValueType, TokenType
+import gguf
+from gguf import GGUFValueType, Keys, SpecialVocab, TokenType
 
 from dflashkit.errors import DFlashError
 from dflashkit.files import read_json
+from dflashkit.io.gguf_writer import MetadataEntry
 
 if TYPE_CHECKING:
     from gguf import GGUFWriter
@@ -37,38 +57,17 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 TOKENIZER_PREFIX = "tokenizer."
+KEY_MODEL = Keys.Tokenizer.MODEL
+KEY_TOKENS = Keys.Tokenizer.LIST
+KEY_MERGES = Keys.Tokenizer.MERGES
+# In llama.cpp's vendored gguf-py, not yet in the released gguf package.
+KEY_NORMALIZER_LOWERCASE = getattr(Keys.Tokenizer, "NORMALIZER_LOWERCASE", "tokenizer.ggml.normalizer.lowercase")
+KEY_NORMALIZER_STRIP_ACCENTS = getattr(
+    Keys.Tokenizer, "NORMALIZER_STRIP_ACCENTS", "tokenizer.ggml.normalizer.strip_accents"
+)
 
-# Key names as gguf-py's Keys.Tokenizer spells them (llama.cpp's converter is the reference;
-# note its "seperator" spelling and "unknown" for unk).
-KEY_MODEL = "tokenizer.ggml.model"
-KEY_PRE = "tokenizer.ggml.pre"
-KEY_TOKENS = "tokenizer.ggml.tokens"
-KEY_TOKEN_TYPE = "tokenizer.ggml.token_type"
-KEY_MERGES = "tokenizer.ggml.merges"
-KEY_CHAT_TEMPLATE = "tokenizer.chat_template"
-KEY_CHAT_TEMPLATE_N = "tokenizer.chat_template.{name}"
-KEY_CHAT_TEMPLATES = "tokenizer.chat_templates"
-KEY_NORMALIZER_LOWERCASE = "tokenizer.ggml.normalizer.lowercase"
-KEY_NORMALIZER_STRIP_ACCENTS = "tokenizer.ggml.normalizer.strip_accents"
-
-# Special-token kinds SpecialVocab looks for, in its order, and the GGUF key its writer uses for
-# each. "cls" is looked up but llama.cpp's writer has no handler for it, so it is never written.
+# Special-token kinds SpecialVocab looks for (its default special_token_types).
 _SPECIAL_TYPES: tuple[str, ...] = ("bos", "eos", "unk", "sep", "pad", "cls", "mask")
-_SPECIAL_ID_KEYS: dict[str, str] = {
-    "bos": "tokenizer.ggml.bos_token_id",
-    "eos": "tokenizer.ggml.eos_token_id",
-    "unk": "tokenizer.ggml.unknown_token_id",
-    "sep": "tokenizer.ggml.seperator_token_id",
-    "pad": "tokenizer.ggml.padding_token_id",
-    "mask": "tokenizer.ggml.mask_token_id",
-    "eot": "tokenizer.ggml.eot_token_id",
-    "eom": "tokenizer.ggml.eom_token_id",
-}
-_ADD_TOKEN_KEYS: dict[str, str] = {
-    "bos": "tokenizer.ggml.add_bos_token",
-    "eos": "tokenizer.ggml.add_eos_token",
-    "sep": "tokenizer.ggml.add_sep_token",
-}
 
 # llama.cpp identifies a BPE pre-tokenizer by hashing the token ids of this text
 # (get_vocab_base_pre's chktxt, written with escapes so no invisible character can get lost).
@@ -206,17 +205,6 @@ def _split_regexes(node: Any) -> list[str]:
         return [r for v in node for r in _split_regexes(v)]
     return []
 
-
-@dataclass(frozen=True)
-class MetadataEntry:
-    """One GGUF key/value, typed exactly as it is (or will be) stored in the file."""
-
-    key: str
-    value: Any
-    type: GGUFValueType
-    sub_type: GGUFValueType | None = None  # element type when ``type`` is ARRAY
-
-
 @dataclass
 class TokenizerMetadata:
     """Every ``tokenizer.*`` key of a model, in the order to write them."""
@@ -332,7 +320,7 @@ def tokenizer_from_hf_dir(directory: str | Path, vocab_size: int) -> TokenizerMe
     tok = _read_json(tokenizer_json)
     _require_byte_level_bpe(tok, tokenizer_json)
     tokenizer_config = _read_json_if_present(directory / "tokenizer_config.json")
-    config = _read_json_if_present(directory / "config.json")
+    _read_json_if_present(directory / "config.json")  # a one-line error now, not SpecialVocab's traceback
 
     backend = _load_backend(tokenizer_json)
     _add_config_tokens(backend, tokenizer_config)
@@ -346,13 +334,18 @@ def tokenizer_from_hf_dir(directory: str | Path, vocab_size: int) -> TokenizerMe
         )
     tokens, toktypes = _token_list(vocab, backend.get_added_tokens_decoder(), vocab_size, backend)
 
-    entries = [
-        MetadataEntry(KEY_MODEL, "gpt2", GGUFValueType.STRING),
-        MetadataEntry(KEY_PRE, pre, GGUFValueType.STRING),
-        MetadataEntry(KEY_TOKENS, tokens, GGUFValueType.ARRAY, GGUFValueType.STRING),
-        MetadataEntry(KEY_TOKEN_TYPE, toktypes, GGUFValueType.ARRAY, GGUFValueType.INT32),
-    ]
-    entries += _special_vocab_entries(directory, tok, tokenizer_config, config)
+    # llama.cpp's _set_vocab_gpt2, through gguf-py's writer methods (recorded, not written).
+    writer = gguf.GGUFWriter(None, "llama")
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(pre)
+    writer.add_token_list(tokens)
+    writer.add_token_types(toktypes)
+    try:
+        special = _ConverterSpecialVocab(directory, load_merges=True)
+    except ValueError as exc:  # SpecialVocab's word for a negative special id or unknown merges format
+        raise DFlashError(f"{directory}: {exc}; fix tokenizer.json / tokenizer_config.json / config.json") from exc
+    special.add_to_gguf(writer, quiet=True)
+    entries = _recorded_entries(writer)
     return TokenizerMetadata(entries=entries, source=f"target HF dir {directory}", vocab_size=len(tokens))
 
 
@@ -501,103 +494,6 @@ def _token_list(
     return tokens, toktypes
 
 
-# --------------------------------------------------------------------------------------------
-# gguf-py SpecialVocab(load_merges=True): merges, special ids, add_*_token, chat template, normalizer
-
-
-def _special_vocab_entries(
-    directory: Path,
-    tok: dict[str, Any],
-    tokenizer_config: dict[str, Any] | None,
-    config: dict[str, Any] | None,
-) -> list[MetadataEntry]:
-    special = _SpecialTokens(directory, tokenizer_config)
-    special.read_tokenizer_json(tok)
-    chat_template = special.read_tokenizer_config(directory, tok)
-    special.read_config_json(config)
-    merges = _merges(tok, directory)
-    lowercase, strip_accents = _normalizer_flags(tok.get("normalizer"))
-
-    entries: list[MetadataEntry] = []
-    if merges:
-        entries.append(MetadataEntry(KEY_MERGES, merges, GGUFValueType.ARRAY, GGUFValueType.STRING))
-    else:
-        logger.warning("%s: no merges found; the tokenizer may not work in llama.cpp", directory)
-    for typ, token_id in special.ids.items():
-        if typ in _SPECIAL_ID_KEYS:  # the writer has no key for the others (cls): skipped there too
-            entries.append(MetadataEntry(_SPECIAL_ID_KEYS[typ], token_id, GGUFValueType.UINT32))
-    for typ, value in special.add_token.items():
-        if typ in _ADD_TOKEN_KEYS:
-            entries.append(MetadataEntry(_ADD_TOKEN_KEYS[typ], value, GGUFValueType.BOOL))
-    entries += _chat_template_entries(chat_template)
-    if lowercase is not None:
-        entries.append(MetadataEntry(KEY_NORMALIZER_LOWERCASE, lowercase, GGUFValueType.BOOL))
-    if strip_accents is not None:
-        entries.append(MetadataEntry(KEY_NORMALIZER_STRIP_ACCENTS, strip_accents, GGUFValueType.BOOL))
-    return entries
-
-
-def _merges(tok: dict[str, Any], directory: Path) -> list[str]:
-    merges = (tok.get("model") or {}).get("merges")
-    if isinstance(merges, list) and merges:
-        if all(isinstance(m, str) for m in merges):
-            return list(merges)
-        if all(isinstance(m, list) and len(m) == 2 and all(isinstance(p, str) for p in m) for m in merges):
-            # transformers >= 4.45 writes pairs so parts may contain spaces; llama.cpp stores
-            # "a b" strings with a space inside a part shifted to U+0120, as its converter does.
-            return [" ".join(part.replace(" ", "\u0120") for part in pair) for pair in merges]
-        raise DFlashError(f"{directory / 'tokenizer.json'}: unknown model.merges format; re-download the file")
-    return _merges_txt(directory / "merges.txt")
-
-
-def _merges_txt(path: Path) -> list[str]:
-    if not path.is_file():
-        return []
-    merges: list[str] = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if number == 1 and line.startswith("#"):  # "#version: ..." header
-                continue
-            parts = line.strip().split(None, 3)
-            if not parts:
-                continue
-            if len(parts) != 2:
-                logger.warning("%s: line %d malformed, ignored", path, number)
-                continue
-            merges.append(f"{parts[0]} {parts[1]}")
-    return merges
-
-
-def _normalizer_flags(normalizer: Any) -> tuple[bool | None, bool | None]:
-    lowercase: bool | None = None
-    strip_accents: bool | None = None
-
-    def visit(node: Any) -> None:
-        nonlocal lowercase, strip_accents
-        if not isinstance(node, dict):
-            return
-        kind = node.get("type")
-        if kind == "Lowercase":
-            lowercase = True
-        elif kind == "StripAccents":
-            strip_accents = True
-        elif kind == "BertNormalizer":
-            if "lowercase" in node:
-                lowercase = node["lowercase"]
-            if "strip_accents" in node:
-                strip_accents = node["strip_accents"]
-        elif kind == "Sequence":
-            for child in node.get("normalizers") or []:
-                visit(child)
-
-    visit(normalizer)
-    # BertNormalizer may say null ("decide from lowercase"); only a real bool becomes a key.
-    return (
-        lowercase if isinstance(lowercase, bool) else None,
-        strip_accents if isinstance(strip_accents, bool) else None,
-    )
-
-
 def _content(entry: Any) -> str | None:
     """A special-token entry of tokenizer_config: a string or a serialized AddedToken."""
     if isinstance(entry, str):
@@ -607,182 +503,138 @@ def _content(entry: Any) -> str | None:
     return None
 
 
-class _SpecialTokens:
-    """Special-token ids and add_*_token flags, resolved with SpecialVocab's precedence."""
+# --------------------------------------------------------------------------------------------
+# gguf-py's SpecialVocab, as llama.cpp's converter runs it (see the module docstring)
 
-    def __init__(self, directory: Path, tokenizer_config: dict[str, Any] | None) -> None:
-        self.directory = directory
-        # A copy: the post-processor rules below fill in missing entries, as SpecialVocab does.
-        self.config: dict[str, Any] | None = dict(tokenizer_config) if tokenizer_config else None
-        self.types: list[str] = list(_SPECIAL_TYPES)
-        self.ids: dict[str, int] = {}
-        self.add_token: dict[str, bool] = {}
 
-    def set_id(self, typ: str, token_id: Any) -> None:
-        if isinstance(token_id, bool) or not isinstance(token_id, int):
+class _WriteLog(dict):  # type: ignore[type-arg]
+    """A dict that remembers every assignment, so the post-processor's flags can be told apart
+    from the ``tokenizer_config.json`` ones that the released SpecialVocab writes over them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[tuple[str, bool]] = []
+
+    def __setitem__(self, key: str, value: bool) -> None:
+        self.writes.append((key, value))
+        super().__setitem__(key, value)
+
+
+class _ConverterSpecialVocab(SpecialVocab):
+    """``gguf.SpecialVocab`` plus the four rules of llama.cpp's vendored copy the release lacks."""
+
+    normalizer_lowercase: bool | None = None
+    normalizer_strip_accents: bool | None = None
+
+    def _try_load_from_tokenizer_json(self, path: Path) -> bool:
+        tokenizer = _read_json_if_present(path / "tokenizer.json") or {}
+        config = _read_json_if_present(path / "tokenizer_config.json")
+        self._added_tokens: list[Any] = tokenizer.get("added_tokens") or []
+        self.add_special_token = log = _WriteLog()
+        done = super()._try_load_from_tokenizer_json(path)
+        post = tokenizer.get("post_processor")
+        processors = post.get("processors", [post]) if isinstance(post, dict) else []
+        self.add_special_token = self._llama_cpp_add_flags(log.writes, processors, config)
+        self._normalizer(tokenizer.get("normalizer"))
+        return done
+
+    def _llama_cpp_add_flags(
+        self, writes: list[tuple[str, bool]], processors: list[Any], config: dict[str, Any] | None
+    ) -> dict[str, bool]:
+        # The released class assigns tokenizer_config's add_{typ}_token last, over the post-processor:
+        # those assignments are the tail of the log. What precedes them is the post-processor's.
+        from_config = [
+            (typ, config[f"add_{typ}_token"])
+            for typ in self.special_token_types
+            if config and isinstance(config.get(f"add_{typ}_token"), bool)
+        ]
+        if from_config and writes[-len(from_config):] == from_config:
+            writes = writes[: -len(from_config)]
+        flags: dict[str, bool] = {}
+        applied = False
+        for proc in processors:
+            kind = proc.get("type") if isinstance(proc, dict) else None
+            if kind == "ByteLevel":  # (i) byte-level BPE adds neither BOS nor EOS
+                flags.setdefault("bos", False)
+                flags.setdefault("eos", False)
+            elif kind in ("RobertaProcessing", "TemplateProcessing") and not applied:
+                flags.update(writes)  # what the released class read from these processors
+                applied = True
+                if kind == "TemplateProcessing" and self._template_leader_becomes_bos(proc, config):
+                    flags["bos"] = True
+        if not applied:
+            flags.update(writes)
+        for typ, value in from_config:  # (ii) the post-processor, when it said anything, wins
+            if flags.setdefault(typ, value) != value:
+                logger.warning("tokenizer_config add_%s_token=%s ignored: the post-processor says %s", typ, value, flags[typ])
+        return flags
+
+    def _template_leader_becomes_bos(self, proc: dict[str, Any], config: dict[str, Any] | None) -> bool:
+        """(iii) TemplateProcessing's leading special token becomes BOS/CLS where the config names
+        none: records their ids and returns True (the template then adds a BOS)."""
+        single = proc.get("single") or []
+        first = single[0].get("SpecialToken", {}).get("id") if len(single) > 1 else None
+        if not first or not config:
+            return False
+        cls = config.get("cls_token")
+        bos = config.get("bos_token") or cls  # the released class already took cls for a missing bos
+        if first in (bos, cls) or (bos and cls):
+            return False
+        token_id = next((a.get("id") for a in self._added_tokens if a.get("content") == first), None)
+        for typ, named in (("bos", bos), ("cls", cls)):
+            if not named:
+                self._set_special_token(typ, token_id)
+        # Keep special_token_types order (the released class inserted the others in that order).
+        order = {typ: i for i, typ in enumerate(self.special_token_types)}
+        self.special_token_ids = dict(sorted(self.special_token_ids.items(), key=lambda kv: order.get(kv[0], len(order))))
+        return True
+
+    def _normalizer(self, node: Any) -> None:
+        """(iv) tokenizer.json's normalizer: Lowercase / StripAccents / BertNormalizer, nested in Sequence."""
+        if not isinstance(node, dict):
             return
-        if token_id < 0:
-            raise DFlashError(
-                f"{self.directory}: special token {typ} has negative id {token_id}; fix tokenizer_config.json / config.json"
-            )
-        self.ids.setdefault(typ, token_id)  # the first source that names it wins
+        kind = node.get("type")
+        if kind == "Lowercase":
+            self.normalizer_lowercase = True
+        elif kind == "StripAccents":
+            self.normalizer_strip_accents = True
+        elif kind == "BertNormalizer":
+            if "lowercase" in node:
+                self.normalizer_lowercase = node["lowercase"]
+            if "strip_accents" in node:
+                self.normalizer_strip_accents = node["strip_accents"]
+        elif kind == "Sequence":
+            for child in node.get("normalizers") or []:
+                self._normalizer(child)
 
-    def _cfg(self, key: str) -> Any:
-        return (self.config or {}).get(key)
-
-    def read_tokenizer_json(self, tok: dict[str, Any]) -> None:
-        """tokenizer.json's post-processor says whether bos/eos/sep are added."""
-        cfg = self.config
-        bos, cls, eos, sep = (self._cfg(f"{typ}_token") for typ in ("bos", "cls", "eos", "sep"))
-        if not bos and cls and cfg:
-            cfg["bos_token"] = bos = cls
-        if not eos and sep and cfg:
-            cfg["eos_token"] = eos = sep
-        post = tok.get("post_processor")
-        if not isinstance(post, dict):
-            return
-        for proc in post.get("processors", [post]):
-            kind = proc.get("type")
-            if kind == "ByteLevel":
-                self.add_token.setdefault("bos", False)
-                self.add_token.setdefault("eos", False)
-            elif kind == "RobertaProcessing":
-                self.add_token.update(bos=True, eos=True, sep=True)
-                if not cls and cfg:
-                    cfg["cls_token"] = cls = proc.get("cls", [bos])[0]
-                if not sep and cfg:
-                    cfg["sep_token"] = sep = proc.get("sep", [eos])[0]
-            elif kind == "TemplateProcessing":
-                bos, cls, eos, sep = self._template(proc, bos, cls, eos, sep)
-
-    def _template(self, proc: dict[str, Any], bos: Any, cls: Any, eos: Any, sep: Any) -> tuple[Any, Any, Any, Any]:
-        # SpecialVocab's crude reading of simple templates ("[BOS] $A [EOS]", "A [SEP] B").
-        cfg = self.config
-        single, pair = proc.get("single") or [], proc.get("pair") or []
-        first = last = None
-        if len(single) > 1:
-            if first := single[0].get("SpecialToken", {}).get("id"):
-                if not cfg:
-                    bos = first
-                elif first not in (bos, cls):
-                    if not bos:
-                        cfg["bos_token"] = bos = first
-                    if not cls:
-                        cfg["cls_token"] = cls = first
-                self.add_token["bos"] = first in (bos, cls)
-                if first not in (bos, cls):
-                    logger.warning("unknown leading special token %r in TemplateProcessing<single>", first)
-            if last := single[-1].get("SpecialToken", {}).get("id"):
-                if not cfg:
-                    eos = last
-                elif last != eos:
-                    # The template's last token replaces eos; the configured eos survives as eot/eom.
-                    if "eot" not in self.types:
-                        self.types.append("eot")
-                        cfg["eot_token"] = eos
-                    elif "eom" not in self.types:
-                        self.types.append("eom")
-                        cfg["eom_token"] = eos
-                    else:
-                        logger.warning("overriding EOS token %r with %r without EOT/EOM fallback", eos, last)
-                    cfg["eos_token"] = eos = last
-                self.add_token["eos"] = last == eos
-        if pair:
-            start = 1 if first and pair[0].get("SpecialToken", {}).get("id") == first else 0
-            stop = -1 if last and pair[-1].get("SpecialToken", {}).get("id") == last else None
-            middle = pair[start:stop]
-            if (
-                middle
-                and middle[0].get("Sequence", {}).get("id") == "A"
-                and middle[-1].get("Sequence", {}).get("id") == "B"
-                and (middle := middle[1:-1])
-            ):
-                add_sep = False
-                if entry := middle[0].get("SpecialToken", {}).get("id"):
-                    add_sep = entry in (sep, eos) and not last
-                if len(middle) == 2 and (entry := middle[1].get("SpecialToken", {}).get("id")):
-                    add_sep = add_sep or entry in (sep, eos)
-                self.add_token["sep"] = add_sep
-                if add_sep and not sep and cfg:
-                    cfg["sep_token"] = eos
-        return bos, cls, eos, sep
-
-    def read_tokenizer_config(self, directory: Path, tok: dict[str, Any]) -> Any:
-        """Special ids named in tokenizer_config (looked up among the added tokens), add_*_token
-        flags, and the chat template (returned: a string, a list of named templates, or None)."""
-        cfg = self.config
-        if not cfg:
-            return None
-        chat_template = cfg.get("chat_template", _chat_template_file(directory))
-        if chat_template is not None and not isinstance(chat_template, (str, list)):
-            logger.warning("%s: chat_template is neither a string nor a list; ignored", directory / "tokenizer_config.json")
-            chat_template = None
-        added = tok.get("added_tokens") or []
-        for typ in self.types:
-            flag = cfg.get(f"add_{typ}_token")
-            if isinstance(flag, bool):
-                # The post-processor, when it said anything, wins over tokenizer_config.
-                self.add_token.setdefault(typ, flag)
-            content = _content(cfg.get(f"{typ}_token"))
-            if content is None:
-                continue
-            self.set_id(typ, next((a.get("id") for a in added if a.get("content") == content), None))
-        return chat_template
-
-    def read_config_json(self, config: dict[str, Any] | None) -> None:
-        """config.json's {typ}_token_id (or text_config's, for multimodal configs)."""
-        if config is None:
-            return
-        text_config = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
-        for typ in self.types:
-            token_id = config.get(f"{typ}_token_id")
-            if token_id is None:
-                token_id = text_config.get(f"{typ}_token_id")
-            self.set_id(typ, token_id)
+    def add_to_gguf(self, gw: GGUFWriter, quiet: bool = False) -> None:
+        super().add_to_gguf(gw, quiet)
+        # gguf-py's add_bool writes a bool only; BertNormalizer may say null, which it skips too.
+        if self.normalizer_lowercase is not None and KEY_NORMALIZER_LOWERCASE not in gw.kv_data[0]:
+            gw.add_bool(KEY_NORMALIZER_LOWERCASE, self.normalizer_lowercase)
+        if self.normalizer_strip_accents is not None and KEY_NORMALIZER_STRIP_ACCENTS not in gw.kv_data[0]:
+            gw.add_bool(KEY_NORMALIZER_STRIP_ACCENTS, self.normalizer_strip_accents)
 
 
-def _chat_template_file(directory: Path) -> Any:
-    """chat_template.jinja (plus additional_chat_templates/*.jinja) or chat_template.json."""
-    jinja = directory / "chat_template.jinja"
-    if jinja.is_file():
-        template: Any = jinja.read_text(encoding="utf-8")
-        extra = sorted((directory / "additional_chat_templates").glob("*.jinja"))
-        if extra:
-            template = [{"name": "default", "template": template}]
-            template += [{"name": p.stem, "template": p.read_text(encoding="utf-8")} for p in extra]
-        return template
-    as_json = directory / "chat_template.json"
-    if as_json.is_file():
-        data = _read_json(as_json)
-        return data.get("chat_template") if isinstance(data, dict) else None
-    return None
-
-
-def _chat_template_entries(template: Any) -> list[MetadataEntry]:
-    if template is None:
-        return []
-    if isinstance(template, str):
-        return [MetadataEntry(KEY_CHAT_TEMPLATE, template, GGUFValueType.STRING)]
-    # A list of {"name", "template"}: named ones get their own key, "default" the plain key.
-    allowed = set(string.ascii_letters + string.digits)
+def _recorded_entries(writer: GGUFWriter) -> list[MetadataEntry]:
+    """The ``tokenizer.*`` KVs a GGUFWriter holds, with element types as it would write them."""
     entries: list[MetadataEntry] = []
-    names: list[str] = []
-    default = None
-    for choice in template:
-        if not isinstance(choice, dict):
+    for key, kv in writer.kv_data[0].items():
+        if not key.startswith(TOKENIZER_PREFIX):
             continue
-        name = "".join(c if c in allowed else "_" for c in str(choice.get("name", "")))
-        body = choice.get("template")
-        if not name or body is None:
-            continue
-        if name == "default":
-            default = body
-        else:
-            if name not in names:
-                names.append(name)
-            entries.append(MetadataEntry(KEY_CHAT_TEMPLATE_N.format(name=name), body, GGUFValueType.STRING))
-    if names:
-        entries.append(MetadataEntry(KEY_CHAT_TEMPLATES, names, GGUFValueType.ARRAY, GGUFValueType.STRING))
-    if default is not None:
-        entries.append(MetadataEntry(KEY_CHAT_TEMPLATE, default, GGUFValueType.STRING))
-    return entries
+        value, sub_type = kv.value, kv.sub_type
+        if kv.type is GGUFValueType.ARRAY and sub_type is None:
+            sub_type = GGUFValueType.get_type(value[0])  # what GGUFWriter does when serialising
+            value = [int(v) for v in value] if sub_type is GGUFValueType.INT32 else list(value)
+        entries.append(MetadataEntry(key, value, kv.type, sub_type))
+    return _chat_template_names_in_order(entries)
+
+
+def _chat_template_names_in_order(entries: list[MetadataEntry]) -> list[MetadataEntry]:
+    # gguf-py lists named chat templates from a set, so llama.cpp's order changes from run to run;
+    # write them in the order they came (one of the orders llama.cpp writes), for a stable file.
+    names = [e.key[len(Keys.Tokenizer.CHAT_TEMPLATE) + 1 :] for e in entries if e.key.startswith(Keys.Tokenizer.CHAT_TEMPLATE + ".")]
+    return [
+        MetadataEntry(e.key, names, e.type, e.sub_type) if e.key == Keys.Tokenizer.CHAT_TEMPLATES else e
+        for e in entries
+    ]

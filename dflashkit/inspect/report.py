@@ -1,4 +1,9 @@
-"""Per-file and whole-run reports: exit code, ``--json`` and the readable text form."""
+"""Per-file and whole-run reports: exit code, ``--json``, and a :class:`dflashkit.reporting.Report`.
+
+The JSON document (``to_dict`` / ``to_json``) is inspect's CI contract and keeps its own shape;
+text, Markdown and HTML are rendered by ``reporting.Report`` like every other command's output
+(:meth:`InspectReport.to_report`): one table of tensor types and one table of findings per file.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dflashkit.inspect.findings import Finding, Severity
+from dflashkit.reporting import Column, Field, Report, Table, human_size
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1  # any error (or, with --strict, any warning)
 
-
-def human_size(n: int | None) -> str:
-    if n is None:
-        return "?"
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{int(size)} B" if unit == "B" else f"{size:.2f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")
+_MIX_COLUMNS = [Column("type", "type"), Column("count", "tensors"), Column("size", "size"), Column("bpw", "bpw")]
+_FINDING_COLUMNS = [Column("severity", "severity"), Column("id", "id"), Column("message", "message")]
 
 
 def _fmt_bpw(bpw: float | None) -> str:
@@ -49,7 +47,8 @@ class FileReport:
             "findings": [f.to_dict() for f in self.findings],
         }
 
-    def to_text(self) -> str:
+    def heading(self) -> str:
+        """``path: kind vN, arch A, dialect D, N tensors, size``."""
         s = self.summary
         head = [self.kind]
         if s.get("version") is not None:
@@ -61,14 +60,25 @@ class FileReport:
             head.append(f"{s['tensor_count']} tensors")
         if s.get("size") is not None:
             head.append(human_size(s["size"]))
-        lines = [f"{self.path}: {', '.join(head)}"]
-        mix = s.get("quant_mix") or {}
+        return f"{self.path}: {', '.join(head)}"
+
+    def sections(self) -> list[Table]:
+        """The file's tensor types (when it has any) and its findings, worst first."""
+        out: list[Table] = []
+        mix = self.summary.get("quant_mix") or {}
         if mix:
-            parts = [f"{t} x{m['count']} {human_size(m['bytes'])} {_fmt_bpw(m['bpw'])}" for t, m in mix.items()]
-            lines.append(f"  quant mix: {'; '.join(parts)}; overall {_fmt_bpw(s.get('bpw'))}")
+            rows = [
+                {"type": t, "count": m["count"], "size": human_size(m["bytes"]), "bpw": _fmt_bpw(m["bpw"])}
+                for t, m in mix.items()
+            ]
+            out.append(Table(f"{self.heading()} — quant mix", _MIX_COLUMNS, rows,
+                             note=f"overall {_fmt_bpw(self.summary.get('bpw'))}"))
         order = sorted(self.findings, key=lambda f: -f.severity.rank)
-        lines += [f"  {f.severity.value:<7} {f.id}: {f.message}" for f in order] or ["  ok: no findings"]
-        return "\n".join(lines)
+        worst = order[0].severity.value if order else "ok"
+        title = f"{self.heading()} — findings" if mix else self.heading()
+        rows = [{"severity": f.severity.value, "id": f.id, "message": f.message} for f in order]
+        out.append(Table(title, _FINDING_COLUMNS, rows, level=worst, empty="ok: no findings"))
+        return out
 
 
 @dataclass
@@ -97,9 +107,24 @@ class InspectReport:
         # default=str: values may carry paths or enums; never let serialisation crash a report.
         return json.dumps(self.to_dict(), indent=indent, default=str, ensure_ascii=False)
 
-    def to_text(self) -> str:
-        blocks = [f.to_text() for f in self.files]
+    def status(self) -> str:
+        """The one-line verdict: counts and exit code."""
         e, w, i = (self.count(s) for s in (Severity.ERROR, Severity.WARNING, Severity.INFO))
         strict = " (strict)" if self.strict else ""
-        blocks.append(f"{len(self.files)} file(s): {e} error(s), {w} warning(s), {i} info — exit {self.exit_code()}{strict}")
-        return "\n".join(blocks)
+        return f"{len(self.files)} file(s): {e} error(s), {w} warning(s), {i} info — exit {self.exit_code()}{strict}"
+
+    def to_report(self) -> Report:
+        """The run as a ``reporting.Report`` (text, Markdown and HTML come from there)."""
+        level = "error" if self.exit_code() else "warning" if self.count(Severity.WARNING) else "ok"
+        e, w, i = (self.count(s) for s in (Severity.ERROR, Severity.WARNING, Severity.INFO))
+        summary = [Field("files", len(self.files)), Field("errors", e), Field("warnings", w), Field("info", i),
+                   Field("strict", self.strict), Field("exit code", self.exit_code())]
+        sections = [s for f in self.files for s in f.sections()]
+        return Report("dflash-inspect", self.status(), level, summary, sections)
+
+    def render(self, fmt: str) -> str:
+        """``json``: the CI document (:meth:`to_json`); ``text`` / ``markdown`` / ``html``: the Report."""
+        return self.to_json() if fmt == "json" else self.to_report().render(fmt)
+
+    def to_text(self) -> str:
+        return self.to_report().to_text()
