@@ -1,4 +1,4 @@
-"""Build a runnable drafter from any file `dflashkit.io.drafter.open_drafter` reads, and the target's head.
+"""Build a runnable drafter from any file `dflashkit.drafters.open_drafter` reads, and the target's head.
 
 A drafter comes from an HF checkpoint directory or a GGUF of any dialect and any tensor type:
 weights are read by canonical id and dequantized to float32 (``read_f32``), or — with
@@ -18,9 +18,9 @@ import numpy as np
 import torch
 
 from ..errors import DFlashError, UsageError
-from ..io.drafter import DrafterFile, open_drafter, to_float32
+from ..drafters import DrafterFile, open_drafter, to_float32
 from ..spec import DrafterSpec
-from ..tensors import expected_tensors
+from ..families import expected_tensors
 from .dflash import DFlashDraftModel, Embedding, Linear, RMSNorm, TargetHead
 from .dflash2 import DFlash2DraftModel
 
