@@ -20,7 +20,7 @@ import torch
 from ..errors import DFlashError, UsageError
 from ..drafters import DrafterFile, open_drafter, to_float32
 from ..spec import DrafterSpec
-from ..families import expected_tensors
+from ..families import expected_tensors, family_for_spec
 from .dflash import DFlashDraftModel, Embedding, Linear, RMSNorm, TargetHead
 from .dflash2 import DFlash2DraftModel
 
@@ -84,8 +84,16 @@ class LoadInfo:
         }
 
 
+#: family `runtime_module` → its model class (one runtime file per family)
+RUNTIME_CLASSES: dict[str, type[DFlashDraftModel]] = {"dflash": DFlashDraftModel, "dflash2": DFlash2DraftModel}
+
+
 def model_class(spec: DrafterSpec) -> type[DFlashDraftModel]:
-    return DFlash2DraftModel if spec.is_dflash2 else DFlashDraftModel
+    family = family_for_spec(spec)
+    try:
+        return RUNTIME_CLASSES[family.runtime_module]
+    except KeyError:
+        raise DFlashError(f"the runtime cannot run a {family.name} drafter yet") from None
 
 
 def reference_notes(spec: DrafterSpec) -> list[str]:
