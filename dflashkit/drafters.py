@@ -21,7 +21,7 @@ from gguf import GGMLQuantizationType
 
 from .dialects import Dialect, detect_dialect, spec_from_gguf_metadata
 from .errors import DFlashError
-from .families import DEFAULT_FAMILY, DrafterFamily, family_for_config, family_for_spec, spec_from_hf_config
+from .families import DEFAULT_FAMILY, DrafterFamily, expected_tensors, family_for_config, family_for_spec, spec_from_hf_config
 from .io.gguf_reader import GGUFFile, open_gguf
 from .io.safetensors_reader import SafetensorsCheckpoint, SafetensorsTensor, open_checkpoint
 from .spec import DrafterSpec, read_config_json
@@ -106,6 +106,16 @@ class DrafterFile:
         if self.kind == "hf" and self.family is not None and self.family.transforms_data:
             out = self.family.sanitize(canonical, out)
         return out
+
+    def display_names(self) -> dict[str, str]:
+        """Canonical id → the name to show: the stored name, and for a tensor the spec expects but the
+        file lacks, the name this file's dialect would give it."""
+        display = {c: t.name for c, t in self.tensors.items()}
+        if self.dialect is not None and self.spec is not None:
+            for c in expected_tensors(self.spec):
+                if c not in display and self.dialect.has_tensor(c):
+                    display[c] = self.dialect.gguf_name(c)
+        return display
 
     def source_tensor(self, canonical: str) -> SafetensorsTensor:
         """The safetensors entry (file, offset, dtype) behind a canonical id of an HF checkpoint."""

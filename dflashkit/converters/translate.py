@@ -84,7 +84,7 @@ def translate_gguf(
         spec = apply_overrides(spec, str(src), num_target_layers=num_target_layers, mask_token_id=mask_token_id)
         # the same spec and tensor-set checks a conversion runs
         check_spec(spec, str(src))
-        check_tensors(spec, {c: t.shape for c, t in drafter.tensors.items()}, str(src), {c: t.name for c, t in drafter.tensors.items()})
+        check_tensors(spec, {c: t.shape for c, t in drafter.tensors.items()}, str(src), drafter.display_names())
 
         target_info: TargetInfo | None = None
         if target is not None:

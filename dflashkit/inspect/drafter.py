@@ -15,7 +15,7 @@ from dflashkit.inspect.checks import InspectContext, register_check
 from dflashkit.inspect.findings import Finding, error, info, warning
 from dflashkit.drafters import DrafterFile, open_drafter
 from dflashkit.spec import DrafterSpec
-from dflashkit.families import KNOWN_ARCHITECTURES, expected_tensors
+from dflashkit.families import KNOWN_ARCHITECTURES
 from dflashkit.families.tensor_set import tensor_set_problems
 
 MAX_BLOCK_SIZE = 64
@@ -183,11 +183,6 @@ def _spec_checks(ctx: InspectContext, drafter: DrafterFile, spec: DrafterSpec, *
             tensors=drafter.unmapped,
         )
     shapes = {c: t.shape for c, t in drafter.tensors.items()}
-    display = {c: t.name for c, t in drafter.tensors.items()}
-    if drafter.dialect is not None:
-        # name missing tensors the way this file's dialect would
-        for c in expected_tensors(spec):
-            if c not in display and drafter.dialect.has_tensor(c):
-                display[c] = drafter.dialect.gguf_name(c)
+    display = drafter.display_names()  # missing tensors named the way this file's dialect would
     for kind, message in tensor_set_problems(spec, shapes, source=str(path), display_names=display):
         yield error(f"drafter.tensor_{kind}", message)
