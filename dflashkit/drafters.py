@@ -21,7 +21,7 @@ from gguf import GGMLQuantizationType
 
 from .dialects import Dialect, detect_dialect, spec_from_gguf_metadata
 from .errors import DFlashError
-from .families import DEFAULT_FAMILY, DrafterFamily, expected_tensors, family_for_config, family_for_spec, spec_from_hf_config
+from .families import DEFAULT_FAMILY, DrafterFamily, expected_tensors, family_for_spec, read_hf_config
 from .io.gguf_reader import GGUFFile, open_gguf
 from .io.safetensors_reader import SafetensorsCheckpoint, SafetensorsTensor, open_checkpoint
 from .spec import DrafterSpec, read_config_json
@@ -220,8 +220,7 @@ def _open_hf(directory: Path, *, strict: bool = False) -> DrafterFile:
     error: str | None = None
     family: DrafterFamily | None = None
     try:
-        spec = spec_from_hf_config(config, str(config_path))
-        family = family_for_config(config, str(config_path))
+        family, spec = read_hf_config(config, str(config_path))
         from dataclasses import replace
 
         spec = replace(spec, name=spec.name or directory.resolve().name)

@@ -60,14 +60,19 @@ def family_for_gguf(fields: Mapping[str, Any]) -> DrafterFamily:
     return DEFAULT_FAMILY
 
 
-def spec_from_hf_config(config: Mapping[str, Any], path: str = "config.json") -> DrafterSpec:
-    """Validate an HF drafter ``config.json`` (any schema a family knows) into a `DrafterSpec`."""
+def read_hf_config(config: Mapping[str, Any], path: str = "config.json") -> tuple[DrafterFamily, DrafterSpec]:
+    """The family that claims an HF drafter ``config.json`` and the `DrafterSpec` it validates it into."""
     if not isinstance(config, Mapping):
         raise DFlashError(f"{path}: expected a JSON object at the top level")
     view = ConfigView(config, path)
     family = family_for_config(config, path)
     architecture = (config.get("architectures") or [ARCH_DFLASH])[0]
-    return family.spec_from_config(config, view, architecture, path)
+    return family, family.spec_from_config(config, view, architecture, path)
+
+
+def spec_from_hf_config(config: Mapping[str, Any], path: str = "config.json") -> DrafterSpec:
+    """Validate an HF drafter ``config.json`` (any schema a family knows) into a `DrafterSpec`."""
+    return read_hf_config(config, path)[1]
 
 
 def load_hf_config(directory: str | Path) -> tuple[dict[str, Any], DrafterSpec]:
@@ -107,5 +112,6 @@ __all__ = [
     "hf_canonical_name",
     "load_hf_config",
     "optional_tensors",
+    "read_hf_config",
     "spec_from_hf_config",
 ]

@@ -39,7 +39,7 @@ def is_drafter(ctx: InspectContext) -> bool:
     if ctx.gguf is not None:
         return detect_dialect(str(ctx.gguf.get("general.architecture", ""))) is not None
     d = drafter_of(ctx)
-    return d is not None and d.architecture in KNOWN_ARCHITECTURES
+    return d is not None and (d.family is not None or d.architecture in KNOWN_ARCHITECTURES)
 
 
 @register_check("drafter.metadata", kinds=("gguf",), order=200)
@@ -133,7 +133,7 @@ def check_checkpoint(ctx: InspectContext) -> Iterator[Finding]:
     drafter = drafter_of(ctx)
     if drafter is None:
         return
-    if drafter.architecture not in KNOWN_ARCHITECTURES:
+    if drafter.family is None and drafter.architecture not in KNOWN_ARCHITECTURES:
         yield info("drafter.not_a_drafter", f"{ctx.path}: config architecture '{drafter.architecture}' is not a DFlash drafter")
         return
     ctx.summary["dialect"] = "hf"
