@@ -17,6 +17,7 @@ from gguf import GGMLQuantizationType, GGUFValueType
 
 from ..dialects import Dialect, encode_metadata
 from ..errors import DFlashError
+from ..families import family_for_spec
 from ..families.tensor_set import check_tensor_set
 from ..io.gguf_writer import QUANTIZATION_VERSION, MetadataEntry, llama_tensor_order_key
 from ..spec import DrafterSpec
@@ -203,6 +204,7 @@ def build_metadata(
     translation and a conversion + quantization of the same drafter are byte-identical."""
     entries = [MetadataEntry("general.name", spec.name or "DFlash drafter", GGUFValueType.STRING)]
     entries.extend(encode_metadata(spec, dialect, arch))
+    entries.extend(family_for_spec(spec).extra_metadata(spec, dialect, arch))
     own = {e.key for e in entries} | {"general.file_type", "general.quantization_version"}
     # the drafter's own keys (e.g. tokenizer.ggml.mask_token_id) win over the target's
     entries.extend(MetadataEntry(e.key, e.value, e.type, e.sub_type) for e in tokenizer if e.key not in own)

@@ -86,11 +86,6 @@ def load_hf_config(directory: str | Path) -> tuple[dict[str, Any], DrafterSpec]:
     return config, spec
 
 
-def hf_canonical_name(hf_name: str, family: DrafterFamily | None = None) -> str | None:
-    """Canonical id of an HF checkpoint tensor name in ``family`` (default: the z-lab names)."""
-    return (family or DEFAULT_FAMILY).hf_to_canonical(hf_name)
-
-
 def expected_tensors(spec: DrafterSpec, *, vocab_size: int | None = None) -> dict[str, tuple[int, ...]]:
     """Required tensors of a drafter and their shapes (see `DrafterFamily.expected_tensors`)."""
     return family_for_spec(spec).expected_tensors(spec, vocab_size=vocab_size)
@@ -109,7 +104,6 @@ __all__ = [
     "family_for_config",
     "family_for_gguf",
     "family_for_spec",
-    "hf_canonical_name",
     "load_hf_config",
     "optional_tensors",
     "read_hf_config",

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..io.gguf_writer import MetadataEntry
 from ..spec import ConfigView, DrafterSpec
 
 
@@ -66,6 +67,7 @@ class DrafterFamily:
         """Tensors the family may carry; -1 = not determined by the spec (vocabulary rows)."""
         return {}
 
-    def extra_metadata(self, spec: DrafterSpec) -> dict[str, Any]:
-        """Family-specific values a dialect may need beyond the spec fields (none by default)."""
-        return {}
+    def extra_metadata(self, spec: DrafterSpec, dialect: Any, arch: str) -> list[MetadataEntry]:
+        """Metadata entries this family writes beyond the dialect's spec keys (after them, before the
+        tokenizer); ``dialect`` is the `dflashkit.dialects.Dialect` being written. None by default."""
+        return []
