@@ -16,6 +16,7 @@ import click
 from .dialects import DEFAULT_DIALECT, DIALECTS
 from .errors import DFlashError
 from .filetypes import OUTTYPE_CHOICES
+from .inspect.provenance import VERDICTS
 from .reporting import FORMATS
 
 
@@ -246,7 +247,7 @@ def diff_command(
 @click.option("--target", help="Target model (GGUF file or HF dir) to check each drafter against.")
 @click.option(
     "--expect",
-    type=click.Choice(["instruct", "base"]),
+    type=click.Choice([v for v in VERDICTS if v != "unknown"]),
     help="Fail when a file does not look like this variant (instruct vs base).",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON document with every finding (for CI).")
