@@ -47,8 +47,7 @@ CONFIG = {
 
 def tensor_shapes(c: dict) -> dict[str, tuple[int, ...]]:
     """HF tensor names and shapes implied by the config (the converter's own table)."""
-    from dflashkit.spec import spec_from_hf_config
-    from dflashkit.tensors import expected_tensors
+    from dflashkit.families import expected_tensors, spec_from_hf_config
 
     return expected_tensors(spec_from_hf_config(c))
 

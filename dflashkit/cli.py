@@ -13,7 +13,11 @@ from typing import Any, Callable
 
 import click
 
+from .dialects import DEFAULT_DIALECT, DIALECTS
 from .errors import DFlashError
+from .filetypes import OUTTYPE_CHOICES
+from .inspect.provenance import VERDICTS
+from .reporting import FORMATS
 
 
 def _fail(message: str, code: int) -> None:
@@ -54,9 +58,7 @@ def _warn(message: str) -> None:
 @click.argument("out", type=click.Path(dir_okay=False))
 @click.option(
     "--outtype",
-    type=click.Choice(
-        ["auto", "f32", "f16", "bf16", "q8_0", "q4_k_m", "q4_k_s", "q5_k_m", "q5_k_s", "q6_k"], case_sensitive=False
-    ),
+    type=click.Choice(list(OUTTYPE_CHOICES), case_sensitive=False),
     default="auto",
     show_default=True,
     help="Type of the weight matrices (norms and 1-D tensors stay F32). auto = the checkpoint's 16-bit type; "
@@ -65,8 +67,8 @@ def _warn(message: str) -> None:
 @click.option("--target", help="Target model (GGUF file or HF dir): tokenizer source and compatibility check.")
 @click.option(
     "--dialect",
-    type=click.Choice(["llama.cpp", "luce", "dflash-draft"]),
-    default="llama.cpp",
+    type=click.Choice(list(DIALECTS)),
+    default=DEFAULT_DIALECT.name,
     show_default=True,
     help="GGUF dialect to write.",
 )
@@ -187,7 +189,7 @@ _REPORT_SUFFIXES = {".html": "html", ".htm": "html", ".json": "json", ".md": "ma
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["text", "json", "markdown", "html"]),
+    type=click.Choice(list(FORMATS)),
     help="Report format. Default: from the -o suffix (.html/.json/.md), else text.",
 )
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report to this file (atomically) instead of stdout.")
@@ -240,7 +242,7 @@ def diff_command(
 @click.option("--target", help="Target model (GGUF file or HF dir) to check each drafter against.")
 @click.option(
     "--expect",
-    type=click.Choice(["instruct", "base"]),
+    type=click.Choice([v for v in VERDICTS if v != "unknown"]),
     help="Fail when a file does not look like this variant (instruct vs base).",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON document with every finding (for CI); same as --format json.")

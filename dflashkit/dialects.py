@@ -18,8 +18,10 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from gguf import GGUFValueType
 
 from .errors import DFlashError
+from .families import family_for_gguf
+from .families.zlab_dflash import split_bid as _split_bid
 from .io.gguf_writer import MetadataEntry
-from .spec import ARCH_DFLASH, ARCH_DFLASH2, DrafterSpec
+from .spec import DrafterSpec
 
 T = GGUFValueType
 
@@ -80,13 +82,6 @@ CANONICAL_TENSORS: tuple[str, ...] = tuple(_LLAMA_CPP_TENSORS)
 DFLASH2_TENSORS: frozenset[str] = frozenset(
     k for k in CANONICAL_TENSORS if "conv" in k or k.startswith("candidate_selector.")
 )
-#: HF checkpoints store the DFlash 2 codebooks with or without ``.weight``.
-HF_ALIASES: dict[str, str] = {
-    "candidate_selector.predecessor_codebook": "candidate_selector.predecessor_codebook.weight",
-    "candidate_selector.successor_codebook": "candidate_selector.successor_codebook.weight",
-}
-
-
 def _template_regex(template: str) -> re.Pattern[str]:
     return re.compile("^" + re.escape(template).replace(r"\{bid\}", r"(?P<bid>\d+)") + "$")
 
@@ -120,6 +115,13 @@ class Dialect:
     tap_offset: int = 0  # stored id = HF id + tap_offset
     supports_dflash2: bool = False
     description: str = ""
+    #: the runtime's loader refuses a file without ``tokenizer.ggml.model``
+    needs_tokenizer: bool = False
+    #: architectures whose ``luce_n_target_layers`` key holds the target's layer count (Luce's Gemma
+    #: script); in the others it holds the tap count (Luce's Qwen script)
+    target_count_architectures: tuple[str, ...] = ()
+    #: the architecture string the writer uses for a spec
+    architecture_for: Callable[[DrafterSpec], str] | None = field(default=None, compare=False)
 
     # ---- taps -----------------------------------------------------------------------------
     @property
@@ -167,25 +169,21 @@ class Dialect:
         return spec.key.format(arch=arch)
 
     def pick_architecture(self, spec: DrafterSpec) -> str:
-        return _ARCH_PICKERS[self.name](spec)
+        return self.architecture_for(spec) if self.architecture_for is not None else self.architectures[0]
+
+    def key_for_field(self, field_name: str, arch: str) -> str | None:
+        """The GGUF key carrying ``field_name`` in this dialect (None when it has none)."""
+        for ks in self.keys:
+            if ks.field == field_name:
+                return self.key(ks, arch)
+        return None
+
+    def stores_target_count(self, arch: str) -> bool:
+        """Whether ``luce_n_target_layers`` holds the target's layer count (else the tap count)."""
+        return arch in self.target_count_architectures
 
 
 _PATTERN_CACHE: dict[str, list[tuple[re.Pattern[str], str]]] = {}
-
-
-def _split_bid(canonical: str) -> tuple[str, str | None]:
-    m = re.match(r"^layers\.(\d+)\.(.+)$", canonical)
-    if m:
-        return "layers.{bid}." + m.group(2), m.group(1)
-    return canonical, None
-
-
-def hf_canonical_name(hf_name: str) -> str | None:
-    """Canonical id of an HF checkpoint tensor name, or None for a name no drafter has."""
-    name = hf_name[len("model."):] if hf_name.startswith("model.") else hf_name
-    name = HF_ALIASES.get(name, name)
-    template, _ = _split_bid(name)
-    return name if template in _LLAMA_CPP_TENSORS else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -211,6 +209,7 @@ LLAMA_CPP = Dialect(
     description="upstream llama.cpp LLM_ARCH_DFLASH (also llama-cpp-python)",
     tap_offset=1,
     supports_dflash2=True,
+    needs_tokenizer=True,
     tensor_names=_LLAMA_CPP_TENSORS,
     keys=_COMMON_HPARAMS
     + (
@@ -239,6 +238,8 @@ LUCE = Dialect(
     description="Luce-Org/lucebox draft_gguf_loader",
     tap_offset=0,
     supports_dflash2=False,
+    target_count_architectures=("gemma4-dflash-draft",),
+    architecture_for=lambda spec: _luce_arch(spec),
     tensor_names={
         **{k: v for k, v in _LLAMA_CPP_TENSORS.items() if k not in DFLASH2_TENSORS},
         "fc.weight": "dflash.fc.weight",
@@ -313,13 +314,6 @@ def _luce_arch(spec: DrafterSpec) -> str:
     return "gemma4-dflash-draft" if gemma else "qwen35-dflash-draft"
 
 
-_ARCH_PICKERS: dict[str, Callable[[DrafterSpec], str]] = {
-    "llama.cpp": lambda spec: "dflash",
-    "luce": _luce_arch,
-    "dflash-draft": lambda spec: "dflash-draft",
-}
-
-
 def get_dialect(name: str) -> Dialect:
     try:
         return DIALECTS[name]
@@ -341,12 +335,12 @@ def detect_dialect(architecture: str | None) -> Dialect | None:
 # --------------------------------------------------------------------------------------------
 
 
-def _derived_value(field_name: str, spec: DrafterSpec, arch: str) -> Any:
+def _derived_value(field_name: str, spec: DrafterSpec, arch: str, dialect: Dialect) -> Any:
     if field_name == "n_target_features":
         return spec.fc_input_width
     if field_name == "luce_n_target_layers":
         # Luce's Qwen script stores the tap count, its Gemma script the target's layer count.
-        return spec.num_target_layers if arch.startswith("gemma4") else spec.n_taps
+        return spec.num_target_layers if dialect.stores_target_count(arch) else spec.n_taps
     return getattr(spec, field_name)
 
 
@@ -358,7 +352,7 @@ def encode_metadata(spec: DrafterSpec, dialect: Dialect, arch: str | None = None
     arch = arch or dialect.pick_architecture(spec)
     entries: list[MetadataEntry] = []
     for ks in dialect.keys:
-        value = _derived_value(ks.field, spec, arch)
+        value = _derived_value(ks.field, spec, arch, dialect)
         key = dialect.key(ks, arch)
         if value is None:
             if ks.required:
@@ -420,12 +414,12 @@ def spec_from_gguf_metadata(kvs: Mapping[str, Any], dialect: Dialect, arch: str,
     missing = [dialect.key(ks, arch) for ks in dialect.keys if ks.required and dialect.key(ks, arch) not in kvs]
     if missing:
         raise DFlashError(f"missing {dialect.name} metadata key(s): {', '.join(missing)}")
-    has_conv = fields_.get("conv_kernel_size") is not None
     n_target_layers = fields_.get("num_target_layers")
-    if dialect.name == "luce" and arch.startswith("gemma4"):
+    if dialect.stores_target_count(arch):
         n_target_layers = fields_.get("luce_n_target_layers")
     spec = DrafterSpec(
-        architecture=ARCH_DFLASH2 if has_conv else ARCH_DFLASH,
+        # the family's GGUF signature (DFlash 2: the conv keys) gives the HF architecture back
+        architecture=family_for_gguf(fields_).architectures[0],
         hidden_size=int(fields_["hidden_size"]),
         n_layers=int(fields_["n_layers"]),
         n_heads=int(fields_["n_heads"]),

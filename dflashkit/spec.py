@@ -1,6 +1,7 @@
 """One validated, typed description of a DFlash drafter.
 
-`DrafterSpec` is what every command agrees on: the converter builds it from an HF ``config.json``,
+`DrafterSpec` is what every command agrees on: a drafter family (`dflashkit.families`) builds it from
+an HF ``config.json``,
 the dialect tables encode it into GGUF metadata and decode it back, Inspect checks it and Diff
 compares two of them. Target layer ids are always held in the HF convention (decoder-layer ids,
 as in z-lab's ``dflash_config.target_layer_ids``); dialects convert on the way in and out.
@@ -18,7 +19,6 @@ from .files import read_json
 
 ARCH_DFLASH = "DFlashDraftModel"
 ARCH_DFLASH2 = "DFlash2DraftModel"
-KNOWN_ARCHITECTURES = (ARCH_DFLASH, ARCH_DFLASH2)
 
 
 @dataclass(frozen=True)
@@ -98,8 +98,11 @@ def build_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> lis
     return [round(start + (i * span) / (num_draft_layers - 1)) for i in range(num_draft_layers)]
 
 
-class _ConfigView:
-    """Looks values up in ``dflash_config`` first, then top-level (the rule every schema follows)."""
+class ConfigView:
+    """Looks values up in ``dflash_config`` first, then top-level (the rule every z-lab schema follows).
+
+    Shared validation helpers for the families' config rules (`dflashkit.families`): each typed getter
+    raises a one-line DFlashError naming the file and the key."""
 
     def __init__(self, config: Mapping[str, Any], path: str) -> None:
         self.config = config
@@ -153,12 +156,12 @@ class _ConfigView:
         return value
 
 
-def _rope_theta(view: _ConfigView) -> float:
+def rope_theta_of(view: ConfigView) -> float:
     # transformers-5 configs move rope_theta into rope_parameters (and sometimes rope_scaling).
     for holder in ("rope_parameters", "rope_scaling"):
         params = view.get(holder)
         if isinstance(params, Mapping) and params.get("rope_theta") is not None:
-            sub = _ConfigView(params, f"{view.path} ({holder})")
+            sub = ConfigView(params, f"{view.path} ({holder})")
             return sub.float("rope_theta")  # type: ignore[return-value]
     theta = view.float("rope_theta")
     if theta is None:
@@ -168,151 +171,13 @@ def _rope_theta(view: _ConfigView) -> float:
     return theta
 
 
-def _partial_rotary_factor(view: _ConfigView) -> float | None:
+def partial_rotary_factor_of(view: ConfigView) -> float | None:
     factor = view.float("partial_rotary_factor")
     if factor is None:
         params = view.get("rope_parameters")
         if isinstance(params, Mapping) and params.get("partial_rotary_factor") is not None:
-            factor = _ConfigView(params, view.path).float("partial_rotary_factor")
+            factor = ConfigView(params, view.path).float("partial_rotary_factor")
     return factor
-
-
-def spec_from_hf_config(config: Mapping[str, Any], path: str = "config.json") -> DrafterSpec:
-    """Validate an HF drafter ``config.json`` (any schema in the wild) into a `DrafterSpec`."""
-    if not isinstance(config, Mapping):
-        raise DFlashError(f"{path}: expected a JSON object at the top level")
-    view = _ConfigView(config, path)
-
-    archs = config.get("architectures") or [ARCH_DFLASH]
-    if not isinstance(archs, list) or not archs:
-        raise DFlashError(f"{path}: 'architectures' must be a non-empty list")
-    architecture = archs[0]
-    if architecture not in KNOWN_ARCHITECTURES:
-        raise DFlashError(
-            f"{path}: architecture '{architecture}' is not a DFlash drafter "
-            f"(expected one of {', '.join(KNOWN_ARCHITECTURES)})"
-        )
-
-    hidden = view.int("hidden_size", required=True, minimum=1)
-    n_layers = view.int("num_hidden_layers", required=True, minimum=1)
-    n_heads = view.int("num_attention_heads", required=True, minimum=1)
-    n_kv = view.int("num_key_value_heads", n_heads, minimum=1)
-    if n_heads % n_kv:
-        raise DFlashError(
-            f"{path}: num_attention_heads ({n_heads}) must be a multiple of num_key_value_heads ({n_kv})"
-        )
-    # Like transformers: head_dim defaults to hidden // heads (odd Gemma head counts included).
-    head_dim = view.int("head_dim", hidden // n_heads, minimum=1)
-    intermediate = view.int("intermediate_size", required=True, minimum=1)
-    eps = view.float("rms_norm_eps", 1e-6)
-    rope_theta = _rope_theta(view)
-    context_length = view.int("max_position_embeddings", 32768, minimum=1)
-    block_size = view.int("block_size", 16, minimum=1)
-    mask_token_id = view.int("mask_token_id")
-    vocab_size = view.int("vocab_size", minimum=1)
-    num_target_layers = view.int("num_target_layers", minimum=1)
-
-    raw_ids = view.get("target_layer_ids")
-    defaulted = False
-    if raw_ids is None:
-        if num_target_layers is None:
-            raise DFlashError(
-                f"{path}: neither 'target_layer_ids' nor 'num_target_layers' is set, so the tap layers are unknown "
-                "— add dflash_config.target_layer_ids"
-            )
-        ids = tuple(build_target_layer_ids(num_target_layers, n_layers))
-        defaulted = True
-    else:
-        if not isinstance(raw_ids, list) or not raw_ids or not all(
-            isinstance(i, int) and not isinstance(i, bool) for i in raw_ids
-        ):
-            raise DFlashError(f"{path}: '{view.where('target_layer_ids')}' must be a non-empty list of integers, got {raw_ids!r}")
-        ids = tuple(raw_ids)
-    if any(i < 0 for i in ids):
-        raise DFlashError(f"{path}: '{view.where('target_layer_ids')}' has a negative id: {list(ids)}")
-    if list(ids) != sorted(set(ids)):
-        raise DFlashError(f"{path}: '{view.where('target_layer_ids')}' must be sorted and unique, got {list(ids)}")
-    if num_target_layers is not None and ids[-1] >= num_target_layers:
-        raise DFlashError(
-            f"{path}: target layer id {ids[-1]} is past the target's last layer (num_target_layers = {num_target_layers})"
-        )
-
-    # Sliding-window attention: per-layer `layer_types` (Qwen3.5/3.6, Gemma-4) or dflash_config.use_swa.
-    layer_types = view.get("layer_types")
-    window = view.int("swa_window_size") or view.int("sliding_window")
-    pattern: tuple[bool, ...] | None = None
-    if view.bool("use_swa"):
-        pattern = (True,) * n_layers
-    elif layer_types is not None:
-        if not isinstance(layer_types, list) or len(layer_types) != n_layers:
-            raise DFlashError(
-                f"{path}: 'layer_types' must list one entry per layer ({n_layers}), got {layer_types!r}"
-            )
-        unknown = sorted({t for t in layer_types if t not in ("sliding_attention", "full_attention")})
-        if unknown:
-            raise DFlashError(
-                f"{path}: 'layer_types' has unknown entries {unknown} (expected sliding_attention / full_attention)"
-            )
-        if "sliding_attention" in layer_types:
-            pattern = tuple(t == "sliding_attention" for t in layer_types)
-    elif view.bool("use_sliding_window") and window:
-        pattern = (True,) * n_layers
-    if pattern is not None and not window:
-        raise DFlashError(f"{path}: sliding-window layers are configured but 'sliding_window' is not set")
-    if pattern is None:
-        window = None
-
-    causal = view.bool("is_causal")
-    if causal is None:
-        causal = view.bool("causal")
-
-    softcap = view.float("final_logit_softcapping")
-    if softcap is not None and softcap <= 0:
-        softcap = None  # the reference treats <= 0 as "no softcap"
-    prf = _partial_rotary_factor(view)
-    rope_dims = None
-    if prf is not None and prf != 1.0:
-        rope_dims = int(head_dim * prf)
-
-    conv: dict[str, int | None] = {}
-    for key in ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k"):
-        conv[key] = view.int(key, required=architecture == ARCH_DFLASH2, minimum=1)
-    if architecture == ARCH_DFLASH2 and hidden % conv["conv_group_size"]:  # type: ignore[operator]
-        raise DFlashError(
-            f"{path}: hidden_size ({hidden}) must be a multiple of conv_group_size ({conv['conv_group_size']})"
-        )
-
-    attention_bias = view.bool("attention_bias") or False
-    torch_dtype = view.get("torch_dtype") or view.get("dtype")
-    return DrafterSpec(
-        architecture=architecture,
-        hidden_size=hidden,
-        n_layers=n_layers,
-        n_heads=n_heads,
-        n_kv_heads=n_kv,
-        head_dim=head_dim,
-        intermediate_size=intermediate,
-        rms_norm_eps=eps,  # type: ignore[arg-type]
-        rope_theta=rope_theta,
-        context_length=context_length,
-        block_size=block_size,
-        target_layer_ids=ids,
-        mask_token_id=mask_token_id,
-        vocab_size=vocab_size,
-        num_target_layers=num_target_layers,
-        sliding_window=window,
-        sliding_window_pattern=pattern,
-        causal=causal,
-        final_logit_softcapping=softcap,
-        embedding_scale=view.float("input_embedding_scale"),
-        logit_scale=view.float("output_multiplier"),
-        attention_value_scale=view.float("attention_value_scale"),
-        rope_dimension_count=rope_dims,
-        attention_bias=attention_bias,
-        torch_dtype=str(torch_dtype) if torch_dtype is not None else None,
-        target_layer_ids_defaulted=defaulted,
-        **conv,  # type: ignore[arg-type]
-    )
 
 
 def read_config_json(directory: str | Path) -> dict[str, Any]:
@@ -324,18 +189,3 @@ def read_config_json(directory: str | Path) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise DFlashError(f"{path}: expected a JSON object at the top level")
     return config
-
-
-def load_hf_config(directory: str | Path) -> tuple[dict[str, Any], DrafterSpec]:
-    """Read and validate ``directory/config.json``."""
-    config = read_config_json(directory)
-    spec = spec_from_hf_config(config, str(Path(directory) / "config.json"))
-    if spec.name is None:
-        spec = _with_name(spec, Path(directory).resolve().name)
-    return config, spec
-
-
-def _with_name(spec: DrafterSpec, name: str) -> DrafterSpec:
-    from dataclasses import replace
-
-    return replace(spec, name=name)

@@ -24,10 +24,10 @@ from conftest import target_for
 from dflashkit.cli import diff_command
 from dflashkit.converters.convert import convert
 from dflashkit.diff import DiffResult, SpecDifference, compare_specs, diff_drafters, tensor_stats
-from dflashkit.io.drafter import open_drafter
+from dflashkit.drafters import open_drafter
 from dflashkit.io.gguf_reader import open_gguf
 from dflashkit.io.gguf_writer import MetadataEntry, TensorToWrite, write_gguf
-from dflashkit.spec import load_hf_config
+from dflashkit.families import load_hf_config
 
 import make_drafters
 

@@ -24,7 +24,7 @@ from transformers import Qwen3Config
 from conftest import FAMILIES, target_for
 from dflashkit.converters.convert import convert
 from dflashkit.errors import DFlashError, UsageError
-from dflashkit.io.drafter import open_drafter
+from dflashkit.drafters import open_drafter
 from dflashkit.runtime import (
     DraftCache,
     HFTarget,

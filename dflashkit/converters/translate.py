@@ -15,14 +15,23 @@ import numpy as np
 from gguf import GGUFValueType
 
 from ..dialects import Dialect, get_dialect
+from ..drafters import DrafterFile, open_drafter
 from ..errors import DFlashError, UsageError
-from ..io.drafter import DrafterFile, open_drafter
 from ..io.gguf_writer import MetadataEntry, TensorToWrite, check_output_path, write_gguf
-from .convert import ConvertResult, PlannedTensor, apply_overrides, build_metadata, ordered_canonical, spec_with_target
+from .plan import (
+    ConvertResult,
+    PlannedTensor,
+    apply_overrides,
+    build_metadata,
+    check_dialect_holds,
+    check_mask_in_vocab,
+    check_spec,
+    check_tensors,
+    ordered_canonical,
+    spec_with_target,
+)
 from .target import TargetInfo, load_target
 
-#: Dialects whose loader refuses a file without a tokenizer.
-_NEEDS_TOKENIZER = {"llama.cpp"}
 _COPY_CHUNK = 16 << 20
 
 
@@ -71,19 +80,22 @@ def translate_gguf(
                 f"{src}: {len(drafter.unmapped)} tensor(s) with no meaning in the {drafter.dialect.name if drafter.dialect else '?'} "
                 f"dialect: {shown} — refusing to drop them"
             )
-        if spec.is_dflash2 and not table.supports_dflash2:
-            raise DFlashError(f"{src}: a DFlash 2 drafter cannot be written in the {table.name} dialect (it has no conv/selector tensors)")
+        check_dialect_holds(spec, table, str(src))
         spec = apply_overrides(spec, str(src), num_target_layers=num_target_layers, mask_token_id=mask_token_id)
+        # the same spec and tensor-set checks a conversion runs
+        check_spec(spec, str(src))
+        check_tensors(spec, {c: t.shape for c, t in drafter.tensors.items()}, str(src), drafter.display_names())
 
         target_info: TargetInfo | None = None
         if target is not None:
             target_info = load_target(target)
             spec = spec_with_target(spec, target_info, table)
+        check_mask_in_vocab(spec, str(src))
         tokenizer = _tokenizer_entries(drafter)
         if not any(e.key == "tokenizer.ggml.model" for e in tokenizer) and target_info is not None and target_info.tokenizer:
             tokenizer = list(target_info.tokenizer.entries)
             warn(f"{src} has no tokenizer: copied the one of {target_info.path}")
-        if table.name in _NEEDS_TOKENIZER and not any(e.key == "tokenizer.ggml.model" for e in tokenizer):
+        if table.needs_tokenizer and not any(e.key == "tokenizer.ggml.model" for e in tokenizer):
             raise DFlashError(
                 f"{src}: has no tokenizer, which the {table.name} dialect requires — pass --target TARGET.gguf "
                 "(or the target's HF dir) to copy it"

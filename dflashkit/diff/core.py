@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from ..dialects import LLAMA_CPP
 from ..errors import DFlashError
-from ..io.drafter import DrafterFile, TensorRef, open_drafter
+from ..drafters import DrafterFile, TensorRef, open_drafter
 from ..reporting import Bar, BarChart, BarGroup, Column, Field, Report, Table
 from .specs import SpecDifference, carried_fields, compare_specs
 from .stats import TensorStats, tensor_stats

@@ -19,7 +19,7 @@ import numpy as np
 from ..spec import DrafterSpec
 
 if TYPE_CHECKING:
-    from ..io.drafter import DrafterFile
+    from ..drafters import DrafterFile
 
 #: fields that differ between forms of one drafter by nature (directory name vs general.name, dtype)
 BY_NATURE = frozenset({"name", "torch_dtype"})
@@ -116,6 +116,6 @@ def carried_fields(drafter: DrafterFile) -> frozenset[str] | None:
     carried |= {"architecture", "name"}
     # the reader fills vocab_size from the tokenizer or the selector codebook when the file has one
     carried.add("vocab_size")
-    if dialect.name == "luce" and drafter.architecture.startswith("gemma4"):
+    if dialect.stores_target_count(drafter.architecture):
         carried.add("num_target_layers")  # Luce's Gemma script stores the target's layer count
     return frozenset(carried)

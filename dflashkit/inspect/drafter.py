@@ -13,9 +13,10 @@ from dflashkit.dialects import detect_dialect
 from dflashkit.errors import DFlashError
 from dflashkit.inspect.checks import InspectContext, register_check
 from dflashkit.inspect.findings import Finding, error, info, warning
-from dflashkit.io.drafter import DrafterFile, open_drafter
+from dflashkit.drafters import DrafterFile, open_drafter
 from dflashkit.spec import DrafterSpec
-from dflashkit.tensors import expected_tensors, tensor_set_problems
+from dflashkit.families import KNOWN_ARCHITECTURES
+from dflashkit.families.tensor_set import tensor_set_problems
 
 MAX_BLOCK_SIZE = 64
 
@@ -38,7 +39,7 @@ def is_drafter(ctx: InspectContext) -> bool:
     if ctx.gguf is not None:
         return detect_dialect(str(ctx.gguf.get("general.architecture", ""))) is not None
     d = drafter_of(ctx)
-    return d is not None and d.architecture in ("DFlashDraftModel", "DFlash2DraftModel")
+    return d is not None and (d.family is not None or d.architecture in KNOWN_ARCHITECTURES)
 
 
 @register_check("drafter.metadata", kinds=("gguf",), order=200)
@@ -87,7 +88,7 @@ def check_gguf_metadata(ctx: InspectContext) -> Iterator[Finding]:
         )
     tokens = ctx.gguf.get("tokenizer.ggml.tokens")
     if ctx.gguf.get("tokenizer.ggml.model") is None:
-        if dialect.name == "llama.cpp":
+        if dialect.needs_tokenizer:
             yield error(
                 "drafter.tokenizer_missing",
                 f"{ctx.path}: no tokenizer (tokenizer.ggml.model) — llama.cpp will refuse to load it "
@@ -103,21 +104,23 @@ def check_gguf_metadata(ctx: InspectContext) -> Iterator[Finding]:
             yield error("drafter.metadata_invalid", f"{ctx.path}: {drafter.spec_error}")
         return
     yield from _spec_checks(ctx, drafter, drafter.spec, n_tokens=len(tokens) if isinstance(tokens, list) else None)
-    if drafter.dialect is not None and drafter.dialect.name == "dflash-draft":
-        features = ctx.gguf.get(f"{arch}.dflash.n_target_features")
+    features_key = drafter.dialect.key_for_field("n_target_features", arch) if drafter.dialect else None
+    if features_key is not None:
+        features = ctx.gguf.get(features_key)
         if isinstance(features, int) and features != drafter.spec.fc_input_width:
             yield error(
                 "drafter.n_target_features",
-                f"{ctx.path}: {arch}.dflash.n_target_features = {features} but {drafter.spec.n_taps} taps × "
+                f"{ctx.path}: {features_key} = {features} but {drafter.spec.n_taps} taps × "
                 f"hidden {drafter.spec.hidden_size} = {drafter.spec.fc_input_width}",
                 stored=features, expected=drafter.spec.fc_input_width,
             )
-    if drafter.dialect is not None and drafter.dialect.name == "luce" and arch.startswith("qwen35"):
-        n = ctx.gguf.get(f"{arch}.dflash.n_target_layers")
+    taps_key = drafter.dialect.key_for_field("luce_n_target_layers", arch) if drafter.dialect else None
+    if taps_key is not None and drafter.dialect is not None and not drafter.dialect.stores_target_count(arch):
+        n = ctx.gguf.get(taps_key)
         if isinstance(n, int) and n != drafter.spec.n_taps:
             yield warning(
                 "drafter.n_target_layers",
-                f"{ctx.path}: {arch}.dflash.n_target_layers = {n} but the file has {drafter.spec.n_taps} tap ids "
+                f"{ctx.path}: {taps_key} = {n} but the file has {drafter.spec.n_taps} tap ids "
                 "(Luce's Qwen loader reads it as the tap count)",
                 stored=n, taps=drafter.spec.n_taps,
             )
@@ -130,7 +133,7 @@ def check_checkpoint(ctx: InspectContext) -> Iterator[Finding]:
     drafter = drafter_of(ctx)
     if drafter is None:
         return
-    if drafter.architecture not in ("DFlashDraftModel", "DFlash2DraftModel"):
+    if drafter.family is None and drafter.architecture not in KNOWN_ARCHITECTURES:
         yield info("drafter.not_a_drafter", f"{ctx.path}: config architecture '{drafter.architecture}' is not a DFlash drafter")
         return
     ctx.summary["dialect"] = "hf"
@@ -180,11 +183,6 @@ def _spec_checks(ctx: InspectContext, drafter: DrafterFile, spec: DrafterSpec, *
             tensors=drafter.unmapped,
         )
     shapes = {c: t.shape for c, t in drafter.tensors.items()}
-    display = {c: t.name for c, t in drafter.tensors.items()}
-    if drafter.dialect is not None:
-        # name missing tensors the way this file's dialect would
-        for c in expected_tensors(spec):
-            if c not in display and drafter.dialect.has_tensor(c):
-                display[c] = drafter.dialect.gguf_name(c)
+    display = drafter.display_names()  # missing tensors named the way this file's dialect would
     for kind, message in tensor_set_problems(spec, shapes, source=str(path), display_names=display):
         yield error(f"drafter.tensor_{kind}", message)

@@ -1,7 +1,8 @@
 """Drafter ↔ target checks (``dflash-inspect DRAFTER --target TARGET``).
 
-Hidden size, tap range (llama.cpp aborts with "layer input tensor is null" on a tap past the last
-layer), mask id inside the target vocabulary, identical tokenizer, and instruct/base agreement.
+The drafter ↔ target rules shared with the converter (`dflashkit.target_rules`: hidden size, tap
+range — llama.cpp aborts with "layer input tensor is null" on a tap past the last layer —, layer
+count, mask id inside the target vocabulary), then identical tokenizer and instruct/base agreement.
 The target is read through `dflashkit.converters.target.load_target` (header / config only).
 """
 
@@ -17,6 +18,7 @@ from dflashkit.inspect.checks import InspectContext, register_check
 from dflashkit.inspect.drafter import drafter_of
 from dflashkit.inspect.findings import Finding, error, info
 from dflashkit.inspect.provenance import Verdict, verdict_for_path
+from dflashkit.target_rules import target_violations
 
 
 def _target(ctx: InspectContext) -> TargetInfo | DFlashError:
@@ -48,36 +50,9 @@ def check_target_fit(ctx: InspectContext) -> Iterator[Finding]:
         return
     spec = drafter.spec
     ctx.summary["target"] = target.path
-    if spec.hidden_size != target.hidden_size:
-        yield error(
-            "target.hidden_size",
-            f"{ctx.path}: drafter hidden size {spec.hidden_size} ≠ target embedding length {target.hidden_size} "
-            f"({target.path}) — this drafter belongs to another target",
-            drafter=spec.hidden_size, target=target.hidden_size,
-        )
-    # Every runtime reads the hidden state entering layer id + 1; that layer must exist.
-    bad = [i for i in spec.target_layer_ids if i + 1 >= target.n_layers]
-    if bad:
-        stored = drafter.dialect.taps_to_file(bad) if drafter.dialect else bad
-        yield error(
-            "target.tap_range",
-            f"{ctx.path}: target layer id(s) {bad} (stored as {stored}, {drafter.tap_convention}) tap past the last "
-            f"layer of the {target.n_layers}-layer target — llama.cpp aborts ('layer input tensor is null' / GGML_ASSERT); "
-            "wrong target, or ids converted with the wrong tap convention",
-            ids=bad, target_layers=target.n_layers,
-        )
-    if spec.num_target_layers is not None and spec.num_target_layers != target.n_layers:
-        yield error(
-            "target.layer_count",
-            f"{ctx.path}: drafter was trained for a {spec.num_target_layers}-layer target, {target.path} has {target.n_layers}",
-            drafter=spec.num_target_layers, target=target.n_layers,
-        )
-    if spec.mask_token_id is not None and spec.mask_token_id >= target.vocab_size:
-        yield error(
-            "target.mask_token",
-            f"{ctx.path}: mask token id {spec.mask_token_id} is outside the target vocabulary ({target.vocab_size} tokens)",
-            mask_token_id=spec.mask_token_id, vocab=target.vocab_size,
-        )
+    # the rule list the converter refuses pairs by (dflashkit.target_rules)
+    for rule_id, message, data in target_violations(str(ctx.path), spec, target, drafter.dialect, drafter.tap_convention):
+        yield error(rule_id, message, **data)
     yield from _tokenizer_match(ctx, target)
     yield from _instruct_match(ctx, target)
 

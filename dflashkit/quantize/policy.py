@@ -20,6 +20,7 @@ from typing import Sequence
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from dflashkit.errors import DFlashError, UsageError
+from dflashkit.filetypes import ALL_FILE_TYPES, QUANTIZE_FILE_TYPES, FileType
 
 Q = GGMLQuantizationType
 
@@ -29,33 +30,8 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class FileType:
-    """A llama.cpp file type (``LLAMA_FTYPE_MOSTLY_*``): its name, ``general.file_type`` value and default type."""
-
-    name: str
-    file_type: int
-    default_type: GGMLQuantizationType
-
-    @property
-    def quantized(self) -> bool:
-        return is_quantized(self.default_type)
-
-
-# llama_ftype values (include/llama.h) and llama_ftype_get_default_type.
-FILE_TYPES: dict[str, FileType] = {
-    ft.name: ft
-    for ft in (
-        FileType("Q8_0", 7, Q.Q8_0),
-        FileType("Q6_K", 18, Q.Q6_K),
-        FileType("Q5_K_M", 17, Q.Q5_K),
-        FileType("Q5_K_S", 16, Q.Q5_K),
-        FileType("Q4_K_M", 15, Q.Q4_K),
-        FileType("Q4_K_S", 14, Q.Q4_K),
-        FileType("F16", 1, Q.F16),
-        FileType("BF16", 32, Q.BF16),
-    )
-}
+# llama_ftype values and llama_ftype_get_default_type: the one table in dflashkit.filetypes.
+FILE_TYPES: dict[str, FileType] = {name: ALL_FILE_TYPES[name] for name in QUANTIZE_FILE_TYPES}
 
 #: Types a ``--tensor-type`` override may name: the ones dflashkit's quantizers write.
 OVERRIDE_TYPES: tuple[GGMLQuantizationType, ...] = (

@@ -14,7 +14,7 @@ Specification: ``dflash/model.py`` of the ``dflash`` package on PyPI (``DFlashDr
 4. logits = target ``lm_head`` × output multiplier, then ``tanh`` softcapping when configured.
 
 Module and tensor names mirror the HF checkpoint (``layers.0.self_attn.q_proj.weight``), so the
-canonical ids of `dflashkit.io.drafter` load straight in. Weights are buffers (inference only);
+canonical ids of `dflashkit.drafters` load straight in. Weights are buffers (inference only);
 every linear layer holds a dense weight or a ggml-quantized one (`Linear`). The op order follows
 the reference wherever float32 rounding could otherwise differ (separate context/noise
 projections, norm in float32, cos/sin in float32).

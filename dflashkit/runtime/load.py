@@ -1,4 +1,4 @@
-"""Build a runnable drafter from any file `dflashkit.io.drafter.open_drafter` reads, and the target's head.
+"""Build a runnable drafter from any file `dflashkit.drafters.open_drafter` reads, and the target's head.
 
 A drafter comes from an HF checkpoint directory or a GGUF of any dialect and any tensor type:
 weights are read by canonical id and dequantized to float32 (``read_f32``), or — with
@@ -19,9 +19,9 @@ import torch
 
 from ..codecs import to_float32
 from ..errors import DFlashError, UsageError
-from ..io.drafter import DrafterFile, open_drafter
+from ..drafters import DrafterFile, open_drafter
 from ..spec import DrafterSpec
-from ..tensors import expected_tensors
+from ..families import expected_tensors, family_for_spec
 from .dflash import DFlashDraftModel, Embedding, Linear, RMSNorm, TargetHead
 from .dflash2 import DFlash2DraftModel
 
@@ -85,8 +85,16 @@ class LoadInfo:
         }
 
 
+#: family `runtime_module` → its model class (one runtime file per family)
+RUNTIME_CLASSES: dict[str, type[DFlashDraftModel]] = {"dflash": DFlashDraftModel, "dflash2": DFlash2DraftModel}
+
+
 def model_class(spec: DrafterSpec) -> type[DFlashDraftModel]:
-    return DFlash2DraftModel if spec.is_dflash2 else DFlashDraftModel
+    family = family_for_spec(spec)
+    try:
+        return RUNTIME_CLASSES[family.runtime_module]
+    except KeyError:
+        raise DFlashError(f"the runtime cannot run a {family.name} drafter yet") from None
 
 
 def reference_notes(spec: DrafterSpec) -> list[str]:

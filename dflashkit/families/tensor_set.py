@@ -1,82 +1,18 @@
-"""The tensor set a `DrafterSpec` implies: names (canonical ids) and shapes (numpy order, HF layout).
+"""A drafter's tensor set checked against its spec: names (canonical ids) and shapes (numpy order,
+HF layout), through the spec's family (`DrafterFamily.expected_tensors` / `optional_tensors`).
 
-Used by the converter to cross-check a checkpoint against its config, and by Inspect to check a
-GGUF against its metadata. GGUF stores dims reversed; these are numpy/HF shapes.
+Used by the converter and translation (through `dflashkit.converters.plan`) to cross-check a
+source against its config, and by Inspect to check a GGUF against its metadata. GGUF stores dims
+reversed; these are numpy/HF shapes.
 """
 
 from __future__ import annotations
 
 from typing import Mapping
 
-from .errors import DFlashError
-from .spec import DrafterSpec
-
-def expected_tensors(spec: DrafterSpec, *, vocab_size: int | None = None) -> dict[str, tuple[int, ...]]:
-    """Required tensors of a drafter and their shapes (biases and embeddings are optional: see
-    `optional_tensors`)."""
-    h, hd = spec.hidden_size, spec.head_dim
-    q, kv, ff = spec.n_heads * hd, spec.n_kv_heads * hd, spec.intermediate_size
-    shapes: dict[str, tuple[int, ...]] = {
-        "fc.weight": (h, spec.fc_input_width),
-        "hidden_norm.weight": (h,),
-        "norm.weight": (h,),
-    }
-    for i in range(spec.n_layers):
-        p = f"layers.{i}."
-        shapes.update(
-            {
-                p + "input_layernorm.weight": (h,),
-                p + "self_attn.q_proj.weight": (q, h),
-                p + "self_attn.k_proj.weight": (kv, h),
-                p + "self_attn.v_proj.weight": (kv, h),
-                p + "self_attn.o_proj.weight": (h, q),
-                p + "self_attn.q_norm.weight": (hd,),
-                p + "self_attn.k_norm.weight": (hd,),
-                p + "post_attention_layernorm.weight": (h,),
-                p + "mlp.gate_proj.weight": (ff, h),
-                p + "mlp.up_proj.weight": (ff, h),
-                p + "mlp.down_proj.weight": (h, ff),
-            }
-        )
-        if spec.attention_bias:
-            shapes.update(
-                {
-                    p + "self_attn.q_proj.bias": (q,),
-                    p + "self_attn.k_proj.bias": (kv,),
-                    p + "self_attn.v_proj.bias": (kv,),
-                }
-            )
-        if spec.is_dflash2:
-            k = spec.conv_kernel_size or 0
-            groups = h // (spec.conv_group_size or 1)
-            for conv in ("attention_conv", "mlp_conv"):
-                shapes[p + conv + ".base_kernel"] = (2, k, h)
-                shapes[p + conv + ".kernel_projection.weight"] = (2 * k * groups, h)
-    if spec.is_dflash2:
-        rank = spec.selector_rank or 0
-        vocab = spec.vocab_size or vocab_size
-        # codebook rows = the vocabulary; checked only when the vocab size is known
-        shapes["candidate_selector.predecessor_codebook.weight"] = (vocab or -1, rank)
-        shapes["candidate_selector.successor_codebook.weight"] = (vocab or -1, rank)
-        shapes["candidate_selector.hidden_projection.weight"] = (rank, h)
-    return shapes
-
-
-def optional_tensors(spec: DrafterSpec) -> dict[str, tuple[int, ...]]:
-    """Tensors a drafter may carry; -1 = not determined by the spec (vocabulary rows)."""
-    h, hd = spec.hidden_size, spec.head_dim
-    shapes: dict[str, tuple[int, ...]] = {
-        "embed_tokens.weight": (spec.vocab_size or -1, h),
-        "lm_head.weight": (spec.vocab_size or -1, h),
-    }
-    for i in range(spec.n_layers):
-        p = f"layers.{i}.self_attn."
-        shapes[p + "o_proj.bias"] = (h,)
-        if not spec.attention_bias:
-            shapes[p + "q_proj.bias"] = (spec.n_heads * hd,)
-            shapes[p + "k_proj.bias"] = (spec.n_kv_heads * hd,)
-            shapes[p + "v_proj.bias"] = (spec.n_kv_heads * hd,)
-    return shapes
+from ..errors import DFlashError
+from ..spec import DrafterSpec
+from . import expected_tensors, optional_tensors
 
 
 def _shape_field_hint(canonical: str, spec: DrafterSpec) -> str:

@@ -1,10 +1,12 @@
 """One reader for every form of a drafter: an HF checkpoint directory or a GGUF of any dialect.
 
-`open_drafter` maps each stored tensor to its canonical id (z-lab's HF name, see
-`dflashkit.dialects`), exposes shapes in numpy/HF order (GGUF dims reversed), decodes the
+`open_drafter` maps each stored tensor to its canonical id (z-lab's HF name: the family's
+`hf_to_canonical` for a checkpoint, the dialect table for a GGUF), exposes shapes in numpy/HF order (GGUF dims reversed), decodes the
 metadata into a `DrafterSpec`, and reads any tensor as float32 on demand (dequantizing any
 quantized type). Names that map to nothing are kept in ``unmapped`` — never silently skipped.
-Diff, Runtime, Inspect and dialect translation all load drafters through here.
+Conversion, translation, Diff, Runtime and Inspect all load drafters through here.
+
+Layer: above `io` and the families/dialects tables (it joins them), below every command.
 """
 
 from __future__ import annotations
@@ -17,12 +19,13 @@ from typing import Any
 import numpy as np
 from gguf import GGMLQuantizationType
 
-from ..codecs import to_float32
-from ..dialects import Dialect, detect_dialect, hf_canonical_name, spec_from_gguf_metadata
-from ..errors import DFlashError
-from ..spec import DrafterSpec, read_config_json, spec_from_hf_config
-from .gguf_reader import GGUFFile, open_gguf
-from .safetensors_reader import SafetensorsCheckpoint, open_checkpoint
+from .codecs import to_float32
+from .dialects import Dialect, detect_dialect, spec_from_gguf_metadata
+from .errors import DFlashError
+from .families import DEFAULT_FAMILY, DrafterFamily, expected_tensors, family_for_spec, read_hf_config
+from .io.gguf_reader import GGUFFile, open_gguf
+from .io.safetensors_reader import SafetensorsCheckpoint, SafetensorsTensor, open_checkpoint
+from .spec import DrafterSpec, read_config_json
 
 Q = GGMLQuantizationType
 
@@ -62,6 +65,7 @@ class DrafterFile:
     tensors: dict[str, TensorRef]  # canonical id → ref, in file order
     unmapped: list[str]  # stored names with no canonical id
     metadata: dict[str, Any]  # GGUF key → value, or config.json
+    family: DrafterFamily | None = None  # None when the spec could not be decoded
     _gguf: GGUFFile | None = field(default=None, repr=False)
     _checkpoint: SafetensorsCheckpoint | None = field(default=None, repr=False)
 
@@ -95,10 +99,29 @@ class DrafterFile:
         return self._checkpoint.array(ref.name)
 
     def read_f32(self, canonical: str) -> np.ndarray:
-        """The tensor as float32 in numpy/HF shape (dequantized when stored quantized)."""
+        """The tensor as float32 in numpy/HF shape (dequantized when stored quantized; an HF
+        checkpoint's data passes its family's `sanitize`)."""
         ref = self._ref(canonical)
         raw = self.read_raw(canonical)
-        return to_float32(raw, ref.type_name, ref.shape, where=f"{self.path}: tensor '{ref.name}'")
+        out = to_float32(raw, ref.type_name, ref.shape, where=f"{self.path}: tensor '{ref.name}'")
+        if self.kind == "hf" and self.family is not None and self.family.transforms_data:
+            out = self.family.sanitize(canonical, out)
+        return out
+
+    def display_names(self) -> dict[str, str]:
+        """Canonical id → the name to show: the stored name, and for a tensor the spec expects but the
+        file lacks, the name this file's dialect would give it."""
+        display = {c: t.name for c, t in self.tensors.items()}
+        if self.dialect is not None and self.spec is not None:
+            for c in expected_tensors(self.spec):
+                if c not in display and self.dialect.has_tensor(c):
+                    display[c] = self.dialect.gguf_name(c)
+        return display
+
+    def source_tensor(self, canonical: str) -> SafetensorsTensor:
+        """The safetensors entry (file, offset, dtype) behind a canonical id of an HF checkpoint."""
+        assert self._checkpoint is not None, "source_tensor is for HF checkpoints"
+        return self._checkpoint.tensors[self._ref(canonical).name]
 
     def _ref(self, canonical: str) -> TensorRef:
         try:
@@ -112,11 +135,15 @@ def is_drafter_path(path: str | os.PathLike) -> bool:
     return p.suffix.lower() == ".gguf" or p.is_dir()
 
 
-def open_drafter(path: str | os.PathLike) -> DrafterFile:
-    """Open an HF drafter directory or a drafter GGUF (llama.cpp, luce or dflash-draft dialect)."""
+def open_drafter(path: str | os.PathLike, *, strict: bool = False) -> DrafterFile:
+    """Open an HF drafter directory or a drafter GGUF (llama.cpp, luce or dflash-draft dialect).
+
+    ``strict`` (the converter's mode, HF directories): an invalid config, an unknown tensor name or
+    two names for one weight raise at once instead of being reported in ``spec_error`` / ``unmapped``.
+    """
     p = Path(path)
     if p.is_dir():
-        return _open_hf(p)
+        return _open_hf(p, strict=strict)
     if not p.exists():
         raise DFlashError(f"{p}: no such file or directory")
     return _open_gguf(p)
@@ -145,7 +172,8 @@ def _open_gguf(path: Path) -> DrafterFile:
             spec = _fill_vocab(spec, metadata, tensors)
         except (DFlashError, KeyError, TypeError, ValueError) as exc:
             error = str(exc) if isinstance(exc, DFlashError) else f"bad drafter metadata ({exc})"
-    return DrafterFile(path, "gguf", arch, dialect, spec, error, tensors, unmapped, metadata, _gguf=g)
+    family = family_for_spec(spec) if spec is not None else None
+    return DrafterFile(path, "gguf", arch, dialect, spec, error, tensors, unmapped, metadata, family, _gguf=g)
 
 
 def _fill_vocab(spec: DrafterSpec, metadata: dict[str, Any], tensors: dict[str, TensorRef]) -> DrafterSpec:
@@ -162,26 +190,40 @@ def _fill_vocab(spec: DrafterSpec, metadata: dict[str, Any], tensors: dict[str, 
     return spec
 
 
-def _open_hf(directory: Path) -> DrafterFile:
+def _open_hf(directory: Path, *, strict: bool = False) -> DrafterFile:
     config = read_config_json(directory)
     config_path = directory / "config.json"
     spec: DrafterSpec | None = None
     error: str | None = None
+    family: DrafterFamily | None = None
     try:
-        spec = spec_from_hf_config(config, str(config_path))
+        family, spec = read_hf_config(config, str(config_path))
         from dataclasses import replace
 
         spec = replace(spec, name=spec.name or directory.resolve().name)
     except DFlashError as exc:
+        if strict:
+            raise
         error = str(exc)
     ck = open_checkpoint(directory, strict=True)
+    naming = family or DEFAULT_FAMILY  # names are still mapped (and reported) when the config is bad
     tensors: dict[str, TensorRef] = {}
     unmapped: list[str] = []
     for t in ck.tensors.values():
-        canonical = hf_canonical_name(t.name)
+        canonical = naming.hf_to_canonical(t.name)
         if canonical is None:
             unmapped.append(t.name)
             continue
+        if strict and canonical in tensors:
+            ck.close()
+            raise DFlashError(f"{directory}: tensors '{tensors[canonical].name}' and '{t.name}' are the same weight")
         tensors[canonical] = TensorRef(canonical, t.name, tuple(t.shape), t.dtype, t.nbytes)
+    if strict and unmapped:
+        ck.close()
+        shown = ", ".join(unmapped[:10]) + (f" (+{len(unmapped) - 10} more)" if len(unmapped) > 10 else "")
+        raise DFlashError(
+            f"{directory}: {len(unmapped)} tensor name(s) dflashkit does not know: {shown} — "
+            "refusing to drop weights silently; this drafter variant is not supported yet"
+        )
     archs = config.get("architectures") or ["DFlashDraftModel"]
-    return DrafterFile(directory, "hf", str(archs[0]), None, spec, error, tensors, unmapped, config, _checkpoint=ck)
+    return DrafterFile(directory, "hf", str(archs[0]), None, spec, error, tensors, unmapped, config, family, _checkpoint=ck)

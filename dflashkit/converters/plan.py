@@ -1,0 +1,218 @@
+"""Planning a drafter GGUF: what conversion (HF → GGUF) and translation (GGUF → GGUF) share.
+
+From a `DrafterSpec` and a source's canonical tensors: the spec and tensor-set checks (the same
+ones for both commands, so a translated file is refused exactly where a conversion would be), the
+drafter ↔ target rules (`dflashkit.target_rules`), what only the target tells, the metadata in
+llama-quantize's order, and the tensor order. `convert.py` and `translate.py` are thin commands
+over this module; neither imports the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from gguf import GGMLQuantizationType, GGUFValueType
+
+from ..dialects import Dialect, encode_metadata
+from ..errors import DFlashError
+from ..families import family_for_spec
+from ..families.tensor_set import check_tensor_set
+from ..io.gguf_writer import QUANTIZATION_VERSION, MetadataEntry, llama_tensor_order_key
+from ..spec import DrafterSpec
+from ..target_rules import check_target_compatibility
+from .target import TargetInfo
+
+
+@dataclass
+class PlannedTensor:
+    canonical: str
+    gguf_name: str
+    source_name: str
+    shape: tuple[int, ...]
+    ggml_type: GGMLQuantizationType
+    source_type: str
+    note: str | None = None  # why the type differs from the requested one
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "name": self.gguf_name,
+            "source": self.source_name,
+            "shape": list(self.shape),
+            "source_type": self.source_type,
+            "type": self.ggml_type.name,
+            **({"note": self.note} if self.note else {}),
+        }
+
+
+@dataclass
+class ConvertResult:
+    out: Path
+    dialect: str
+    architecture: str
+    outtype: str
+    file_type: int
+    bytes_written: int
+    tensors: list[PlannedTensor]
+    metadata: list[MetadataEntry]
+    spec: DrafterSpec
+    target: str | None
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        types: dict[str, int] = {}
+        for t in self.tensors:
+            types[t.ggml_type.name] = types.get(t.ggml_type.name, 0) + 1
+        return {
+            "out": str(self.out),
+            "dialect": self.dialect,
+            "architecture": self.architecture,
+            "outtype": self.outtype,
+            "file_type": self.file_type,
+            "bytes": self.bytes_written,
+            "tensor_count": len(self.tensors),
+            "tensor_types": types,
+            "tensors": [t.summary() for t in self.tensors],
+            "metadata": {m.key: _json_value(m) for m in self.metadata},
+            "target": self.target,
+            "warnings": self.warnings,
+        }
+
+
+def _json_value(entry: MetadataEntry) -> Any:
+    v = entry.value
+    if entry.type == GGUFValueType.ARRAY and isinstance(v, list) and len(v) > 16:
+        return f"[{len(v)} × {entry.sub_type.name if entry.sub_type else '?'}]"
+    return v
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks shared by conversion and translation
+# ---------------------------------------------------------------------------------------------
+
+
+def check_dialect_holds(spec: DrafterSpec, dialect: Dialect, source: str, *, hint: str = "") -> None:
+    """A dialect without DFlash 2 tensor names cannot hold a DFlash 2 drafter."""
+    if spec.is_dflash2 and not dialect.supports_dflash2:
+        raise DFlashError(
+            f"{source}: a DFlash 2 drafter cannot be written in the {dialect.name} dialect "
+            f"(it has no conv/selector tensors){hint}"
+        )
+
+
+def check_spec(spec: DrafterSpec, source: str) -> None:
+    """The spec rules an HF config is held to (`dflashkit.families`), for a spec decoded from a GGUF.
+
+    A config breaking them never gets this far (its family refuses it, naming the config key); a
+    GGUF's metadata is only decoded, so translation checks the decoded values here.
+    """
+    for name in ("hidden_size", "n_layers", "n_heads", "n_kv_heads", "head_dim", "intermediate_size", "block_size", "context_length"):
+        value = getattr(spec, name)
+        if value < 1:
+            raise DFlashError(f"{source}: {name} must be >= 1, got {value}")
+    if spec.n_heads % spec.n_kv_heads:
+        raise DFlashError(f"{source}: head count ({spec.n_heads}) must be a multiple of the KV head count ({spec.n_kv_heads})")
+    ids = list(spec.target_layer_ids)
+    if not ids:
+        raise DFlashError(f"{source}: no target layer ids")
+    if any(i < 0 for i in ids):
+        raise DFlashError(f"{source}: target layer ids have a negative id: {ids}")
+    if ids != sorted(set(ids)):
+        raise DFlashError(f"{source}: target layer ids must be sorted and unique, got {ids}")
+    if spec.num_target_layers is not None and ids[-1] >= spec.num_target_layers:
+        raise DFlashError(
+            f"{source}: target layer id {ids[-1]} is past the target's last layer (num_target_layers = {spec.num_target_layers})"
+        )
+
+
+def check_mask_in_vocab(spec: DrafterSpec, source: str) -> None:
+    """The mask token must be a token of the drafter's own vocabulary (run after the target rules,
+    which name the target's vocabulary when there is one)."""
+    if spec.mask_token_id is not None and spec.vocab_size is not None and spec.mask_token_id >= spec.vocab_size:
+        raise DFlashError(
+            f"{source}: mask token id {spec.mask_token_id} is outside the vocabulary ({spec.vocab_size} tokens)"
+        )
+
+
+def check_tensors(spec: DrafterSpec, shapes: Mapping[str, tuple[int, ...]], source: str, display: Mapping[str, str]) -> None:
+    """The source's canonical tensors against the spec's family (first mismatch is the error)."""
+    check_tensor_set(spec, shapes, source=source, display_names=display)
+
+
+def target_uses_mrope(target: TargetInfo) -> bool:
+    """Whether the target ropes with M-RoPE sections (Qwen3.5/3.6): its config's rope parameters
+    carry ``mrope_section``, or its GGUF has ``{arch}.rope.dimension_sections``."""
+    if target.kind == "gguf":
+        return f"{target.architecture}.rope.dimension_sections" in target.metadata
+    config = target.metadata.get("text_config") or target.metadata
+    rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    return isinstance(rope, dict) and "mrope_section" in rope
+
+
+def spec_with_target(spec: DrafterSpec, target: TargetInfo, dialect: Dialect) -> DrafterSpec:
+    """Check the drafter against its target, then fill what only the target tells: its layer
+    count, its vocabulary size and (M-RoPE targets) the rope sections. Used by conversion and
+    translation alike."""
+    check_target_compatibility(spec, target)
+    if spec.num_target_layers is None:
+        spec = replace(spec, num_target_layers=target.n_layers)
+    if spec.vocab_size is None:
+        spec = replace(spec, vocab_size=target.vocab_size)
+    if spec.rope_dimension_sections is None and target_uses_mrope(target):
+        # as llama.cpp's converter: the drafter ropes on the temporal section only
+        spec = replace(spec, rope_dimension_sections=(spec.head_dim // 2, 0, 0, 0))
+    return spec
+
+
+def apply_overrides(
+    spec: DrafterSpec,
+    source: str,
+    *,
+    num_target_layers: int | None = None,
+    mask_token_id: int | None = None,
+) -> DrafterSpec:
+    """Fill values the source lacks from explicit flags; a flag contradicting the source is an error."""
+    for field_name, flag, value in (
+        ("num_target_layers", "--num-target-layers", num_target_layers),
+        ("mask_token_id", "--mask-token-id", mask_token_id),
+    ):
+        if value is None:
+            continue
+        current = getattr(spec, field_name)
+        if current is not None and current != value:
+            raise DFlashError(f"{source}: {flag} {value} contradicts the source's {field_name} = {current}")
+        spec = replace(spec, **{field_name: value})
+    return spec
+
+
+# ---------------------------------------------------------------------------------------------
+# Metadata and tensor order
+# ---------------------------------------------------------------------------------------------
+
+
+def build_metadata(
+    spec: DrafterSpec,
+    dialect: Dialect,
+    arch: str,
+    *,
+    file_type: int,
+    tokenizer: Sequence[MetadataEntry] = (),
+) -> list[MetadataEntry]:
+    """general.name, the dialect's drafter keys, the tokenizer, then general.quantization_version and
+    general.file_type last — the order llama-quantize leaves them in, so a one-pass conversion, a
+    translation and a conversion + quantization of the same drafter are byte-identical."""
+    entries = [MetadataEntry("general.name", spec.name or "DFlash drafter", GGUFValueType.STRING)]
+    entries.extend(encode_metadata(spec, dialect, arch))
+    entries.extend(family_for_spec(spec).extra_metadata(spec, dialect, arch))
+    own = {e.key for e in entries} | {"general.file_type", "general.quantization_version"}
+    # the drafter's own keys (e.g. tokenizer.ggml.mask_token_id) win over the target's
+    entries.extend(MetadataEntry(e.key, e.value, e.type, e.sub_type) for e in tokenizer if e.key not in own)
+    entries.append(MetadataEntry("general.quantization_version", QUANTIZATION_VERSION, GGUFValueType.UINT32))
+    entries.append(MetadataEntry("general.file_type", file_type, GGUFValueType.UINT32))
+    return entries
+
+
+def ordered_canonical(names: Iterable[str], dialect: Dialect) -> list[str]:
+    """Canonical ids in output order: llama.cpp's loader order of their names in ``dialect``."""
+    return sorted(names, key=lambda c: llama_tensor_order_key(dialect.gguf_name(c)))

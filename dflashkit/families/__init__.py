@@ -1,0 +1,111 @@
+"""Drafter families and their registry.
+
+One module per family (``zlab_dflash.py``, ``zlab_dflash2.py``), each a `DrafterFamily`
+(`base.py`). The registry below is the only place that lists them: HF configs are claimed by
+`DrafterFamily.matches` (architecture string, or config shape), GGUF metadata by
+`DrafterFamily.matches_gguf`, specs by their ``architecture``.
+
+Adding a family: one module here, one line in `FAMILIES`, its tests.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..errors import DFlashError
+from ..spec import ARCH_DFLASH, ConfigView, DrafterSpec, read_config_json
+from . import zlab_dflash, zlab_dflash2
+from .base import DrafterFamily
+
+#: Every family, in matching order (the first whose `matches` is true wins).
+FAMILIES: tuple[DrafterFamily, ...] = (
+    zlab_dflash.FAMILY,
+    zlab_dflash2.FAMILY,
+)
+#: Claims an HF config with no ``architectures`` list (z-lab's early configs) and names tensors of
+#: a config no family claims.
+DEFAULT_FAMILY: DrafterFamily = zlab_dflash.FAMILY
+#: Every HF architecture string a family claims by name.
+KNOWN_ARCHITECTURES: tuple[str, ...] = tuple(a for f in FAMILIES for a in f.architectures)
+
+
+def family_for_config(config: Mapping[str, Any], path: str = "config.json") -> DrafterFamily:
+    """The family that reads an HF ``config.json`` (one-line DFlashError when none does)."""
+    archs = config.get("architectures") or [ARCH_DFLASH]
+    if not isinstance(archs, list) or not archs:
+        raise DFlashError(f"{path}: 'architectures' must be a non-empty list")
+    architecture = archs[0]
+    for family in FAMILIES:
+        if family.matches(config, architecture):
+            return family
+    raise DFlashError(
+        f"{path}: architecture '{architecture}' is not a DFlash drafter "
+        f"(expected one of {', '.join(KNOWN_ARCHITECTURES)})"
+    )
+
+
+def family_for_spec(spec: DrafterSpec) -> DrafterFamily:
+    for family in FAMILIES:
+        if family.owns(spec):
+            return family
+    raise DFlashError(f"no drafter family for architecture '{spec.architecture}'")
+
+
+def family_for_gguf(fields: Mapping[str, Any]) -> DrafterFamily:
+    """The family of a drafter GGUF from its decoded metadata fields (`dialects.decode_metadata`)."""
+    for family in FAMILIES:
+        if family.matches_gguf(fields):
+            return family
+    return DEFAULT_FAMILY
+
+
+def read_hf_config(config: Mapping[str, Any], path: str = "config.json") -> tuple[DrafterFamily, DrafterSpec]:
+    """The family that claims an HF drafter ``config.json`` and the `DrafterSpec` it validates it into."""
+    if not isinstance(config, Mapping):
+        raise DFlashError(f"{path}: expected a JSON object at the top level")
+    view = ConfigView(config, path)
+    family = family_for_config(config, path)
+    architecture = (config.get("architectures") or [ARCH_DFLASH])[0]
+    return family, family.spec_from_config(config, view, architecture, path)
+
+
+def spec_from_hf_config(config: Mapping[str, Any], path: str = "config.json") -> DrafterSpec:
+    """Validate an HF drafter ``config.json`` (any schema a family knows) into a `DrafterSpec`."""
+    return read_hf_config(config, path)[1]
+
+
+def load_hf_config(directory: str | Path) -> tuple[dict[str, Any], DrafterSpec]:
+    """Read and validate ``directory/config.json`` (the spec is named after the directory)."""
+    from dataclasses import replace
+
+    config = read_config_json(directory)
+    spec = spec_from_hf_config(config, str(Path(directory) / "config.json"))
+    if spec.name is None:
+        spec = replace(spec, name=Path(directory).resolve().name)
+    return config, spec
+
+
+def expected_tensors(spec: DrafterSpec, *, vocab_size: int | None = None) -> dict[str, tuple[int, ...]]:
+    """Required tensors of a drafter and their shapes (see `DrafterFamily.expected_tensors`)."""
+    return family_for_spec(spec).expected_tensors(spec, vocab_size=vocab_size)
+
+
+def optional_tensors(spec: DrafterSpec) -> dict[str, tuple[int, ...]]:
+    return family_for_spec(spec).optional_tensors(spec)
+
+
+__all__ = [
+    "DEFAULT_FAMILY",
+    "FAMILIES",
+    "KNOWN_ARCHITECTURES",
+    "DrafterFamily",
+    "expected_tensors",
+    "family_for_config",
+    "family_for_gguf",
+    "family_for_spec",
+    "load_hf_config",
+    "optional_tensors",
+    "read_hf_config",
+    "spec_from_hf_config",
+]

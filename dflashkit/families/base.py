@@ -1,0 +1,73 @@
+"""The interface every drafter family implements (one module per family in this package).
+
+A family is what mlx-lm calls a model file and llama.cpp's converter a model class: it knows one
+checkpoint lineage — which HF configs it claims, how their keys become a `DrafterSpec`, how its HF
+tensor names map to canonical ids (z-lab's names without ``model.``), which data quirks to undo
+(`sanitize`), and which tensor set a spec implies. Everything above this layer (converter, inspect,
+diff, runtime loader) asks the registry (`dflashkit.families`) for the family and never branches on
+architecture strings itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..io.gguf_writer import MetadataEntry
+from ..spec import ConfigView, DrafterSpec
+
+
+class DrafterFamily:
+    """Base class: override what differs. Instances are module-level singletons, listed in the registry."""
+
+    #: short id, e.g. "zlab-dflash"
+    name: str = ""
+    #: HF ``architectures[0]`` strings this family claims (the first is written into specs)
+    architectures: tuple[str, ...] = ()
+    #: module under ``dflashkit.runtime`` that runs this family (imports torch; never imported here)
+    runtime_module: str = ""
+    #: True when `sanitize` changes tensor data (the converter then cannot copy bytes raw)
+    transforms_data: bool = False
+
+    # ---- claiming a checkpoint ------------------------------------------------------------------
+    def matches(self, config: Mapping[str, Any], architecture: str) -> bool:
+        """Whether this family reads ``config`` (``architecture`` = its ``architectures[0]``).
+
+        The default claims by architecture string; a family told apart by config shape (keys,
+        nested blocks) overrides this.
+        """
+        return architecture in self.architectures
+
+    def matches_gguf(self, fields: Mapping[str, Any]) -> bool:
+        """Whether decoded GGUF metadata fields (`dialects.decode_metadata`) belong to this family."""
+        return False
+
+    def owns(self, spec: DrafterSpec) -> bool:
+        return spec.architecture in self.architectures
+
+    # ---- config → spec --------------------------------------------------------------------------
+    def spec_from_config(self, config: Mapping[str, Any], view: ConfigView, architecture: str, path: str) -> DrafterSpec:
+        raise NotImplementedError
+
+    # ---- tensors --------------------------------------------------------------------------------
+    def hf_to_canonical(self, hf_name: str) -> str | None:
+        """Canonical id of one HF checkpoint tensor name, or None when the family has no such tensor."""
+        raise NotImplementedError
+
+    def sanitize(self, canonical: str, array: np.ndarray) -> np.ndarray:
+        """Undo a checkpoint quirk in one tensor's data (float32, HF shape). Identity by default."""
+        return array
+
+    def expected_tensors(self, spec: DrafterSpec, *, vocab_size: int | None = None) -> dict[str, tuple[int, ...]]:
+        """Required canonical tensors and their numpy/HF shapes (-1: not determined by the spec)."""
+        raise NotImplementedError
+
+    def optional_tensors(self, spec: DrafterSpec) -> dict[str, tuple[int, ...]]:
+        """Tensors the family may carry; -1 = not determined by the spec (vocabulary rows)."""
+        return {}
+
+    def extra_metadata(self, spec: DrafterSpec, dialect: Any, arch: str) -> list[MetadataEntry]:
+        """Metadata entries this family writes beyond the dialect's spec keys (after them, before the
+        tokenizer); ``dialect`` is the `dflashkit.dialects.Dialect` being written. None by default."""
+        return []

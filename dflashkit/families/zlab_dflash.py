@@ -1,0 +1,278 @@
+"""z-lab DFlash (``DFlashDraftModel``): the original block-diffusion drafter.
+
+Config rules: every z-lab / speculators / Luce schema in the wild — values live in
+``dflash_config`` or at the top level (`ConfigView`), transformers-5 ``rope_parameters``,
+sliding-window layers, partial rotary, Gemma-4 scalings. Tensors: z-lab's HF names, optionally
+under ``model.``; the DFlash 2 names are known too (so a DFlash checkpoint carrying them is
+reported as "tensors this config does not use", not as unknown names).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from ..errors import DFlashError
+from ..spec import (
+    ARCH_DFLASH,
+    ConfigView,
+    DrafterSpec,
+    build_target_layer_ids,
+    partial_rotary_factor_of,
+    rope_theta_of,
+)
+from .base import DrafterFamily
+
+#: Canonical tensor templates of the z-lab lineage (``{bid}`` = layer index); both DFlash generations.
+ZLAB_TENSORS: tuple[str, ...] = (
+    "fc.weight",
+    "hidden_norm.weight",
+    "norm.weight",
+    "embed_tokens.weight",
+    "lm_head.weight",
+    "layers.{bid}.input_layernorm.weight",
+    "layers.{bid}.self_attn.q_proj.weight",
+    "layers.{bid}.self_attn.k_proj.weight",
+    "layers.{bid}.self_attn.v_proj.weight",
+    "layers.{bid}.self_attn.o_proj.weight",
+    "layers.{bid}.self_attn.q_proj.bias",
+    "layers.{bid}.self_attn.k_proj.bias",
+    "layers.{bid}.self_attn.v_proj.bias",
+    "layers.{bid}.self_attn.o_proj.bias",
+    "layers.{bid}.self_attn.q_norm.weight",
+    "layers.{bid}.self_attn.k_norm.weight",
+    "layers.{bid}.post_attention_layernorm.weight",
+    "layers.{bid}.mlp.gate_proj.weight",
+    "layers.{bid}.mlp.up_proj.weight",
+    "layers.{bid}.mlp.down_proj.weight",
+    # DFlash 2
+    "layers.{bid}.attention_conv.base_kernel",
+    "layers.{bid}.attention_conv.kernel_projection.weight",
+    "layers.{bid}.mlp_conv.base_kernel",
+    "layers.{bid}.mlp_conv.kernel_projection.weight",
+    "candidate_selector.predecessor_codebook.weight",
+    "candidate_selector.successor_codebook.weight",
+    "candidate_selector.hidden_projection.weight",
+)
+_ZLAB_TEMPLATES = frozenset(ZLAB_TENSORS)
+
+#: HF checkpoints store the DFlash 2 codebooks with or without ``.weight``.
+HF_ALIASES: dict[str, str] = {
+    "candidate_selector.predecessor_codebook": "candidate_selector.predecessor_codebook.weight",
+    "candidate_selector.successor_codebook": "candidate_selector.successor_codebook.weight",
+}
+
+
+def split_bid(canonical: str) -> tuple[str, str | None]:
+    """``layers.3.mlp.up_proj.weight`` → (``layers.{bid}.mlp.up_proj.weight``, ``"3"``)."""
+    m = re.match(r"^layers\.(\d+)\.(.+)$", canonical)
+    if m:
+        return "layers.{bid}." + m.group(2), m.group(1)
+    return canonical, None
+
+
+def zlab_hf_to_canonical(hf_name: str) -> str | None:
+    """Canonical id of a z-lab HF tensor name (``model.`` prefix stripped, codebook aliases resolved)."""
+    name = hf_name[len("model."):] if hf_name.startswith("model.") else hf_name
+    name = HF_ALIASES.get(name, name)
+    template, _ = split_bid(name)
+    return name if template in _ZLAB_TEMPLATES else None
+
+
+class ZLabDFlash(DrafterFamily):
+    name = "zlab-dflash"
+    architectures = (ARCH_DFLASH,)
+    runtime_module = "dflash"
+    #: DFlash 2's conv/selector keys are required (DFlash reads them when present, as today)
+    requires_conv = False
+
+    def matches_gguf(self, fields: Mapping[str, Any]) -> bool:
+        return fields.get("conv_kernel_size") is None
+
+    def hf_to_canonical(self, hf_name: str) -> str | None:
+        return zlab_hf_to_canonical(hf_name)
+
+    # ---- config → spec ---------------------------------------------------------------------------
+    def spec_from_config(self, config: Mapping[str, Any], view: ConfigView, architecture: str, path: str) -> DrafterSpec:
+        hidden = view.int("hidden_size", required=True, minimum=1)
+        n_layers = view.int("num_hidden_layers", required=True, minimum=1)
+        n_heads = view.int("num_attention_heads", required=True, minimum=1)
+        n_kv = view.int("num_key_value_heads", n_heads, minimum=1)
+        if n_heads % n_kv:
+            raise DFlashError(
+                f"{path}: num_attention_heads ({n_heads}) must be a multiple of num_key_value_heads ({n_kv})"
+            )
+        # Like transformers: head_dim defaults to hidden // heads (odd Gemma head counts included).
+        head_dim = view.int("head_dim", hidden // n_heads, minimum=1)
+        intermediate = view.int("intermediate_size", required=True, minimum=1)
+        eps = view.float("rms_norm_eps", 1e-6)
+        rope_theta = rope_theta_of(view)
+        context_length = view.int("max_position_embeddings", 32768, minimum=1)
+        block_size = view.int("block_size", 16, minimum=1)
+        mask_token_id = view.int("mask_token_id")
+        vocab_size = view.int("vocab_size", minimum=1)
+        num_target_layers = view.int("num_target_layers", minimum=1)
+
+        raw_ids = view.get("target_layer_ids")
+        defaulted = False
+        if raw_ids is None:
+            if num_target_layers is None:
+                raise DFlashError(
+                    f"{path}: neither 'target_layer_ids' nor 'num_target_layers' is set, so the tap layers are unknown "
+                    "— add dflash_config.target_layer_ids"
+                )
+            ids = tuple(build_target_layer_ids(num_target_layers, n_layers))
+            defaulted = True
+        else:
+            if not isinstance(raw_ids, list) or not raw_ids or not all(
+                isinstance(i, int) and not isinstance(i, bool) for i in raw_ids
+            ):
+                raise DFlashError(f"{path}: '{view.where('target_layer_ids')}' must be a non-empty list of integers, got {raw_ids!r}")
+            ids = tuple(raw_ids)
+        if any(i < 0 for i in ids):
+            raise DFlashError(f"{path}: '{view.where('target_layer_ids')}' has a negative id: {list(ids)}")
+        if list(ids) != sorted(set(ids)):
+            raise DFlashError(f"{path}: '{view.where('target_layer_ids')}' must be sorted and unique, got {list(ids)}")
+        if num_target_layers is not None and ids[-1] >= num_target_layers:
+            raise DFlashError(
+                f"{path}: target layer id {ids[-1]} is past the target's last layer (num_target_layers = {num_target_layers})"
+            )
+
+        # Sliding-window attention: per-layer `layer_types` (Qwen3.5/3.6, Gemma-4) or dflash_config.use_swa.
+        layer_types = view.get("layer_types")
+        window = view.int("swa_window_size") or view.int("sliding_window")
+        pattern: tuple[bool, ...] | None = None
+        if view.bool("use_swa"):
+            pattern = (True,) * n_layers
+        elif layer_types is not None:
+            if not isinstance(layer_types, list) or len(layer_types) != n_layers:
+                raise DFlashError(
+                    f"{path}: 'layer_types' must list one entry per layer ({n_layers}), got {layer_types!r}"
+                )
+            unknown = sorted({t for t in layer_types if t not in ("sliding_attention", "full_attention")})
+            if unknown:
+                raise DFlashError(
+                    f"{path}: 'layer_types' has unknown entries {unknown} (expected sliding_attention / full_attention)"
+                )
+            if "sliding_attention" in layer_types:
+                pattern = tuple(t == "sliding_attention" for t in layer_types)
+        elif view.bool("use_sliding_window") and window:
+            pattern = (True,) * n_layers
+        if pattern is not None and not window:
+            raise DFlashError(f"{path}: sliding-window layers are configured but 'sliding_window' is not set")
+        if pattern is None:
+            window = None
+
+        causal = view.bool("is_causal")
+        if causal is None:
+            causal = view.bool("causal")
+
+        softcap = view.float("final_logit_softcapping")
+        if softcap is not None and softcap <= 0:
+            softcap = None  # the reference treats <= 0 as "no softcap"
+        prf = partial_rotary_factor_of(view)
+        rope_dims = None
+        if prf is not None and prf != 1.0:
+            rope_dims = int(head_dim * prf)
+
+        conv = self._conv_fields(view, hidden, path)
+
+        attention_bias = view.bool("attention_bias") or False
+        torch_dtype = view.get("torch_dtype") or view.get("dtype")
+        return DrafterSpec(
+            architecture=architecture,
+            hidden_size=hidden,
+            n_layers=n_layers,
+            n_heads=n_heads,
+            n_kv_heads=n_kv,
+            head_dim=head_dim,
+            intermediate_size=intermediate,
+            rms_norm_eps=eps,  # type: ignore[arg-type]
+            rope_theta=rope_theta,
+            context_length=context_length,
+            block_size=block_size,
+            target_layer_ids=ids,
+            mask_token_id=mask_token_id,
+            vocab_size=vocab_size,
+            num_target_layers=num_target_layers,
+            sliding_window=window,
+            sliding_window_pattern=pattern,
+            causal=causal,
+            final_logit_softcapping=softcap,
+            embedding_scale=view.float("input_embedding_scale"),
+            logit_scale=view.float("output_multiplier"),
+            attention_value_scale=view.float("attention_value_scale"),
+            rope_dimension_count=rope_dims,
+            attention_bias=attention_bias,
+            torch_dtype=str(torch_dtype) if torch_dtype is not None else None,
+            target_layer_ids_defaulted=defaulted,
+            **conv,  # type: ignore[arg-type]
+        )
+
+    def _conv_fields(self, view: ConfigView, hidden: int, path: str) -> dict[str, int | None]:
+        return {
+            key: view.int(key, required=self.requires_conv, minimum=1)
+            for key in ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
+        }
+
+    # ---- tensor set ------------------------------------------------------------------------------
+    def expected_tensors(self, spec: DrafterSpec, *, vocab_size: int | None = None) -> dict[str, tuple[int, ...]]:
+        h, hd = spec.hidden_size, spec.head_dim
+        q, kv, ff = spec.n_heads * hd, spec.n_kv_heads * hd, spec.intermediate_size
+        shapes: dict[str, tuple[int, ...]] = {
+            "fc.weight": (h, spec.fc_input_width),
+            "hidden_norm.weight": (h,),
+            "norm.weight": (h,),
+        }
+        for i in range(spec.n_layers):
+            p = f"layers.{i}."
+            shapes.update(
+                {
+                    p + "input_layernorm.weight": (h,),
+                    p + "self_attn.q_proj.weight": (q, h),
+                    p + "self_attn.k_proj.weight": (kv, h),
+                    p + "self_attn.v_proj.weight": (kv, h),
+                    p + "self_attn.o_proj.weight": (h, q),
+                    p + "self_attn.q_norm.weight": (hd,),
+                    p + "self_attn.k_norm.weight": (hd,),
+                    p + "post_attention_layernorm.weight": (h,),
+                    p + "mlp.gate_proj.weight": (ff, h),
+                    p + "mlp.up_proj.weight": (ff, h),
+                    p + "mlp.down_proj.weight": (h, ff),
+                }
+            )
+            if spec.attention_bias:
+                shapes.update(
+                    {
+                        p + "self_attn.q_proj.bias": (q,),
+                        p + "self_attn.k_proj.bias": (kv,),
+                        p + "self_attn.v_proj.bias": (kv,),
+                    }
+                )
+            self._layer_extras(spec, p, shapes)
+        self._global_extras(spec, vocab_size, shapes)
+        return shapes
+
+    def _layer_extras(self, spec: DrafterSpec, prefix: str, shapes: dict[str, tuple[int, ...]]) -> None:
+        """Per-layer tensors a subclass adds (inserted right after each layer's own, in this order)."""
+
+    def _global_extras(self, spec: DrafterSpec, vocab_size: int | None, shapes: dict[str, tuple[int, ...]]) -> None:
+        """Tensors outside the layers a subclass adds (after all layers)."""
+
+    def optional_tensors(self, spec: DrafterSpec) -> dict[str, tuple[int, ...]]:
+        h, hd = spec.hidden_size, spec.head_dim
+        shapes: dict[str, tuple[int, ...]] = {
+            "embed_tokens.weight": (spec.vocab_size or -1, h),
+            "lm_head.weight": (spec.vocab_size or -1, h),
+        }
+        for i in range(spec.n_layers):
+            p = f"layers.{i}.self_attn."
+            shapes[p + "o_proj.bias"] = (h,)
+            if not spec.attention_bias:
+                shapes[p + "q_proj.bias"] = (spec.n_heads * hd,)
+                shapes[p + "k_proj.bias"] = (spec.n_kv_heads * hd,)
+                shapes[p + "v_proj.bias"] = (spec.n_kv_heads * hd,)
+        return shapes
+
+
+FAMILY = ZLabDFlash()
