@@ -19,6 +19,7 @@ diff); reading itself goes through ``gguf.GGUFReader``.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -84,6 +85,9 @@ def require_llama_cpp_src() -> Path:
         if value:
             pytest.skip(f"{ENV_VAR}={value} holds no convert_hf_to_gguf.py + gguf-py (llama.cpp source)")
         pytest.skip(f"set {ENV_VAR} to llama.cpp's source (vendor/llama.cpp of the llama-cpp-python sdist)")
+    # its Qwen vocab path imports sentencepiece before it looks for tokenizer.model (requirements.txt has it)
+    if importlib.util.find_spec("sentencepiece") is None:
+        pytest.skip("llama.cpp's converter needs the sentencepiece module (pip install sentencepiece)")
     return src
 
 
