@@ -57,6 +57,19 @@ class DrafterSpec:
     selector_top_k: int | None = None
     torch_dtype: str | None = None
     name: str | None = None
+    # ---- zoo semantics (issue 13): None / default = absent from the checkpoint ----------------------
+    # RoPE scaling as llama.cpp's converter reads it: {"type": "yarn"|"linear", "factor": float,
+    # "original_context_length": int, optional yarn extras "ext_factor", "attn_factor", "beta_fast", "beta_slow"}
+    rope_scaling: tuple[tuple[str, Any], ...] | None = None
+    rope_is_neox_style: bool = True  # False: interleaved-RoPE checkpoint, q/k permuted to NeoX at conversion
+    hidden_act: str | None = None  # "silu" (default when None), "gelu", "gelu_pytorch_tanh"
+    # which block slots predict: True = slot 0 predicts too (llama.cpp's default when the key is absent)
+    sample_from_anchor: bool | None = None
+    draft_vocab_size: int | None = None  # rows of the drafter's own output head (with d2t) when reduced
+    markov_rank: int | None = None  # DSpark Markov head rank
+    markov_head_type: str | None = None  # DSpark: only "vanilla" converts
+    has_confidence_head: bool | None = None  # DSpark
+    layout: str | None = None  # checkpoint layout, e.g. "zlab", "speculators", "specforge" (information)
     # True when target_layer_ids came from z-lab's default rule, not from the config.
     target_layer_ids_defaulted: bool = field(default=False, compare=False)
 
