@@ -218,7 +218,7 @@ def test_mutated_sharded_checkpoint(scratch: Path) -> None:
         target.write_bytes(originals[target])
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(derandomize=True, max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     prefix=st.sampled_from([b"", b"GGUF\x03\x00\x00\x00", b"GGUF\x02\x00\x00\x00", b"\x10\x00\x00\x00\x00\x00\x00\x00{"]),
     body=st.binary(max_size=1024),
@@ -298,7 +298,7 @@ def safetensors_files(draw: st.DrawFn) -> bytes:
     return struct.pack("<Q", n % 2**64) + body + draw(st.binary(max_size=300))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(derandomize=True, max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=gguf_files())
 def test_structured_gguf(scratch: Path, data: bytes) -> None:
     path = scratch / "s.gguf"
@@ -306,7 +306,7 @@ def test_structured_gguf(scratch: Path, data: bytes) -> None:
     check_invariants(path, repr(data[:64]))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(derandomize=True, max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=safetensors_files(), weight_map=st.one_of(_JSON, st.dictionaries(st.text(max_size=6), st.sampled_from(["model.safetensors", "x.safetensors", "../x", ""]))))
 def test_structured_safetensors(scratch: Path, data: bytes, weight_map: object) -> None:
     d = scratch / "ck"
