@@ -6,7 +6,7 @@ report gives the mean τ (committed tokens per target forward), the histogram of
 round, the acceptance rate per block position, the loop's decode speed in this PyTorch runtime, and
 the difference to the *first* drafter with a paired bootstrap confidence interval over prompts.
 
-τ of one prompt = mean over its rounds of (accepted + 1) (../shared/formats.md); a drafter's τ is
+τ of one prompt = mean over its rounds of (accepted + 1) (docs/formats.md); a drafter's τ is
 the mean over prompts of that, as z-lab's benchmark reports it.
 """
 
@@ -279,7 +279,7 @@ class AcceptResult:
         return EXIT_FAILED if self.failures(max_drop) else EXIT_OK
 
     def trace_lines(self) -> list[dict[str, Any]]:
-        """The acceptance trace (../shared/formats.md): one object per (drafter, prompt)."""
+        """The acceptance trace (docs/formats.md): one object per (drafter, prompt)."""
         return [r.to_trace(d.path) for d in self.drafters for r in d.runs]
 
     def write_trace(self, path: str | os.PathLike, *, force: bool = False) -> Path:

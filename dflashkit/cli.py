@@ -323,7 +323,7 @@ def _parse_ids(value: str | None) -> list[int] | None:
 @click.option("--threshold-kl", type=click.FloatRange(min=0.0), metavar="NATS",
               help="Exit 1 when the mean KL(ref‖cand) exceeds NATS.")
 @click.option("--dump", type=click.Path(dir_okay=False), metavar="FILE.npz",
-              help="Write the first round's exact inputs and both sides' outputs (format: shared/formats.md).")
+              help="Write the first round's exact inputs and both sides' outputs (format: docs/formats.md).")
 @click.option("--force", is_flag=True, help="Overwrite the --dump file if it exists.")
 @click.option("--json", "fmt", flag_value="json", help="Print the report as JSON.")
 @click.option("--markdown", "fmt", flag_value="markdown", help="Print the report as Markdown.")
@@ -382,7 +382,7 @@ _PLOT_SUFFIXES = (".html", ".htm", ".png")
               help="Keep quantized drafter weights quantized (fused dflashkit.kernels matmuls) instead of dequantizing.")
 @click.option("--ignore-eos", is_flag=True, help="Do not stop at the target's end-of-sequence tokens.")
 @click.option("--trace", type=click.Path(dir_okay=False), metavar="FILE.jsonl",
-              help="Write the acceptance trace: one line per (drafter, prompt) (format: shared/formats.md).")
+              help="Write the acceptance trace: one line per (drafter, prompt) (format: docs/formats.md).")
 @click.option("--plot", type=click.Path(dir_okay=False), metavar="FILE.html|FILE.png",
               help="Write the τ-per-drafter plot: .html = the full report with charts, .png needs matplotlib.")
 @click.option("--max-drop", metavar="FRAC",

@@ -1,6 +1,6 @@
 """The three GGUF dialects of a DFlash drafter, as tables.
 
-One `Dialect` per runtime lineage (facts in ../shared/dialects.md): architecture strings, metadata
+One `Dialect` per runtime lineage (facts in docs/dialects.md): architecture strings, metadata
 keys with their GGUF value types, tensor names and the tap-id convention. The same table drives
 writing (`encode_metadata`, `Dialect.gguf_name`) and reading (`decode_metadata`,
 `Dialect.canonical_name`, `detect_dialect`) — there is no per-dialect branching elsewhere.

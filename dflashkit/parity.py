@@ -464,7 +464,7 @@ def _run_rounds(models: dict[str, DFlashDraftModel], inputs: _Inputs, rounds: in
 
 
 # ---------------------------------------------------------------------------------------------
-# Dump (format: ../shared/formats.md, "Parity dump")
+# Dump (format: docs/formats.md, "Parity dump")
 # ---------------------------------------------------------------------------------------------
 
 

@@ -13,7 +13,6 @@ sys.path.insert(0, str(ROOT / "fixtures"))
 import make_drafters  # noqa: E402
 import make_target  # noqa: E402
 
-SHARED = ROOT.parent / "shared"
 FAMILIES = list(make_drafters.FAMILIES)
 
 

@@ -1,4 +1,4 @@
-"""The three GGUF dialects: tables pinned to ../shared/dialects.md, translation round trips, refusals."""
+"""The three GGUF dialects: tables pinned to docs/dialects.md, translation round trips, refusals."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from gguf import GGUFValueType as V
 
-from conftest import FAMILIES, SHARED, target_for
+from conftest import FAMILIES, ROOT, target_for
 from dflashkit.converters.convert import convert
 from dflashkit.dialects import DFLASH_DRAFT, DIALECTS, LLAMA_CPP, LUCE, detect_dialect
 from dflashkit.errors import DFlashError, UsageError
@@ -20,7 +20,7 @@ import make_drafters
 
 QUIET = dict(progress=False, warn=lambda m: None)
 
-# ---- the tables, pinned to the facts of ../shared/dialects.md (written out by hand) -------------
+# ---- the tables, pinned to the facts of docs/dialects.md (written out by hand) -------------
 
 FACT_KEYS = {
     "llama.cpp": {
@@ -105,10 +105,15 @@ FACT_TENSORS = {
 }
 
 
-def test_shared_facts_file_is_present() -> None:
-    facts = (SHARED / "dialects.md").read_text()
+def test_facts_file_is_in_the_repository() -> None:
+    facts = (ROOT / "docs" / "dialects.md").read_text()
     for arch in ("dflash", "qwen35-dflash-draft", "gemma4-dflash-draft", "dflash-draft"):
         assert f"`{arch}`" in facts or f'"{arch}"' in facts
+    # the hand-written tables above name only keys and tensors the facts file names
+    for name, keys in FACT_KEYS.items():
+        for key in keys:
+            suffix = key.removeprefix("{arch}.")
+            assert suffix in facts, (name, key)
 
 
 @pytest.mark.parametrize("name", list(FACT_KEYS))

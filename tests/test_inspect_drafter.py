@@ -232,6 +232,29 @@ def test_conflicting_evidence_is_unknown(tmp_path: Path) -> None:
     assert f.values["instruct_evidence"] and f.values["base_evidence"]
 
 
+def test_expect_fails_on_conflicting_evidence(tmp_path: Path) -> None:
+    """general.finetune = 'base', a '... Base' name and an end-of-turn EOS: verdict unknown, and a gate asking
+    for either variant fails (exit 1) with one error listing both sides' evidence."""
+    hf = make_target.make_hf_target(tmp_path / "Qwen3-8B-Base", hidden_size=64, n_layers=12, instruct=True)
+    plain = make_target.make_gguf_target(tmp_path / "plain.gguf", hf)
+    path = rewrite_gguf(plain, tmp_path / "Qwen3-8B-Base.gguf", set_keys={"general.finetune": ("base", V.STRING)})
+    v = only(findings(path), "provenance.verdict").values
+    assert v["verdict"] == "unknown"
+    assert v["base_evidence"] == ["strong: general.finetune = 'base'", "strong: general.name 'Qwen3-8B-Base' has 'base'"]
+    assert v["instruct_evidence"] == ["strong: EOS is the end-of-turn token <|im_end|>", "weak: has a chat template"]
+    runner = CliRunner()
+    assert runner.invoke(inspect_command, [str(path)]).exit_code == 0  # no gate: the verdict is reported only
+    for expect in ("instruct", "base"):
+        r = runner.invoke(inspect_command, [str(path), "--expect", expect])
+        assert r.exit_code == 1, r.output
+        line = (f"{path}: --expect {expect} but instruct/base cannot be told from the file "
+                f"(instruct: {'; '.join(v['instruct_evidence'])} | base: {'; '.join(v['base_evidence'])})")
+        assert line in r.output
+        fs = findings(path, expect=expect)
+        f = only(fs, "provenance.expect_unknown")
+        assert f.severity == "error" and f.message == line
+
+
 def test_cli_json_many_files_and_strict(f32: Path, drafters, targets, tmp_path: Path) -> None:
     bare = tmp_path / "bare.gguf"
     convert(drafters["qwen3-b16"], bare, outtype="bf16", dialect="luce", **QUIET)  # warning: no tokenizer

@@ -13,7 +13,6 @@ import os
 import random
 import struct
 import tempfile
-import time
 import tracemalloc
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,7 +28,6 @@ from test_safetensors_reader import write_checkpoint
 from dflashkit.inspect import InspectReport, inspect_paths
 
 SEED = 20240611
-PER_INPUT_LIMIT_S = 2.0
 MUTATIONS_PER_BASE = 1000
 EXTREMES = [0, 1, 3, 31, 255, 2**16 - 1, 2**31, 2**32 - 1, 2**32, 2**40, 2**62, 2**63 - 1, 2**63, 2**64 - 1]
 
@@ -124,12 +122,9 @@ MUTATIONS: list[Mutation] = [truncate, flip_bytes, extreme_field, extreme_field,
 
 
 def check_invariants(path: Path, label: str) -> InspectReport:
-    t0 = time.perf_counter()
     report = inspect_paths([str(path)])
     code = report.exit_code()
     text, doc = report.to_text(), json.loads(report.to_json(indent=None))
-    elapsed = time.perf_counter() - t0
-    assert elapsed < PER_INPUT_LIMIT_S, f"{label}: took {elapsed:.2f}s"
     assert code in (0, 1) and doc["exit_code"] == code, label
     findings = report.files[0].findings
     assert not [f for f in findings if f.id == "inspect.internal_error"], f"{label}: {text}"
@@ -165,7 +160,6 @@ def bases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[bytes, li
 
 def test_mutation_loop(bases: dict[str, tuple[bytes, list[tuple[int, int]]]], scratch: Path) -> None:
     rng = random.Random(SEED)
-    t_start = time.perf_counter()
     n = 0
     errors = 0
     for name, (data, fields) in bases.items():
@@ -180,7 +174,6 @@ def test_mutation_loop(bases: dict[str, tuple[bytes, list[tuple[int, int]]]], sc
             errors += report.exit_code()
             n += 1
     assert n == 3 * MUTATIONS_PER_BASE and errors > n // 2  # most mutations must be caught, not just survived
-    assert time.perf_counter() - t_start < 60
 
 
 def test_every_truncation_of_real_files(bases: dict[str, tuple[bytes, list[tuple[int, int]]]], scratch: Path) -> None:
@@ -225,7 +218,7 @@ def test_mutated_sharded_checkpoint(scratch: Path) -> None:
         target.write_bytes(originals[target])
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(derandomize=True, max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     prefix=st.sampled_from([b"", b"GGUF\x03\x00\x00\x00", b"GGUF\x02\x00\x00\x00", b"\x10\x00\x00\x00\x00\x00\x00\x00{"]),
     body=st.binary(max_size=1024),
@@ -305,7 +298,7 @@ def safetensors_files(draw: st.DrawFn) -> bytes:
     return struct.pack("<Q", n % 2**64) + body + draw(st.binary(max_size=300))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(derandomize=True, max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=gguf_files())
 def test_structured_gguf(scratch: Path, data: bytes) -> None:
     path = scratch / "s.gguf"
@@ -313,7 +306,7 @@ def test_structured_gguf(scratch: Path, data: bytes) -> None:
     check_invariants(path, repr(data[:64]))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(derandomize=True, max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=safetensors_files(), weight_map=st.one_of(_JSON, st.dictionaries(st.text(max_size=6), st.sampled_from(["model.safetensors", "x.safetensors", "../x", ""]))))
 def test_structured_safetensors(scratch: Path, data: bytes, weight_map: object) -> None:
     d = scratch / "ck"

@@ -15,7 +15,7 @@ from dflashkit.kernels import TORCH_DEQUANT, QuantizedWeight, dequantize_torch
 from dflashkit.kernels import reference
 from dflashkit.kernels.testing import random_blocks
 
-GOLDEN = Path(__file__).resolve().parents[1].parent / "shared" / "golden" / "quants"
+GOLDEN = Path(__file__).resolve().parent / "data" / "golden" / "quants"
 QUANT_TYPES = ["Q8_0", "Q4_K", "Q5_K", "Q6_K", "Q4_0", "Q5_0", "Q5_1"]
 GOLDEN_TYPES = QUANT_TYPES + ["F16", "BF16"]
 FAMILIES = ["normal", "uniform", "outliers", "positive", "constant_rows", "zeros_mixed", "bf16_weights"]
@@ -33,7 +33,7 @@ def assert_bit_identical(got: torch.Tensor, want: np.ndarray) -> None:
 def load_golden(type_name: str, family: str) -> np.ndarray:
     path = GOLDEN / f"{type_name}__{family}.npz"
     if not path.is_file():
-        pytest.fail(f"golden file missing: {path} (shared/golden/quants must sit beside the repository)")
+        pytest.fail(f"golden file missing: {path} (tools/make_golden.py, tests/data/golden/README.md)")
     with np.load(path) as f:
         return f["q"]
 

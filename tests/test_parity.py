@@ -7,6 +7,7 @@ Part of the test extra (the HF-target runs use transformers; the dump is re-run 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -252,3 +253,20 @@ def test_accepted_prefix() -> None:
     assert accepted_prefix([1, 2, 3], [1, 2, 4]) == 2
     assert accepted_prefix([5], [6]) == 0
     assert accepted_prefix([1, 2], [1, 2]) == 2
+
+
+def test_kl_is_reference_to_candidate_by_hand() -> None:
+    """KL(ref ‖ cand) = Σ p_ref · ln(p_ref / p_cand), on two rows whose two directions differ."""
+    from dflashkit.parity import _logit_rows, _logit_stats
+
+    ref = torch.tensor([[math.log(0.5), math.log(0.25), math.log(0.25)],
+                        [math.log(0.7), math.log(0.2), math.log(0.1)]])
+    cand = torch.tensor([[0.0, 0.0, 0.0],
+                         [math.log(0.2), math.log(0.3), math.log(0.5)]])
+    want = [0.5 * math.log(0.5 * 3) + 0.5 * math.log(0.25 * 3),  # = 0.5 ln 1.125 ≈ 0.0589 (reverse: ≈ 0.0566)
+            0.7 * math.log(0.7 / 0.2) + 0.2 * math.log(0.2 / 0.3) + 0.1 * math.log(0.1 / 0.5)]  # ≈ 0.6349 (reverse ≈ 0.6758)
+    rows = _logit_rows(ref, cand)
+    assert rows["kl"].tolist() == pytest.approx(want, rel=1e-6)
+    stats = _logit_stats(rows)
+    assert stats.kl_mean == pytest.approx(sum(want) / 2, rel=1e-6) and stats.kl_max == pytest.approx(want[1], rel=1e-6)
+    assert stats.top1 == 0.5  # row 1: argmax 0 vs 0 (ties resolve to the first); row 2: 0 vs 2

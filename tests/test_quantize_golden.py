@@ -1,8 +1,9 @@
 """Golden vectors: dflashkit.quantize must write exactly ggml's bytes (ggml_quantize_chunk, no imatrix).
 
-Files: ../shared/golden/quants/<TYPE>__<family>.npz with x (float32 [rows, n]) and q (uint8 [rows, row_bytes]),
-made by llama-cpp-python 0.3.36's vendored ggml (see ../shared/golden/README.md). A missing folder or file
-is a failure, not a skip.
+Files: tests/data/golden/quants/<TYPE>__<family>.npz with x (float32 [rows, n]) and q (uint8 [rows, row_bytes]),
+and tests/data/golden/large/<TYPE>.npz (2,048 rows of realistic bf16 weights regenerated from a seed by
+fixtures/golden_weights.py, q made by ggml), all made by llama-cpp-python 0.3.36's vendored ggml
+(tools/make_golden.py; tests/data/golden/README.md). A missing folder or file is a failure, not a skip.
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
+from golden_weights import realistic_weights, sha256
 
 from dflashkit.quantize import GGMLQuantizationType, dequantize, get_quant_type, quantize
 
-GOLDEN_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "golden" / "quants"
+GOLDEN_DIR = Path(__file__).resolve().parent / "data" / "golden" / "quants"
+LARGE_DIR = GOLDEN_DIR.parent / "large"
 TYPES = ["F16", "BF16", "Q4_0", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
 FAMILIES = ["normal", "uniform", "outliers", "positive", "constant_rows", "zeros_mixed", "bf16_weights"]
 EXPECTED = [f"{t}__{f}.npz" for t in TYPES for f in FAMILIES]
@@ -80,3 +83,20 @@ def test_golden_shapes_and_threads(tname: str) -> None:
     one = quantize(big, tname, threads=1)
     assert np.array_equal(one, np.tile(q, (12, 1)))
     assert np.array_equal(quantize(big, tname, threads=2), one)
+
+
+@pytest.mark.parametrize("tname", TYPES)
+def test_golden_large_realistic_weights(tname: str) -> None:
+    """2,048 rows of realistic bf16 weights (outliers, near-constant rows, zeros) per type: ggml's exact bytes."""
+    path = LARGE_DIR / f"{tname}.npz"
+    assert path.is_file(), f"golden file missing: {path}"
+    with np.load(path) as z:
+        q, seed, rows, n, x_sha = z["q"], int(z["seed"]), int(z["rows"]), int(z["n"]), str(z["x_sha256"])
+        assert "0.3.36" in str(z["source"]) and "ggml_quantize_chunk" in str(z["source"])
+    assert rows >= 2048
+    x = realistic_weights(seed, rows, n)
+    assert sha256(x) == x_sha, "the input recipe no longer regenerates the inputs ggml quantized"
+    out = quantize(x, tname)
+    assert out.shape == q.shape
+    bad_rows = np.flatnonzero((out != q).any(axis=1))
+    assert bad_rows.size == 0, f"{tname}: {bad_rows.size} of {rows} rows differ from ggml, first {bad_rows[:8].tolist()}"

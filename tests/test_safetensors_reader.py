@@ -103,6 +103,7 @@ def test_roundtrip(tmp_path: Path, shards: int) -> None:
 
 
 def test_single_file_path_and_bf16_f8(tmp_path: Path) -> None:
+    torch.manual_seed(0)
     bf = torch.randn(3, 5).to(torch.bfloat16)
     f8 = torch.randn(4).to(torch.float8_e4m3fn)
     path = tmp_path / "x.safetensors"

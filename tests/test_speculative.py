@@ -296,3 +296,48 @@ def test_bad_arguments(kwargs: dict, message: str, drafters: dict[str, Any], hf_
         speculative_generate(model, hf_targets[64], [1, 2, 3], **kwargs)
     with pytest.raises(UsageError, match="no tokens"):
         speculative_generate(model, hf_targets[64], [], max_new_tokens=4)
+
+
+@pytest.mark.parametrize("cut", ["max_new_tokens", "stop_token"])
+def test_a_round_cut_short_counts_only_the_positions_it_kept(
+    cut: str, drafters: dict[str, Any], hf_targets: dict
+) -> None:
+    """An oracle drafter right on every position: each round accepts all it judged, so every per-position
+    acceptance rate of dflash-accept is exactly 1. The third round is cut after k of its 16 tokens (by
+    max_new_tokens, or by a stop token first seen there): by hand, drafted = accepted = [15, 15, k - 1];
+    counting that round as fully drafted would make positions k..15 look rejected once (rate 2/3)."""
+    from dflashkit.accept import DrafterRun
+
+    target = hf_targets[64]
+    model = load_drafter(drafters["qwen3-b16"])
+    block = model.block_size
+    assert block == 16
+    ids = target.encode(PROMPT)
+    truth = ids + plain_greedy(target, ids, 4 * block)
+    real_draft = model.draft
+
+    def oracle(target_hidden: torch.Tensor, block_ids: torch.Tensor, position_ids: torch.Tensor, *args: Any,
+               **kwargs: Any) -> Any:
+        step = real_draft(target_hidden, block_ids, position_ids, *args, **kwargs)
+        verify = block_ids.shape[1]
+        start = int(position_ids[0, -verify])
+        step.tokens = torch.tensor([truth[start + 1 : start + verify]])
+        return step
+
+    model.draft = oracle  # type: ignore[method-assign]
+    out = truth[len(ids):]
+    # out[0] comes from the prefill, rounds 1 and 2 commit out[1:17] and out[17:33], round 3 starts at out[33]
+    if cut == "max_new_tokens":
+        k = 5
+        result = speculative_generate(model, target, ids, max_new_tokens=33 + k, stop_token_ids=())
+    else:
+        first_seen = [i for i in range(34, 33 + block - 1) if out[i] not in out[:i]]
+        assert first_seen, "the tiny target's greedy output has no new token in round 3"
+        k = first_seen[0] - 32
+        result = speculative_generate(model, target, ids, max_new_tokens=4 * block, stop_token_ids=[out[k + 32]])
+        assert result.stopped
+    assert result.output_ids == out[: 33 + k]
+    assert result.accepted == [15, 15, k - 1]
+    assert result.drafted == [15, 15, k - 1]
+    run = DrafterRun(path="oracle", info=None, block_size=block, runs=[result])  # type: ignore[arg-type]
+    assert run.position_rates() == [1.0] * (block - 1)

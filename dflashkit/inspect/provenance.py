@@ -19,7 +19,7 @@ from typing import Any
 from dflashkit.errors import DFlashError
 from dflashkit.files import read_json
 from dflashkit.inspect.checks import InspectContext, register_check
-from dflashkit.inspect.findings import Finding, error, info, warning
+from dflashkit.inspect.findings import Finding, error, info
 
 INSTRUCT_TOKENS = {"it", "instruct", "chat", "sft", "dpo", "rlhf", "orpo"}
 BASE_TOKENS = {"base", "pt", "pretrain", "pretrained"}
@@ -152,7 +152,8 @@ def check_instruct(ctx: InspectContext) -> Iterator[Finding]:
     if ctx.expect is None:
         return
     if v.verdict == "unknown":
-        yield warning(
+        # A gate that asks for one variant passes only on that verdict: conflicting or missing evidence fails.
+        yield error(
             "provenance.expect_unknown",
             f"{ctx.path}: --expect {ctx.expect} but instruct/base cannot be told from the file ({v.describe()})",
             expected=ctx.expect, **v.to_dict(),

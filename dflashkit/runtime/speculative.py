@@ -153,7 +153,7 @@ class SpeculativeResult:
         return n / self.decode_s if self.decode_s > 0 else math.nan
 
     def to_trace(self, drafter: str) -> dict[str, Any]:
-        """One line of the acceptance trace (../shared/formats.md)."""
+        """One line of the acceptance trace (docs/formats.md)."""
         return {
             "drafter": drafter,
             "prompt_ids": list(self.prompt_ids),
