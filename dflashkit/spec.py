@@ -8,12 +8,12 @@ as in z-lab's ``dflash_config.target_layer_ids``); dialects convert on the way i
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
+from . import bounds
 from .errors import DFlashError
 
 ARCH_DFLASH = "DFlashDraftModel"
@@ -121,17 +121,22 @@ class _ConfigView:
     def where(self, key: str) -> str:
         return f"dflash_config.{key}" if key in self.nested else key
 
-    def int(self, key: str, default: Any = None, *, required: bool = False, minimum: int | None = 0) -> Any:
+    def int(self, key: str, default: Any = None, *, required: bool = False, minimum: int | None = 0,
+            maximum: int = bounds.U32_MAX) -> Any:
         value = self.get(key, default)
         if value is None:
             if required:
                 raise DFlashError(f"{self.path}: required key '{key}' is missing (looked in dflash_config and top level)")
             return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
-            raise DFlashError(f"{self.path}: '{self.where(key)}' must be an integer, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and not math.isfinite(value)  # json accepts NaN / Infinity
+        ) or int(value) != value:
+            raise DFlashError(f"{self.path}: '{self.where(key)}' must be an integer, got {bounds.quote(value)}")
         value = int(value)
         if minimum is not None and value < minimum:
             raise DFlashError(f"{self.path}: '{self.where(key)}' must be >= {minimum}, got {value}")
+        if value > maximum:  # also what the GGUF field that carries it can hold
+            raise DFlashError(f"{self.path}: '{self.where(key)}' must be <= {maximum}, got {bounds.quote(value)}")
         return value
 
     def float(self, key: str, default: Any = None, *, required: bool = False) -> float | None:
@@ -141,7 +146,9 @@ class _ConfigView:
                 raise DFlashError(f"{self.path}: required key '{key}' is missing (looked in dflash_config and top level)")
             return None
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise DFlashError(f"{self.path}: '{self.where(key)}' must be a finite number, got {value!r}")
+            raise DFlashError(f"{self.path}: '{self.where(key)}' must be a finite number, got {bounds.quote(value)}")
+        if abs(value) > bounds.F32_MAX:  # stored as a GGUF f32
+            raise DFlashError(f"{self.path}: '{self.where(key)}' = {value!r} does not fit a 32-bit float (|x| <= 3.4e38)")
         return float(value)
 
     def bool(self, key: str) -> bool | None:
@@ -184,33 +191,35 @@ def spec_from_hf_config(config: Mapping[str, Any], path: str = "config.json") ->
     view = _ConfigView(config, path)
 
     archs = config.get("architectures") or [ARCH_DFLASH]
+    if isinstance(archs, str):  # a bare string is accepted as a one-element list
+        archs = [archs]
     if not isinstance(archs, list) or not archs:
         raise DFlashError(f"{path}: 'architectures' must be a non-empty list")
     architecture = archs[0]
-    if architecture not in KNOWN_ARCHITECTURES:
+    if not isinstance(architecture, str) or architecture not in KNOWN_ARCHITECTURES:
         raise DFlashError(
-            f"{path}: architecture '{architecture}' is not a DFlash drafter "
+            f"{path}: architecture {bounds.quote(architecture)} is not a DFlash drafter "
             f"(expected one of {', '.join(KNOWN_ARCHITECTURES)})"
         )
 
-    hidden = view.int("hidden_size", required=True, minimum=1)
-    n_layers = view.int("num_hidden_layers", required=True, minimum=1)
-    n_heads = view.int("num_attention_heads", required=True, minimum=1)
-    n_kv = view.int("num_key_value_heads", n_heads, minimum=1)
+    hidden = view.int("hidden_size", required=True, minimum=1, maximum=bounds.MAX_WIDTH)
+    n_layers = view.int("num_hidden_layers", required=True, minimum=1, maximum=bounds.MAX_LAYERS)
+    n_heads = view.int("num_attention_heads", required=True, minimum=1, maximum=bounds.MAX_WIDTH)
+    n_kv = view.int("num_key_value_heads", n_heads, minimum=1, maximum=bounds.MAX_WIDTH)
     if n_heads % n_kv:
         raise DFlashError(
             f"{path}: num_attention_heads ({n_heads}) must be a multiple of num_key_value_heads ({n_kv})"
         )
     # Like transformers: head_dim defaults to hidden // heads (odd Gemma head counts included).
-    head_dim = view.int("head_dim", hidden // n_heads, minimum=1)
-    intermediate = view.int("intermediate_size", required=True, minimum=1)
+    head_dim = view.int("head_dim", hidden // n_heads, minimum=1, maximum=bounds.MAX_WIDTH)
+    intermediate = view.int("intermediate_size", required=True, minimum=1, maximum=bounds.MAX_WIDTH)
     eps = view.float("rms_norm_eps", 1e-6)
     rope_theta = _rope_theta(view)
     context_length = view.int("max_position_embeddings", 32768, minimum=1)
-    block_size = view.int("block_size", 16, minimum=1)
-    mask_token_id = view.int("mask_token_id")
-    vocab_size = view.int("vocab_size", minimum=1)
-    num_target_layers = view.int("num_target_layers", minimum=1)
+    block_size = view.int("block_size", 16, minimum=1, maximum=bounds.MAX_BLOCK_SIZE)
+    mask_token_id = view.int("mask_token_id", maximum=bounds.MAX_VOCAB)
+    vocab_size = view.int("vocab_size", minimum=1, maximum=bounds.MAX_VOCAB)
+    num_target_layers = view.int("num_target_layers", minimum=1, maximum=bounds.MAX_LAYERS)
 
     raw_ids = view.get("target_layer_ids")
     defaulted = False
@@ -225,11 +234,15 @@ def spec_from_hf_config(config: Mapping[str, Any], path: str = "config.json") ->
     else:
         if not isinstance(raw_ids, list) or not raw_ids or not all(
             isinstance(i, int) and not isinstance(i, bool) for i in raw_ids
-        ):
-            raise DFlashError(f"{path}: '{view.where('target_layer_ids')}' must be a non-empty list of integers, got {raw_ids!r}")
+        ) or len(raw_ids) > bounds.MAX_LAYERS:
+            raise DFlashError(
+                f"{path}: '{view.where('target_layer_ids')}' must be a non-empty list of integers, got {bounds.quote(raw_ids)}"
+            )
         ids = tuple(raw_ids)
     if any(i < 0 for i in ids):
         raise DFlashError(f"{path}: '{view.where('target_layer_ids')}' has a negative id: {list(ids)}")
+    if ids[-1] >= bounds.MAX_LAYERS:
+        raise DFlashError(f"{path}: '{view.where('target_layer_ids')}' has an id above {bounds.MAX_LAYERS - 1}: {ids[-1]}")
     if list(ids) != sorted(set(ids)):
         raise DFlashError(f"{path}: '{view.where('target_layer_ids')}' must be sorted and unique, got {list(ids)}")
     if num_target_layers is not None and ids[-1] >= num_target_layers:
@@ -239,16 +252,16 @@ def spec_from_hf_config(config: Mapping[str, Any], path: str = "config.json") ->
 
     # Sliding-window attention: per-layer `layer_types` (Qwen3.5/3.6, Gemma-4) or dflash_config.use_swa.
     layer_types = view.get("layer_types")
-    window = view.int("swa_window_size") or view.int("sliding_window")
+    window = view.int("swa_window_size", maximum=bounds.I32_MAX) or view.int("sliding_window", maximum=bounds.I32_MAX)
     pattern: tuple[bool, ...] | None = None
     if view.bool("use_swa"):
         pattern = (True,) * n_layers
     elif layer_types is not None:
         if not isinstance(layer_types, list) or len(layer_types) != n_layers:
             raise DFlashError(
-                f"{path}: 'layer_types' must list one entry per layer ({n_layers}), got {layer_types!r}"
+                f"{path}: 'layer_types' must list one entry per layer ({n_layers}), got {bounds.quote(layer_types)}"
             )
-        unknown = sorted({t for t in layer_types if t not in ("sliding_attention", "full_attention")})
+        unknown = sorted({bounds.quote(t) for t in layer_types if t not in ("sliding_attention", "full_attention")})
         if unknown:
             raise DFlashError(
                 f"{path}: 'layer_types' has unknown entries {unknown} (expected sliding_attention / full_attention)"
@@ -271,12 +284,14 @@ def spec_from_hf_config(config: Mapping[str, Any], path: str = "config.json") ->
         softcap = None  # the reference treats <= 0 as "no softcap"
     prf = _partial_rotary_factor(view)
     rope_dims = None
+    if prf is not None and not 0 < prf <= 1:
+        raise DFlashError(f"{path}: 'partial_rotary_factor' must lie in (0, 1], got {prf!r}")
     if prf is not None and prf != 1.0:
         rope_dims = int(head_dim * prf)
 
     conv: dict[str, int | None] = {}
     for key in ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k"):
-        conv[key] = view.int(key, required=architecture == ARCH_DFLASH2, minimum=1)
+        conv[key] = view.int(key, required=architecture == ARCH_DFLASH2, minimum=1, maximum=bounds.MAX_WIDTH)
     if architecture == ARCH_DFLASH2 and hidden % conv["conv_group_size"]:  # type: ignore[operator]
         raise DFlashError(
             f"{path}: hidden_size ({hidden}) must be a multiple of conv_group_size ({conv['conv_group_size']})"
@@ -321,9 +336,10 @@ def read_config_json(directory: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise DFlashError(f"{directory}: no config.json — expected an HF drafter checkpoint directory")
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
         raise DFlashError(f"{path}: cannot read JSON ({exc})") from None
+    config = bounds.loads_json(text, str(path))
     if not isinstance(config, dict):
         raise DFlashError(f"{path}: expected a JSON object at the top level")
     return config

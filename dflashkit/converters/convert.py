@@ -34,6 +34,7 @@ from ..io.gguf_writer import (
 from ..io.safetensors_reader import SafetensorsTensor, open_checkpoint
 from ..spec import DrafterSpec, load_hf_config
 from ..tensors import check_tensor_set
+from ..spec_checks import require_mask_in_vocab
 from .source import is_gguf_path, resolve_checkpoint_dir
 from .target import TargetInfo, load_target
 
@@ -384,6 +385,7 @@ def convert(
             "(key not found in model: tokenizer.ggml.model) — re-run with --target TARGET.gguf or --target TARGET_HF_DIR"
         )
 
+    require_mask_in_vocab(spec, str(directory / "config.json"))
     outtype = resolve_outtype(outtype, checkpoint.tensors)
     order = ordered_canonical(mapped, dialect_table)
     shapes = [tuple(int(d) for d in mapped[c].shape) for c in order]

@@ -14,6 +14,7 @@ from typing import Callable, Iterator
 import numpy as np
 from gguf import GGUFValueType
 
+from .. import bounds
 from ..dialects import Dialect, get_dialect
 from ..errors import DFlashError, UsageError
 from ..io.drafter import DrafterFile, open_drafter
@@ -90,12 +91,13 @@ def translate_gguf(
             )
 
         arch = table.pick_architecture(spec)
-        file_type = int(drafter.metadata.get("general.file_type", 0))
+        file_type = bounds.int_value(drafter.metadata.get("general.file_type", 0), "general.file_type", str(src))
         metadata = build_metadata(spec, table, arch, file_type=file_type, tokenizer=tokenizer)
         qv = drafter.metadata.get("general.quantization_version")
         if qv is not None:
             metadata = [
-                MetadataEntry(e.key, int(qv), GGUFValueType.UINT32) if e.key == "general.quantization_version" else e
+                MetadataEntry(e.key, bounds.int_value(qv, "general.quantization_version", str(src)), GGUFValueType.UINT32)
+                if e.key == "general.quantization_version" else e
                 for e in metadata
             ]
 

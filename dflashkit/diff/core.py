@@ -297,7 +297,7 @@ def _file_type(f: DrafterFile) -> str:
 
     try:
         return f"{gguf.LlamaFileType(int(value)).name} ({value})"
-    except ValueError:
+    except (ValueError, TypeError, OverflowError):  # a string, array, NaN or infinity in the file
         return str(value)
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from dflashkit.bounds import dumps
 from dflashkit.inspect.findings import Finding, Severity
 
 EXIT_OK = 0
@@ -95,7 +95,7 @@ class InspectReport:
 
     def to_json(self, indent: int | None = 2) -> str:
         # default=str: values may carry paths or enums; never let serialisation crash a report.
-        return json.dumps(self.to_dict(), indent=indent, default=str, ensure_ascii=False)
+        return dumps(self.to_dict(), indent=indent, default=str, ensure_ascii=False)  # strict JSON: NaN -> null
 
     def to_text(self) -> str:
         blocks = [f.to_text() for f in self.files]

@@ -63,6 +63,16 @@ def tensor_nbytes(shape: Sequence[int], ggml_type: GGMLQuantizationType) -> int:
     return n // block * type_size
 
 
+class _Writer(GGUFWriter):
+    """gguf-py's writer, except that an empty array (legal GGUF, which llama.cpp reads and a file we copy
+    may carry) is packed as its element type and a zero count instead of raising."""
+
+    def _pack_val(self, val, vtype, add_vtype, sub_type=None):  # type: ignore[no-untyped-def,override]
+        if vtype == GGUFValueType.ARRAY and isinstance(val, Sequence) and len(val) == 0 and sub_type is not None:
+            return (self._pack("I", vtype) if add_vtype else b"") + self._pack("I", sub_type) + self._pack("Q", 0)
+        return super()._pack_val(val, vtype, add_vtype, sub_type)
+
+
 def check_output_path(out: str | os.PathLike, *, force: bool, inputs: Sequence[str | os.PathLike] = ()) -> Path:
     """Validate an output path before any work: refuses overwrites without --force and
     never lets an output replace one of the inputs."""
@@ -98,7 +108,7 @@ def write_gguf(
     out = Path(out)
     if out.exists() and not force:
         raise DFlashError(f"{out}: already exists — pass --force to overwrite it")
-    writer = GGUFWriter(path=None, arch=arch)
+    writer = _Writer(path=None, arch=arch)
     if alignment != 32:
         writer.add_custom_alignment(alignment)
     for entry in metadata:

@@ -19,6 +19,7 @@ import torch
 
 from ..errors import DFlashError, UsageError
 from ..io.drafter import DrafterFile, open_drafter, to_float32
+from ..spec_checks import check_runnable
 from ..spec import DrafterSpec
 from ..tensors import expected_tensors
 from .dflash import DFlashDraftModel, Embedding, Linear, RMSNorm, TargetHead
@@ -112,6 +113,7 @@ def load_drafter(
     dev, dt = resolve_device(device), resolve_dtype(dtype)
     with open_drafter(path) as f:
         spec = f.require_spec()
+        check_runnable(spec, f.tensors, f.path)  # same rules as convert, and shapes before allocating
         model = model_class(spec)(spec)
         quantized = keep_quantized and kernels_available()
         notes = reference_notes(spec)

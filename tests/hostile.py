@@ -1,0 +1,204 @@
+"""Hostile inputs for issue 16 (reliability): GGUF metadata of every wrong type and range, HF configs
+with NaN / Infinity / huge / negative values, and a runner that executes a command in a child
+process and reports its exit code, stderr and peak RSS (``ru_maxrss`` of the child).
+
+Used by tests/test_hostile_*.py; ``python tests/hostile.py WORKDIR`` runs the whole matrix (every
+command on every hostile input) under the 2 GB cap and prints one line per run.
+
+A watchdog kills a child whose RSS passes ``KILL_RSS`` so that a regression cannot take the machine
+down; a killed child is reported as over the cap (the memory assertion is on ``ru_maxrss``, never on
+time).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import gguf
+import numpy as np
+from gguf import GGUFValueType as V
+
+CAP_BYTES = 2 * 1024**3
+KILL_RSS = int(2.5 * 1024**3)
+
+
+# --- GGUF metadata rewriting ------------------------------------------------------------------------
+
+
+def rewrite_gguf(src: Path, dst: Path, set_keys: dict[str, tuple] | None = None, drop_keys: tuple[str, ...] = ()) -> Path:
+    """Copy a GGUF with metadata keys replaced: ``set_keys[key] = (value, type[, sub_type])``.
+
+    Tensors are copied byte for byte. gguf-py writes any value of the declared type, so a key can be
+    given a string, an array, an empty array or an out-of-range number."""
+    set_keys = set_keys or {}
+    r = gguf.GGUFReader(src)
+    arch = r.fields["general.architecture"].contents()
+    if "general.architecture" in set_keys:
+        arch = set_keys["general.architecture"][0]
+    w = gguf.GGUFWriter(dst, arch)
+    for k, f in r.fields.items():
+        if k.startswith("GGUF.") or k == "general.architecture" or k in drop_keys or k in set_keys:
+            continue
+        w.add_key_value(k, f.contents(), f.types[0], f.types[1] if len(f.types) > 1 else None)
+    for k, value in set_keys.items():
+        if k != "general.architecture":
+            w.add_key_value(k, value[0], value[1], value[2] if len(value) > 2 else None)
+    for t in r.tensors:
+        w.add_tensor(t.name, np.asarray(t.data), raw_shape=tuple(int(d) for d in reversed(t.shape)),
+                     raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dst
+
+
+#: Every drafter metadata key the readers use (llama.cpp dialect, arch ``dflash``) → its good type.
+DRAFTER_KEYS: dict[str, V] = {
+    "general.file_type": V.UINT32,
+    "dflash.context_length": V.UINT32,
+    "dflash.embedding_length": V.UINT32,
+    "dflash.block_count": V.UINT32,
+    "dflash.feed_forward_length": V.UINT32,
+    "dflash.attention.head_count": V.UINT32,
+    "dflash.attention.head_count_kv": V.UINT32,
+    "dflash.attention.key_length": V.UINT32,
+    "dflash.attention.value_length": V.UINT32,
+    "dflash.attention.layer_norm_rms_epsilon": V.FLOAT32,
+    "dflash.rope.freq_base": V.FLOAT32,
+    "dflash.block_size": V.UINT32,
+    "dflash.target_layers": V.ARRAY,
+    "tokenizer.ggml.mask_token_id": V.UINT32,
+    "dflash.attention.sliding_window": V.UINT32,
+    "dflash.rope.dimension_count": V.UINT32,
+    "general.alignment": V.UINT32,
+}
+
+#: (label, value, type, sub_type) — one value of every wrong type and range.
+WRONG_VALUES: list[tuple[str, Any, V, V | None]] = [
+    ("string", "16", V.STRING, None),
+    ("empty-string", "", V.STRING, None),
+    ("bool", True, V.BOOL, None),
+    ("zero", 0, V.UINT32, None),
+    ("negative", -1, V.INT32, None),
+    ("int64-min", -(2**63), V.INT64, None),
+    ("u32-max", 2**32 - 1, V.UINT32, None),
+    ("u64-max", 2**64 - 1, V.UINT64, None),
+    ("float", 2.5, V.FLOAT32, None),
+    ("nan", float("nan"), V.FLOAT32, None),
+    ("inf", float("inf"), V.FLOAT64, None),
+    ("neg-inf", float("-inf"), V.FLOAT32, None),
+    ("huge-float", 1e308, V.FLOAT64, None),
+    ("empty-array", [], V.ARRAY, V.INT32),
+    ("int-array", [1, 2, 3], V.ARRAY, V.INT32),
+    ("string-array", ["a", "b"], V.ARRAY, V.STRING),
+    ("float-array", [float("nan")], V.ARRAY, V.FLOAT32),
+    ("negative-array", [-5, 3], V.ARRAY, V.INT32),
+    ("huge-array", [2**31 - 1], V.ARRAY, V.INT32),
+]
+
+
+# --- HF config editing ------------------------------------------------------------------------------
+
+
+def hf_copy(src: Path, dst: Path, edit: Callable[[dict], Any] | None = None, raw: str | None = None) -> Path:
+    """Copy an HF drafter dir; ``edit`` changes the parsed config in place, or ``raw`` replaces its text
+    (for JSON that only Python's json accepts: NaN, Infinity, 10,000 digits, deep nesting)."""
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(src, dst)
+    cfg = dst / "config.json"
+    if raw is not None:
+        cfg.write_text(raw)
+    elif edit is not None:
+        config = json.loads(cfg.read_text())
+        edit(config)
+        cfg.write_text(json.dumps(config))
+    return dst
+
+
+def config_text_with(src: Path, key: str, literal: str, nested: bool = False) -> str:
+    """config.json of ``src`` with ``key`` set to a raw JSON literal (``NaN``, ``1e999``, digits ...)."""
+    config = json.loads((src / "config.json").read_text())
+    marker = "__HOSTILE__"
+    (config.setdefault("dflash_config", {}) if nested else config)[key] = marker
+    return json.dumps(config).replace(f'"{marker}"', literal)
+
+
+# --- running a command under the cap ----------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    peak_rss: int  # bytes (ru_maxrss of this child)
+    killed: bool
+
+    def describe(self) -> str:
+        last = self.stderr.strip().splitlines()[-1:] or [""]
+        return f"rc={self.returncode} rss={self.peak_rss / 2**20:.0f}MiB {' '.join(self.argv[:3])} :: {last[0][:200]}"
+
+
+def run_capped(argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> Run:
+    """Run ``argv`` in a child and return its exit code, output and own peak RSS.
+
+    The peak comes from ``wait4``'s rusage (the child's ru_maxrss alone, not the whole process tree of
+    this test run); a watchdog kills the child when its RSS passes `KILL_RSS`."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd)
+    killed = False
+    stop = threading.Event()
+
+    def watch() -> None:
+        nonlocal killed
+        status = Path(f"/proc/{proc.pid}/status")
+        while not stop.wait(0.05):
+            try:
+                text = status.read_text()
+            except OSError:
+                return
+            for line in text.splitlines():
+                if line.startswith("VmRSS:") and int(line.split()[1]) * 1024 > KILL_RSS:
+                    killed = True
+                    proc.kill()
+                    return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    out_chunks: list[bytes] = []
+    err_chunks: list[bytes] = []
+    readers = [threading.Thread(target=lambda s=s, c=c: c.append(s.read()), daemon=True)
+               for s, c in ((proc.stdout, out_chunks), (proc.stderr, err_chunks))]
+    for t in readers:
+        t.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    stop.set()
+    for t in readers:
+        t.join()
+    watcher.join()
+    return Run(argv, proc.returncode, b"".join(out_chunks).decode(errors="replace"),
+               b"".join(err_chunks).decode(errors="replace"), usage.ru_maxrss * 1024, killed)
+
+
+def cli(name: str) -> list[str]:
+    """A console script of the active venv (PYTHONPATH decides which dflashkit it imports)."""
+    return [str(Path(sys.executable).with_name(name))]
+
+
+if __name__ == "__main__":  # pragma: no cover - manual matrix
+    import hostile_matrix
+
+    hostile_matrix.main(Path(sys.argv[1]))
