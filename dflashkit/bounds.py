@@ -27,6 +27,7 @@ MAX_LAYERS = 4096
 MAX_VOCAB = 16 * 1024 * 1024  # token-list padding and mask ids; real vocabularies are <= 262,144
 MAX_WIDTH = 1 << 20  # hidden / intermediate size, heads, head_dim
 MAX_BLOCK_SIZE = 4096
+MAX_VOCAB_PADDING = 1 << 16  # ids past the tokenizer's last one padded as [PAD{id}] (real models: < 2,000)
 MAX_JSON_BYTES = 64 * 1024 * 1024  # a config.json / index larger than this is not a config
 #: How much of a value an error message quotes.
 MAX_QUOTE = 120

@@ -35,10 +35,11 @@ KILL_RSS = int(2.5 * 1024**3)
 # --- GGUF metadata rewriting ------------------------------------------------------------------------
 
 
-def rewrite_gguf(src: Path, dst: Path, set_keys: dict[str, tuple] | None = None, drop_keys: tuple[str, ...] = ()) -> Path:
+def rewrite_gguf(src: Path, dst: Path, set_keys: dict[str, tuple] | None = None, drop_keys: tuple[str, ...] = (),
+                 replace: dict[str, np.ndarray] | None = None) -> Path:
     """Copy a GGUF with metadata keys replaced: ``set_keys[key] = (value, type[, sub_type])``.
 
-    Tensors are copied byte for byte. gguf-py writes any value of the declared type, so a key can be
+    Tensors are copied byte for byte (``replace[name]``: new float data of the same shape). gguf-py writes any value of the declared type, so a key can be
     given a string, an array, an empty array or an out-of-range number."""
     set_keys = set_keys or {}
     r = gguf.GGUFReader(src)
@@ -54,6 +55,9 @@ def rewrite_gguf(src: Path, dst: Path, set_keys: dict[str, tuple] | None = None,
         if k != "general.architecture":
             w.add_key_value(k, value[0], value[1], value[2] if len(value) > 2 else None)
     for t in r.tensors:
+        if replace and t.name in replace:
+            w.add_tensor(t.name, replace[t.name])
+            continue
         w.add_tensor(t.name, np.asarray(t.data), raw_shape=tuple(int(d) for d in reversed(t.shape)),
                      raw_dtype=t.tensor_type)
     w.write_header_to_file()

@@ -7,7 +7,6 @@ way: hidden size, layer count, vocab size and the tokenizer metadata to copy int
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from dflashkit.converters.tokenizer import (
     tokenizer_from_gguf,
     tokenizer_from_hf_dir,
 )
+from dflashkit import bounds
 from dflashkit.errors import DFlashError
 from dflashkit.io.gguf_reader import open_gguf
 
@@ -72,8 +72,8 @@ def _has_gguf_magic(path: Path) -> bool:
 def _load_hf(directory: Path) -> TargetInfo:
     config_path = directory / "config.json"
     try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        config = bounds.loads_json(config_path.read_text(encoding="utf-8"), str(config_path))
+    except (OSError, UnicodeDecodeError) as exc:
         raise DFlashError(f"{config_path}: cannot read JSON ({exc}); re-download the file") from None
     if not isinstance(config, dict):
         raise DFlashError(f"{config_path}: expected a JSON object; re-download the file")
@@ -108,7 +108,10 @@ def _load_hf(directory: Path) -> TargetInfo:
 
 def _positive_int(value: Any, where: Path | str, key: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise DFlashError(f"{where}: {key!r} is {value!r}, expected a positive integer; fix or re-download the file")
+        raise DFlashError(f"{where}: {key!r} is {bounds.quote(value)}, expected a positive integer; fix or re-download the file")
+    cap = bounds.MAX_VOCAB if key.endswith("vocab_size") else bounds.MAX_LAYERS if key.endswith(("layers", "block_count")) else bounds.MAX_WIDTH
+    if value > cap:  # sizes per-token / per-layer work downstream
+        raise DFlashError(f"{where}: {key!r} is {value}, more than {cap}; fix or re-download the file")
     return value
 
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from gguf import GGUFValueType, TokenType
 
+from dflashkit import bounds
 from dflashkit.errors import DFlashError
 
 if TYPE_CHECKING:
@@ -342,6 +343,12 @@ def tokenizer_from_hf_dir(directory: str | Path, vocab_size: int) -> TokenizerMe
         raise DFlashError(
             f"{tokenizer_json}: token {worst!r} has id {vocab[worst]}, but the config's vocab_size "
             f"is {vocab_size}; the tokenizer does not belong to this model"
+        )
+    padding = vocab_size - (max(vocab.values()) + 1 if vocab else 0)
+    if padding > bounds.MAX_VOCAB_PADDING:  # [PAD{id}] strings are built per id: bounded before building them
+        raise DFlashError(
+            f"{directory / 'config.json'}: 'vocab_size' is {vocab_size} but the tokenizer defines ids up to "
+            f"{vocab_size - padding - 1}; padding {padding} ids is more than {bounds.MAX_VOCAB_PADDING} — fix vocab_size"
         )
     tokens, toktypes = _token_list(vocab, backend.get_added_tokens_decoder(), vocab_size, backend)
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from dflashkit.dialects import detect_dialect
+from dflashkit.bounds import escape_name
 from dflashkit.errors import DFlashError
 from dflashkit.inspect.checks import InspectContext, register_check
 from dflashkit.inspect.findings import Finding, error, info, warning
 from dflashkit.io.drafter import DrafterFile, open_drafter
-from dflashkit.spec import DrafterSpec
+from dflashkit.spec import DrafterSpec, read_config_json
 from dflashkit.tensors import expected_tensors, tensor_set_problems
 
 MAX_BLOCK_SIZE = 64
@@ -129,16 +130,43 @@ def check_checkpoint(ctx: InspectContext) -> Iterator[Finding]:
         return
     drafter = drafter_of(ctx)
     if drafter is None:
+        yield from _config_refused(ctx)
         return
     if drafter.architecture not in ("DFlashDraftModel", "DFlash2DraftModel"):
         yield info("drafter.not_a_drafter", f"{ctx.path}: config architecture '{drafter.architecture}' is not a DFlash drafter")
         return
+    yield from _dtypes_refused(drafter)
     ctx.summary["dialect"] = "hf"
     ctx.summary["tap_convention"] = drafter.tap_convention
     if drafter.spec is None:
         yield error("drafter.config_invalid", drafter.spec_error or f"{ctx.path}: invalid config.json")
         return
     yield from _spec_checks(ctx, drafter, drafter.spec, n_tokens=drafter.spec.vocab_size)
+
+
+#: Tensor dtypes dflash-convert reads (its _SAFETENSORS_FLOAT); any other fails here exactly as it fails there.
+CONVERTIBLE_DTYPES = ("F32", "F16", "BF16", "F64")
+
+
+def _config_refused(ctx: InspectContext) -> Iterable[Finding]:
+    """A checkpoint directory whose config.json is missing or unreadable is refused by convert: an error here too."""
+    if ctx.has_errors("safetensors."):
+        return
+    try:
+        read_config_json(ctx.path)
+    except DFlashError as exc:
+        yield error("drafter.config_invalid", f"{exc} (dflash-convert refuses this checkpoint)")
+
+
+def _dtypes_refused(drafter: DrafterFile) -> Iterable[Finding]:
+    for ref in drafter.tensors.values():
+        if ref.type_name not in CONVERTIBLE_DTYPES:
+            yield error(
+                "drafter.dtype",
+                f"{drafter.path}: tensor '{escape_name(ref.name)}' has dtype {ref.type_name}; drafter weights must be "
+                f"{', '.join(CONVERTIBLE_DTYPES)} (dflash-convert refuses it)",
+            )
+            return
 
 
 def _spec_checks(ctx: InspectContext, drafter: DrafterFile, spec: DrafterSpec, *, n_tokens: int | None) -> Iterable[Finding]:
