@@ -13,12 +13,13 @@ from typing import Any, Callable
 
 import click
 
-from .bounds import dumps
+from .bounds import dumps, escape_name
 from .errors import DFlashError
 
 
 def _fail(message: str, code: int) -> None:
-    click.echo(f"error: {message}", err=True)
+    # One line, whatever a file put into a name or value: control characters escaped, length cut.
+    click.echo(f"error: {escape_name(message, limit=2000)}", err=True)
     sys.exit(code)
 
 

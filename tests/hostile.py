@@ -35,6 +35,16 @@ KILL_RSS = int(2.5 * 1024**3)
 # --- GGUF metadata rewriting ------------------------------------------------------------------------
 
 
+class _EmptyArrayWriter(gguf.GGUFWriter):
+    """gguf-py refuses to write an empty array, which GGUF allows (type, element type, count 0)."""
+
+    def _pack_val(self, val, vtype, add_vtype, sub_type=None):  # type: ignore[no-untyped-def]
+        if vtype == V.ARRAY and isinstance(val, list) and not val:
+            head = self._pack("I", vtype) if add_vtype else b""
+            return head + self._pack("I", sub_type or V.INT32) + self._pack("Q", 0)
+        return super()._pack_val(val, vtype, add_vtype, sub_type)
+
+
 def rewrite_gguf(src: Path, dst: Path, set_keys: dict[str, tuple] | None = None, drop_keys: tuple[str, ...] = (),
                  replace: dict[str, np.ndarray] | None = None) -> Path:
     """Copy a GGUF with metadata keys replaced: ``set_keys[key] = (value, type[, sub_type])``.
@@ -46,7 +56,7 @@ def rewrite_gguf(src: Path, dst: Path, set_keys: dict[str, tuple] | None = None,
     arch = r.fields["general.architecture"].contents()
     if "general.architecture" in set_keys:
         arch = set_keys["general.architecture"][0]
-    w = gguf.GGUFWriter(dst, arch)
+    w = _EmptyArrayWriter(dst, arch)
     for k, f in r.fields.items():
         if k.startswith("GGUF.") or k == "general.architecture" or k in drop_keys or k in set_keys:
             continue
@@ -206,3 +216,54 @@ if __name__ == "__main__":  # pragma: no cover - manual matrix
     import hostile_matrix
 
     hostile_matrix.main(Path(sys.argv[1]))
+
+
+def _set(key: str, value: Any, nested: bool = False) -> Callable[[dict], None]:
+    def edit(config: dict) -> None:
+        (config.setdefault("dflash_config", {}) if nested else config)[key] = value
+    return edit
+
+
+#: (label, edit or None, raw JSON literal for (key, nested) or None) — hostile HF drafter configs.
+#: Each must give a one-line error naming the file and (where there is one) the key.
+HF_CASES: list[tuple[str, Any, tuple[str, str, bool] | None, str]] = [
+    # label, edit, (key, literal, nested), a word the message must contain
+    ("layers-1e6", _set("num_hidden_layers", 1000000), None, "num_hidden_layers"),
+    ("layers-1e9-float", _set("num_hidden_layers", 1e9), None, "num_hidden_layers"),
+    ("layers-1e6-use-swa", lambda c: (c.update(num_hidden_layers=1000000), c["dflash_config"].update(use_swa=True, swa_window_size=8)), None, "num_hidden_layers"),
+    ("layers-1e6-layer-types", lambda c: c.update(num_hidden_layers=1000000, layer_types=["full_attention"] * 3, sliding_window=8), None, "num_hidden_layers"),
+    ("hidden-nan", None, ("hidden_size", "NaN", False), "hidden_size"),
+    ("hidden-infinity", None, ("hidden_size", "Infinity", False), "hidden_size"),
+    ("block-nan", None, ("block_size", "NaN", False), "block_size"),
+    ("mask-neg-infinity", None, ("mask_token_id", "-Infinity", True), "mask_token_id"),
+    ("block-2^40", _set("block_size", 2**40), None, "block_size"),
+    ("mask-1e12", _set("mask_token_id", 10**12, nested=True), None, "mask_token_id"),
+    ("mask-past-vocab", _set("mask_token_id", 512, nested=True), None, "mask_token_id"),
+    ("eps-1e308", _set("rms_norm_eps", 1e308), None, "rms_norm_eps"),
+    ("rope-theta-1e300", _set("rope_theta", 1e300), None, "rope_theta"),
+    ("partial-rotary-negative", _set("partial_rotary_factor", -0.5), None, "partial_rotary_factor"),
+    ("taps-negative", _set("target_layer_ids", [-1, 8], nested=True), None, "target_layer_ids"),
+    ("taps-huge", _set("target_layer_ids", [1, 2**40], nested=True), None, "target_layer_ids"),
+    ("layer-types-dict", lambda c: c.update(layer_types=[{}, {}]), None, "layer_types"),
+    ("layer-types-list", lambda c: c.update(layer_types=[[1], "full_attention"]), None, "layer_types"),
+    ("architectures-list-of-int", _set("architectures", [1]), None, "architecture"),
+    ("dflash-config-list", _set("dflash_config", [1]), None, "dflash_config"),
+    ("ten-thousand-digits", None, ("hidden_size", "9" * 10000, False), "config.json"),
+    ("deep-nesting", None, ("text_config", "[" * 100000 + "]" * 100000, False), "nested too deeply"),
+    ("top-level-list", None, None, "JSON object"),
+    ("not-json", None, None, "cannot read JSON"),
+]
+
+
+def make_hf_case(src: Path, dst: Path, label: str) -> Path:
+    """The hostile copy of the HF drafter ``src`` for case ``label`` of `HF_CASES`."""
+    case = {c[0]: c for c in HF_CASES}[label]
+    _, edit, raw, _ = case
+    if label == "top-level-list":
+        return hf_copy(src, dst, raw="[1, 2]")
+    if label == "not-json":
+        return hf_copy(src, dst, raw="{bad")
+    if raw is not None:
+        key, literal, nested = raw
+        return hf_copy(src, dst, raw=config_text_with(src, key, literal, nested))
+    return hf_copy(src, dst, edit=edit)

@@ -35,6 +35,7 @@ from ..io.safetensors_reader import SafetensorsTensor, open_checkpoint
 from ..spec import DrafterSpec, load_hf_config
 from ..tensors import check_tensor_set
 from ..spec_checks import require_mask_in_vocab
+from ..bounds import escape_name
 from .source import is_gguf_path, resolve_checkpoint_dir
 from .target import TargetInfo, load_target
 
@@ -181,7 +182,7 @@ def _source_dtype(t: SafetensorsTensor) -> np.dtype:
         return np.dtype(_SAFETENSORS_FLOAT[t.dtype])
     except KeyError:
         raise DFlashError(
-            f"{t.file}: tensor '{t.name}' has dtype {t.dtype}; drafter weights must be F32, F16, BF16 or F64"
+            f"{t.file}: tensor '{escape_name(t.name)}' has dtype {t.dtype}; drafter weights must be F32, F16, BF16 or F64"
         ) from None
 
 

@@ -67,7 +67,7 @@ def translate_gguf(
     with drafter:
         spec = drafter.require_spec()
         if drafter.unmapped:
-            shown = ", ".join(drafter.unmapped[:10])
+            shown = ", ".join(bounds.escape_name(n) for n in drafter.unmapped[:10])
             raise DFlashError(
                 f"{src}: {len(drafter.unmapped)} tensor(s) with no meaning in the {drafter.dialect.name if drafter.dialect else '?'} "
                 f"dialect: {shown} — refusing to drop them"

@@ -82,7 +82,8 @@ class DrafterFile:
 
     def require_spec(self) -> DrafterSpec:
         if self.spec is None:
-            raise DFlashError(f"{self.path}: {self.spec_error}")
+            error = self.spec_error or "no drafter metadata"
+            raise DFlashError(error if error.startswith(str(self.path)) else f"{self.path}: {error}")
         return self.spec
 
     def read_raw(self, canonical: str) -> np.ndarray:

@@ -280,7 +280,7 @@ def _parse_entry(path: Path, name: str, entry: Any, data_start: int, out: _Colle
         expected = f"{bits / 8:g}"
         out.problem(
             path, "safetensors.data_offsets",
-            f"{what} data_offsets [{begin}, {end}) span {end - begin} bytes but shape {shape} x {dtype} needs {expected}",
+            f"{what} data_offsets [{begin}, {end}) span {end - begin} bytes but shape {_short(shape)} x {dtype} needs {expected}",
             tensor=name, begin=begin, end=end, expected_nbytes=bits / 8, shape=list(shape), dtype=dtype,
         )
         return None
