@@ -89,10 +89,11 @@ def int_list(value: Any, key: str, where: str, *, lo: int = 0, hi: int = U32_MAX
 
 
 def json_safe(obj: Any) -> Any:
-    """``obj`` with every non-finite float replaced by ``None`` (``json.dumps`` would print bare
-    ``NaN`` / ``Infinity``, which strict JSON parsers reject). Containers are copied, not changed."""
+    """``obj`` with every non-finite float replaced by the string ``"nan"``, ``"inf"`` or ``"-inf"``, as
+    the reports render them (``json.dumps`` would print bare ``NaN`` / ``Infinity``, which strict JSON
+    parsers reject). Containers are copied, not changed."""
     if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
+        return obj if math.isfinite(obj) else "nan" if math.isnan(obj) else "inf" if obj > 0 else "-inf"
     if isinstance(obj, dict):
         return {k: json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -101,7 +102,7 @@ def json_safe(obj: Any) -> Any:
 
 
 def dumps(obj: Any, **kwargs: Any) -> str:
-    """``json.dumps`` that always yields strict JSON (non-finite numbers become ``null``)."""
+    """``json.dumps`` that always yields strict JSON (non-finite numbers become strings, see `json_safe`)."""
     return json.dumps(json_safe(obj), allow_nan=False, **kwargs)
 
 

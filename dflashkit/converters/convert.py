@@ -276,6 +276,7 @@ def target_uses_mrope(target: TargetInfo) -> bool:
     if target.kind == "gguf":
         return f"{target.architecture}.rope.dimension_sections" in target.metadata
     config = target.metadata.get("text_config") or target.metadata
+    config = config if isinstance(config, dict) else target.metadata  # text_config: [1] is no text config
     rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
     return isinstance(rope, dict) and "mrope_section" in rope
 

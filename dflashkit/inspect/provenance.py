@@ -117,7 +117,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         if path.is_file() and path.stat().st_size < 50_000_000:
             data = json.loads(path.read_text(encoding="utf-8"))
             return data if isinstance(data, dict) else None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):  # ValueError: JSONDecodeError, 10,000 digits
         return None
     return None
 

@@ -170,6 +170,7 @@ def _open_gguf(path: Path) -> DrafterFile:
             if spec.n_layers > len(g.tensors):  # bounded by what the file holds, before anything sized by it
                 raise DFlashError(f"metadata claims {spec.n_layers} layers but the file holds {len(g.tensors)} tensors")
         except (DFlashError, KeyError, TypeError, ValueError) as exc:
+            spec = None
             error = str(exc) if isinstance(exc, DFlashError) else f"bad drafter metadata ({exc})"
     return DrafterFile(path, "gguf", arch, dialect, spec, error, tensors, unmapped, metadata, _gguf=g)
 

@@ -351,7 +351,7 @@ def _read_index(index: Path, out: _Collector) -> tuple[dict[str, str], list[Path
     shards: list[Path] = []
     for shard in sorted(set(weight_map.values())):
         # A shard name must be a plain file name: never follow the index out of its directory.
-        if not shard or shard != os.path.basename(shard) or shard in (".", ".."):
+        if not shard or shard != os.path.basename(shard) or shard in (".", "..") or "\x00" in shard:
             out.problem(index, "safetensors.index_shard_path", f"shard name {_short(shard)} is not a plain file name in the checkpoint directory", shard=_short(shard))
             continue
         shards.append(index.parent / shard)
