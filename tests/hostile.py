@@ -68,8 +68,8 @@ def rewrite_gguf(src: Path, dst: Path, set_keys: dict[str, tuple] | None = None,
         if replace and t.name in replace:
             w.add_tensor(t.name, replace[t.name])
             continue
-        w.add_tensor(t.name, np.asarray(t.data), raw_shape=tuple(int(d) for d in reversed(t.shape)),
-                     raw_dtype=t.tensor_type)
+        # F32/F16 data is typed; any other type comes as bytes whose shape gguf-py maps back itself
+        w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type if t.tensor_type not in (0, 1) else None)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
