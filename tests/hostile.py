@@ -2,8 +2,7 @@
 with NaN / Infinity / huge / negative values, and a runner that executes a command in a child
 process and reports its exit code, stderr and peak RSS (``ru_maxrss`` of the child).
 
-Used by tests/test_hostile_*.py; ``python tests/hostile.py WORKDIR`` runs the whole matrix (every
-command on every hostile input) under the 2 GB cap and prints one line per run.
+Used by tests/test_hostile_inputs.py, tests/test_metadata_fuzz.py and tests/test_memory_cap.py.
 
 A watchdog kills a child whose RSS passes ``KILL_RSS`` so that a regression cannot take the machine
 down; a killed child is reported as over the cap (the memory assertion is on ``ru_maxrss``, never on
@@ -207,15 +206,12 @@ def run_capped(argv: list[str], env: dict[str, str] | None = None, cwd: str | No
                b"".join(err_chunks).decode(errors="replace"), usage.ru_maxrss * 1024, killed)
 
 
-def cli(name: str) -> list[str]:
-    """A console script of the active venv (PYTHONPATH decides which dflashkit it imports)."""
-    return [str(Path(sys.executable).with_name(name))]
+def cli(command: str) -> list[str]:
+    """argv that runs the click command ``command`` of dflashkit.cli (e.g. ``inspect_command``) in a child
+    Python with the dflashkit this test run imports."""
+    code = f"import sys; from dflashkit.cli import {command} as c; c.main(sys.argv[1:], prog_name='{command}')"
+    return [sys.executable, "-c", code]
 
-
-if __name__ == "__main__":  # pragma: no cover - manual matrix
-    import hostile_matrix
-
-    hostile_matrix.main(Path(sys.argv[1]))
 
 
 def _set(key: str, value: Any, nested: bool = False) -> Callable[[dict], None]:
