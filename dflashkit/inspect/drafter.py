@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from dflashkit.dialects import detect_dialect
+from dflashkit.dialects import detect_dialect, hf_canonical_name
 from dflashkit.bounds import escape_name
 from dflashkit.errors import DFlashError
 from dflashkit.inspect.checks import InspectContext, register_check
@@ -148,9 +148,15 @@ def check_checkpoint(ctx: InspectContext) -> Iterator[Finding]:
 CONVERTIBLE_DTYPES = ("F32", "F16", "BF16", "F64")
 
 
+_DRAFTER_ONLY = ("fc.weight", "hidden_norm.weight")
+
+
 def _config_refused(ctx: InspectContext) -> Iterable[Finding]:
-    """A checkpoint directory whose config.json is missing or unreadable is refused by convert: an error here too."""
-    if ctx.has_errors("safetensors."):
+    """A drafter checkpoint (it has DFlash's own fc / hidden_norm tensors) whose config.json is missing or
+    unreadable is refused by convert: an error here too. Other safetensors directories stay generic."""
+    if ctx.has_errors("safetensors.") or ctx.checkpoint is None:
+        return
+    if not any(hf_canonical_name(name) in _DRAFTER_ONLY for name in ctx.checkpoint.tensors):
         return
     try:
         read_config_json(ctx.path)
