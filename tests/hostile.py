@@ -157,19 +157,21 @@ class Run:
     returncode: int
     stdout: str
     stderr: str
-    peak_rss: int  # bytes (ru_maxrss of this child)
+    peak_rss: int  # bytes: the child's own VmHWM (see run_capped)
     killed: bool
 
     def describe(self) -> str:
         last = self.stderr.strip().splitlines()[-1:] or [""]
-        return f"rc={self.returncode} rss={self.peak_rss / 2**20:.0f}MiB {' '.join(self.argv[:3])} :: {last[0][:200]}"
+        shown = " ".join(self.argv[3:] if self.argv[1:2] == ["-c"] else self.argv)
+        return f"rc={self.returncode} rss={self.peak_rss / 2**20:.0f}MiB {shown} :: {last[0][:200]}"
 
 
 def run_capped(argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None) -> Run:
     """Run ``argv`` in a child and return its exit code, output and own peak RSS.
 
-    The peak comes from ``wait4``'s rusage (the child's ru_maxrss alone, not the whole process tree of
-    this test run); a watchdog kills the child when its RSS passes `KILL_RSS`."""
+    The peak is the VmHWM a `cli` child reports at exit, else ``wait4``'s ru_maxrss of that child alone
+    (which also counts the pages it was forked with); a watchdog kills the child when its RSS passes
+    `KILL_RSS` (reported as ``killed``)."""
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd)
     killed = False
     stop = threading.Event()
@@ -202,14 +204,29 @@ def run_capped(argv: list[str], env: dict[str, str] | None = None, cwd: str | No
     for t in readers:
         t.join()
     watcher.join()
-    return Run(argv, proc.returncode, b"".join(out_chunks).decode(errors="replace"),
-               b"".join(err_chunks).decode(errors="replace"), usage.ru_maxrss * 1024, killed)
+    stderr = b"".join(err_chunks).decode(errors="replace")
+    hwm = [int(line[len(HWM_PREFIX):]) * 1024 for line in stderr.splitlines() if line.startswith(HWM_PREFIX)]
+    stderr = "".join(line for line in stderr.splitlines(keepends=True) if not line.startswith(HWM_PREFIX))
+    # the child's own VmHWM when it reported one; else wait4's ru_maxrss (an upper bound: it includes the fork)
+    peak = hwm[-1] if hwm else usage.ru_maxrss * 1024
+    return Run(argv, proc.returncode, b"".join(out_chunks).decode(errors="replace"), stderr, peak, killed)
+
+
+HWM_PREFIX = "HOSTILE_VMHWM_KB="
 
 
 def cli(command: str) -> list[str]:
     """argv that runs the click command ``command`` of dflashkit.cli (e.g. ``inspect_command``) in a child
-    Python with the dflashkit this test run imports."""
-    code = f"import sys; from dflashkit.cli import {command} as c; c.main(sys.argv[1:], prog_name='{command}')"
+    Python with the dflashkit this test run imports. At exit the child prints its own peak RSS (VmHWM of
+    its own address space) on stderr: ``ru_maxrss`` also counts the pages of the large pytest process
+    the child was forked from."""
+    code = (
+        "import atexit, re, sys\n"
+        "atexit.register(lambda: print('" + HWM_PREFIX + "' + re.search(r'VmHWM:\\s+(\\d+)', "
+        "open('/proc/self/status').read()).group(1), file=sys.stderr))\n"
+        f"from dflashkit.cli import {command} as c\n"
+        f"c.main(sys.argv[1:], prog_name='{command}')\n"
+    )
     return [sys.executable, "-c", code]
 
 
