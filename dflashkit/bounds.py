@@ -45,6 +45,21 @@ def escape_name(name: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 15] + f"... ({len(text)} chars)"
 
 
+def _kind(value: Any) -> str:
+    """What a value is, in the words of a file format: string, array, bool, number."""
+    if isinstance(value, (str, bytes)):
+        return "string"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, dict):
+        return "object"
+    if hasattr(value, "__len__"):
+        return "array"
+    return type(value).__name__
+
+
 def _one_line(text: str) -> str:
     if text.isprintable():
         return text
@@ -54,7 +69,7 @@ def _one_line(text: str) -> str:
 def int_value(value: Any, key: str, where: str, *, lo: int = 0, hi: int = U32_MAX) -> int:
     """``value`` as an integer in [lo, hi]; a bool, string, array, NaN or non-integral float names ``key``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise DFlashError(f"{where}: '{key}' must be an integer, got {type(value).__name__} {quote(value)}")
+        raise DFlashError(f"{where}: '{key}' must be an integer, got {_kind(value)} {quote(value)}")
     if isinstance(value, float):
         if not math.isfinite(value) or value != int(value):
             raise DFlashError(f"{where}: '{key}' must be an integer, got {quote(value)}")
@@ -68,7 +83,7 @@ def float_value(value: Any, key: str, where: str, *, lo: float = -F32_MAX, hi: f
                 positive: bool = False) -> float:
     """``value`` as a finite float in [lo, hi] (default: what a GGUF f32 field holds)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise DFlashError(f"{where}: '{key}' must be a number, got {type(value).__name__} {quote(value)}")
+        raise DFlashError(f"{where}: '{key}' must be a number, got {_kind(value)} {quote(value)}")
     try:
         number = float(value)
     except OverflowError:  # an integer with hundreds of digits
@@ -82,7 +97,7 @@ def float_value(value: Any, key: str, where: str, *, lo: float = -F32_MAX, hi: f
 def int_list(value: Any, key: str, where: str, *, lo: int = 0, hi: int = U32_MAX, max_len: int = MAX_LAYERS) -> tuple[int, ...]:
     """A non-empty list of integers, each in [lo, hi], at most ``max_len`` long."""
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or not hasattr(value, "__iter__"):
-        raise DFlashError(f"{where}: '{key}' must be a list of integers, got {type(value).__name__} {quote(value)}")
+        raise DFlashError(f"{where}: '{key}' must be a list of integers, got {_kind(value)} {quote(value)}")
     if not 0 < len(value) <= max_len:
         raise DFlashError(f"{where}: '{key}' must list 1 .. {max_len} integers, got {len(value)}")
     return tuple(int_value(v, key, where, lo=lo, hi=hi) for v in value)
@@ -98,6 +113,8 @@ def json_safe(obj: Any) -> Any:
         return {k: json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [json_safe(v) for v in obj]
+    if hasattr(obj, "tolist") and callable(obj.tolist):  # numpy values, GGUF numeric arrays
+        return json_safe(obj.tolist())
     return obj
 
 
@@ -159,7 +176,7 @@ def metadata_value(value: Any, key: str, field: str, type_name: str, sub_type_na
         return float_value(value, key, where)
     if type_name == "BOOL":
         if not isinstance(value, bool):
-            raise DFlashError(f"{where}: '{key}' must be true or false, got {type(value).__name__} {quote(value)}")
+            raise DFlashError(f"{where}: '{key}' must be true or false, got {_kind(value)} {quote(value)}")
         return value
     if type_name == "ARRAY":
         if sub_type_name == "BOOL":
@@ -170,5 +187,5 @@ def metadata_value(value: Any, key: str, field: str, type_name: str, sub_type_na
             return value
         return int_list(value, key, where, lo=-(2**31), hi=I32_MAX)
     if type_name == "STRING" and not isinstance(value, str):
-        raise DFlashError(f"{where}: '{key}' must be a string, got {type(value).__name__} {quote(value)}")
+        raise DFlashError(f"{where}: '{key}' must be a string, got {_kind(value)} {quote(value)}")
     return value

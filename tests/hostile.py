@@ -41,6 +41,9 @@ class _EmptyArrayWriter(gguf.GGUFWriter):
         if vtype == V.ARRAY and isinstance(val, list) and not val:
             head = self._pack("I", vtype) if add_vtype else b""
             return head + self._pack("I", sub_type or V.INT32) + self._pack("Q", 0)
+        if vtype == V.ARRAY and isinstance(val, np.ndarray):  # a large numeric array, as its bytes
+            head = self._pack("I", vtype) if add_vtype else b""
+            return head + self._pack("I", sub_type) + self._pack("Q", val.size) + val.astype("<" + val.dtype.char).tobytes()
         return super()._pack_val(val, vtype, add_vtype, sub_type)
 
 

@@ -137,6 +137,25 @@ def test_hf_target_text_config_not_an_object(targets, drafters, tmp_path: Path) 
     assert (tmp_path / "o.gguf").exists()
 
 
+def test_numeric_arrays_cost_their_bytes(base: Path, tmp_path: Path) -> None:
+    from dflashkit.io.gguf_reader import open_gguf
+
+    values = np.random.default_rng(0).integers(2**20, 2**31 - 1, size=250_000, dtype=np.int32)  # 1 MB
+    src = hostile.rewrite_gguf(base, tmp_path / "a.gguf", {"hostile.big": (values, V.ARRAY, V.INT32)})
+    tracemalloc.start()
+    try:
+        with open_gguf(src) as g:
+            kv = g.kvs["hostile.big"]
+            assert len(kv.value) == values.size and kv.value[12345] == int(values[12345])
+            _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * values.nbytes, peak  # as a list of Python ints: ~9 MB
+    assert run(quantize_command, [src, tmp_path / "q.gguf", "Q8_0", "-q"]).exit_code == 0
+    field = gguf.GGUFReader(tmp_path / "q.gguf").fields["hostile.big"]  # gguf-py reads the copy back
+    assert np.array_equal(np.concatenate([field.parts[i] for i in field.data]), values)
+
+
 # --- 5. silent acceptance -------------------------------------------------------------------------
 
 
@@ -236,9 +255,9 @@ def test_hf_convert_refuses_mask_past_config_vocab(drafters, tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize("key, value, words", [
-    ("general.file_type", ("q8", V.STRING), "'general.file_type' must be an integer, got str 'q8'"),
-    ("general.file_type", ([1, 2], V.ARRAY, V.INT32), "'general.file_type' must be an integer, got list [1, 2]"),
-    ("tokenizer.ggml.mask_token_id", ("500", V.STRING), "'tokenizer.ggml.mask_token_id' must be an integer, got str '500'"),
+    ("general.file_type", ("q8", V.STRING), "'general.file_type' must be an integer, got string 'q8'"),
+    ("general.file_type", ([1, 2], V.ARRAY, V.INT32), "'general.file_type' must be an integer, got array [1, 2]"),
+    ("tokenizer.ggml.mask_token_id", ("500", V.STRING), "'tokenizer.ggml.mask_token_id' must be an integer, got string '500'"),
     ("dflash.embedding_length", (0, V.UINT32), "'dflash.embedding_length' = 0 is out of range (expected 1 .. 1048576)"),
     ("dflash.attention.head_count_kv", (0, V.UINT32), "'dflash.attention.head_count_kv' = 0 is out of range"),
     ("dflash.attention.layer_norm_rms_epsilon", (float("nan"), V.FLOAT32), "'dflash.attention.layer_norm_rms_epsilon' = nan is out of range"),

@@ -112,7 +112,7 @@ class ConvertResult:
 
 def _json_value(entry: MetadataEntry) -> Any:
     v = entry.value
-    if entry.type == GGUFValueType.ARRAY and isinstance(v, list) and len(v) > 16:
+    if entry.type == GGUFValueType.ARRAY and hasattr(v, "__len__") and len(v) > 16:
         return f"[{len(v)} × {entry.sub_type.name if entry.sub_type else '?'}]"
     return v
 

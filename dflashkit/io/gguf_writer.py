@@ -21,6 +21,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, GGUFWrit
 from tqdm import tqdm
 
 from ..errors import DFlashError, UsageError
+from .gguf_reader import NumericArray
 
 #: Key for the quantization format version llama.cpp writes with quantized files.
 QUANTIZATION_VERSION = 2
@@ -70,6 +71,11 @@ class _Writer(GGUFWriter):
     def _pack_val(self, val, vtype, add_vtype, sub_type=None):  # type: ignore[no-untyped-def,override]
         if vtype == GGUFValueType.ARRAY and isinstance(val, Sequence) and len(val) == 0 and sub_type is not None:
             return (self._pack("I", vtype) if add_vtype else b"") + self._pack("I", sub_type) + self._pack("Q", 0)
+        if vtype == GGUFValueType.ARRAY and isinstance(val, NumericArray) and sub_type is not None:
+            # the reader's numpy copy, written as its bytes (element by element it would take minutes)
+            fmt = "<" + self._simple_value_packing[sub_type]
+            head = (self._pack("I", vtype) if add_vtype else b"") + self._pack("I", sub_type) + self._pack("Q", len(val))
+            return head + np.asarray(val.array, dtype=np.dtype(fmt)).tobytes()
         return super()._pack_val(val, vtype, add_vtype, sub_type)
 
 
