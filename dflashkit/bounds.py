@@ -28,7 +28,6 @@ MAX_VOCAB = 16 * 1024 * 1024  # token-list padding and mask ids; real vocabulari
 MAX_WIDTH = 1 << 20  # hidden / intermediate size, heads, head_dim
 MAX_BLOCK_SIZE = 4096
 MAX_VOCAB_PADDING = 1 << 16  # ids past the tokenizer's last one padded as [PAD{id}] (real models: < 2,000)
-MAX_JSON_BYTES = 64 * 1024 * 1024  # a config.json / index larger than this is not a config
 #: How much of a value an error message quotes.
 MAX_QUOTE = 120
 
@@ -121,21 +120,6 @@ def json_safe(obj: Any) -> Any:
 def dumps(obj: Any, **kwargs: Any) -> str:
     """``json.dumps`` that always yields strict JSON (non-finite numbers become strings, see `json_safe`)."""
     return json.dumps(json_safe(obj), allow_nan=False, **kwargs)
-
-
-def loads_json(text: str, where: str) -> Any:
-    """Parse JSON from a file; the failures Python's parser raises besides JSONDecodeError (nesting too
-    deep, an integer longer than Python's int-string limit) become one-line errors naming ``where``."""
-    if len(text) > MAX_JSON_BYTES:
-        raise DFlashError(f"{where}: {len(text)} bytes is too large for a JSON config (limit {MAX_JSON_BYTES})")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DFlashError(f"{where}: cannot read JSON ({exc})") from None
-    except RecursionError:
-        raise DFlashError(f"{where}: cannot read JSON (nested too deeply)") from None
-    except ValueError as exc:  # "Exceeds the limit (4300 digits) for integer string conversion"
-        raise DFlashError(f"{where}: cannot read JSON ({quote(str(exc))})") from None
 
 
 #: Spec field → (lowest, highest) integer a GGUF drafter may claim for it. Counts that size
