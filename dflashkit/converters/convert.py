@@ -20,9 +20,9 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 from gguf import GGMLQuantizationType
 
+from ..bounds import escape_name
 from ..dialects import DEFAULT_DIALECT, Dialect, get_dialect
 from ..drafters import DrafterFile, open_drafter
-from ..bounds import escape_name
 from ..errors import DFlashError, UsageError
 from ..filetypes import CONVERT_OUTTYPES, CONVERT_POLICY_OUTTYPES, outtype_file_type
 from ..io.gguf_writer import TensorToWrite, check_output_path, iter_row_chunks, write_gguf
