@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .bounds import dumps
 from .errors import DFlashError, UsageError
 from .files import atomic_output, check_output
 from .reporting import Bar, BarChart, BarGroup, Column, Field, Notes, Report, Table, write_text_atomic
@@ -283,7 +284,7 @@ class AcceptResult:
         return [r.to_trace(d.path) for d in self.drafters for r in d.runs]
 
     def write_trace(self, path: str | os.PathLike, *, force: bool = False) -> Path:
-        text = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in self.trace_lines())
+        text = "".join(dumps(line, ensure_ascii=False) + "\n" for line in self.trace_lines())
         return write_text_atomic(path, text, force=force)
 
     def report(self, max_drop: float | None = None) -> Report:

@@ -6,13 +6,14 @@ Errors: one line on stderr, exit 1 for bad input and 2 for usage; ``--debug`` sh
 from __future__ import annotations
 
 import functools
-import json
+import math
 import sys
 import traceback
 from typing import Any, Callable
 
 import click
 
+from .bounds import MAX_LAYERS, U32_MAX, dumps, escape_name
 from .dialects import DEFAULT_DIALECT, DIALECTS
 from .errors import DFlashError
 from .filetypes import OUTTYPE_CHOICES
@@ -21,7 +22,8 @@ from .reporting import FORMATS
 
 
 def _fail(message: str, code: int) -> None:
-    click.echo(f"error: {message}", err=True)
+    # One line, whatever a file put into a name or value: control characters escaped, length cut.
+    click.echo(f"error: {escape_name(message, limit=2000)}", err=True)
     sys.exit(code)
 
 
@@ -49,6 +51,16 @@ def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--debug", is_flag=True, help="Show tracebacks.")(wrapper)
 
 
+class FiniteFloat(click.FloatRange):
+    """A float option that refuses ``nan`` and ``inf`` (click's FloatRange compares, and NaN passes any comparison)."""
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+
 def _warn(message: str) -> None:
     click.echo(click.style("warning: ", fg="yellow", bold=True) + message, err=True)
 
@@ -72,8 +84,8 @@ def _warn(message: str) -> None:
     show_default=True,
     help="GGUF dialect to write.",
 )
-@click.option("--num-target-layers", type=click.IntRange(min=1), help="Layer count of the target model, when neither the source nor --target gives it.")
-@click.option("--mask-token-id", type=click.IntRange(min=0), help="Mask token id, when the source does not carry it.")
+@click.option("--num-target-layers", type=click.IntRange(min=1, max=MAX_LAYERS), help="Layer count of the target model, when neither the source nor --target gives it.")
+@click.option("--mask-token-id", type=click.IntRange(min=0, max=U32_MAX), help="Mask token id, when the source does not carry it.")
 @click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar or warnings.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
@@ -106,7 +118,7 @@ def convert_command(
         warn=(lambda m: None) if quiet else _warn,
     )
     if as_json:
-        click.echo(json.dumps(result.to_json(), indent=2))
+        click.echo(dumps(result.to_json(), indent=2))
     elif not quiet:
         types = result.to_json()["tensor_types"]
         mix = ", ".join(f"{n} {t}" for t, n in sorted(types.items()))
@@ -165,7 +177,7 @@ def quantize_command(
         warn=(lambda m: None) if quiet else _warn,
     )
     if as_json:
-        click.echo(json.dumps(result.to_json(), indent=2))
+        click.echo(dumps(result.to_json(), indent=2))
     elif not quiet:
         summary = result.to_json()
         mix = ", ".join(f"{n} {t}" for t, n in summary["tensor_types"].items())
@@ -196,7 +208,7 @@ _REPORT_SUFFIXES = {".html": "html", ".htm": "html", ".json": "json", ".md": "ma
 @click.option("--force", is_flag=True, help="Overwrite the -o file if it exists.")
 @click.option(
     "--threshold",
-    type=click.FloatRange(min=0.0),
+    type=FiniteFloat(min=0.0),
     metavar="REL",
     help="Exit 1 when any tensor's relative RMS error ‖a−b‖/‖a‖ exceeds REL (for CI).",
 )
@@ -320,7 +332,7 @@ def _parse_ids(value: str | None) -> list[int] | None:
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random hidden states / embeddings.")
 @click.option("--threshold-top1", metavar="FRAC",
               help="Exit 1 when overall top-1 agreement is below FRAC (0.99 or 99%).")
-@click.option("--threshold-kl", type=click.FloatRange(min=0.0), metavar="NATS",
+@click.option("--threshold-kl", type=FiniteFloat(min=0.0), metavar="NATS",
               help="Exit 1 when the mean KL(ref‖cand) exceeds NATS.")
 @click.option("--dump", type=click.Path(dir_okay=False), metavar="FILE.npz",
               help="Write the first round's exact inputs and both sides' outputs (format: docs/formats.md).")
@@ -372,7 +384,7 @@ _PLOT_SUFFIXES = (".html", ".htm", ".png")
               '{"text": "..."} (raw). Default: the built-in chat/code/math set.')
 @click.option("--max-prompts", type=click.IntRange(min=1), help="Use only the first N prompts.")
 @click.option("--max-new-tokens", type=click.IntRange(min=2), default=128, show_default=True)
-@click.option("--temperature", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
+@click.option("--temperature", type=FiniteFloat(min=0.0), default=0.0, show_default=True,
               help="0 = greedy (output identical to the target's own greedy output); > 0 = rejection sampling.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of sampling and of the bootstrap CI.")
 @click.option("--device", type=click.Choice(["cpu", "cuda", "mps"]), default="cpu", show_default=True)

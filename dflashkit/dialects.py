@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from gguf import GGUFValueType
 
+from . import bounds
 from .errors import DFlashError
 from .families import family_for_gguf
 from .families.zlab_dflash import split_bid as _split_bid
@@ -393,7 +394,7 @@ def decode_metadata(kvs: Mapping[str, Any], dialect: Dialect, arch: str) -> dict
         key = dialect.key(ks, arch)
         if key not in kvs:
             continue
-        value = kvs[key]
+        value = bounds.metadata_value(kvs[key], key, ks.field, ks.type.name, ks.sub_type.name if ks.sub_type else None)
         if ks.field == "target_layer_ids":
             value = tuple(dialect.taps_from_file(value))
         elif ks.field == "sliding_window_pattern":

@@ -19,10 +19,11 @@ from typing import Any
 import numpy as np
 from gguf import GGMLQuantizationType
 
+from . import bounds
 from .codecs import to_float32
 from .dialects import Dialect, detect_dialect, spec_from_gguf_metadata
 from .errors import DFlashError
-from .families import DEFAULT_FAMILY, DrafterFamily, expected_tensors, family_for_spec, read_hf_config
+from .families import DEFAULT_FAMILY, DrafterFamily, architecture_of, expected_tensors, family_for_spec, read_hf_config
 from .io.gguf_reader import GGUFFile, open_gguf
 from .io.safetensors_reader import SafetensorsCheckpoint, SafetensorsTensor, open_checkpoint
 from .spec import DrafterSpec, read_config_json
@@ -87,7 +88,8 @@ class DrafterFile:
 
     def require_spec(self) -> DrafterSpec:
         if self.spec is None:
-            raise DFlashError(f"{self.path}: {self.spec_error}")
+            error = self.spec_error or "no drafter metadata"
+            raise DFlashError(error if error.startswith(str(self.path)) else f"{self.path}: {error}")
         return self.spec
 
     def read_raw(self, canonical: str) -> np.ndarray:
@@ -170,7 +172,10 @@ def _open_gguf(path: Path) -> DrafterFile:
         try:
             spec = spec_from_gguf_metadata(metadata, dialect, arch, name=metadata.get("general.name"))
             spec = _fill_vocab(spec, metadata, tensors)
+            if spec.n_layers > len(g.tensors):  # bounded by what the file holds, before anything sized by it
+                raise DFlashError(f"metadata claims {spec.n_layers} layers but the file holds {len(g.tensors)} tensors")
         except (DFlashError, KeyError, TypeError, ValueError) as exc:
+            spec = None
             error = str(exc) if isinstance(exc, DFlashError) else f"bad drafter metadata ({exc})"
     family = family_for_spec(spec) if spec is not None else None
     return DrafterFile(path, "gguf", arch, dialect, spec, error, tensors, unmapped, metadata, family, _gguf=g)
@@ -225,5 +230,8 @@ def _open_hf(directory: Path, *, strict: bool = False) -> DrafterFile:
             f"{directory}: {len(unmapped)} tensor name(s) dflashkit does not know: {shown} — "
             "refusing to drop weights silently; this drafter variant is not supported yet"
         )
-    archs = config.get("architectures") or ["DFlashDraftModel"]
-    return DrafterFile(directory, "hf", str(archs[0]), None, spec, error, tensors, unmapped, config, family, _checkpoint=ck)
+    try:
+        architecture = architecture_of(config, str(config_path))
+    except DFlashError:  # already in spec_error; shown as given, one line
+        architecture = bounds.quote(config.get("architectures"))
+    return DrafterFile(directory, "hf", architecture, None, spec, error, tensors, unmapped, config, family, _checkpoint=ck)

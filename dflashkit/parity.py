@@ -134,7 +134,8 @@ def _hidden_stats(rows: dict[str, np.ndarray]) -> HiddenStats:
     r2 = rows["r2"].sum()
     return HiddenStats(
         n=int(rows["d2"].size),
-        rel_rms=float(math.sqrt(rows["d2"].sum() / r2)) if r2 > 0 else 0.0,
+        # NaN stays NaN (a NaN reference must never read as "rel RMS 0")
+        rel_rms=float(math.sqrt(rows["d2"].sum() / r2)) if r2 > 0 else (0.0 if rows["d2"].sum() == 0 else math.nan),
         max_abs=float(rows["max_abs"].max()),
         cosine=float(rows["cos"].mean()),
     )
@@ -204,6 +205,11 @@ class ParityResult:
         if (threshold_top1 is not None or threshold_kl is not None) and self.overall is None:
             return ["no logits to gate on (no target head) — pass --target"]
         out = []
+        figures = [self.hidden_overall.rel_rms, self.hidden_overall.cosine]
+        if self.overall is not None:
+            figures += [self.overall.kl_mean, self.overall.rms]
+        if not all(math.isfinite(x) for x in figures):  # NaN / Inf outputs are an error finding, gate or not
+            out.append("the drafters' outputs hold NaN/Inf values (check the weights with dflash-diff)")
         if threshold_top1 is not None and self.overall is not None and not self.overall.top1 >= threshold_top1:
             out.append(f"top-1 agreement {self.overall.top1:.2%} < --threshold-top1 {threshold_top1:.2%}")
         if threshold_kl is not None and self.overall is not None and not self.overall.kl_mean <= threshold_kl:

@@ -260,6 +260,8 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, (list, tuple, set, frozenset)):
         items = sorted(value) if isinstance(value, (set, frozenset)) else value
         return [_jsonable(v) for v in items]
+    if hasattr(value, "tolist") and not hasattr(value, "item"):  # a GGUF numeric array
+        return [_jsonable(v) for v in value.tolist()]
     if hasattr(value, "item") and callable(value.item):  # numpy scalar
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
+from . import bounds
 from .errors import DFlashError
 from .files import read_json
 
@@ -137,17 +138,22 @@ class ConfigView:
     def where(self, key: str) -> str:
         return f"dflash_config.{key}" if key in self.nested else key
 
-    def int(self, key: str, default: Any = None, *, required: bool = False, minimum: int | None = 0) -> Any:
+    def int(self, key: str, default: Any = None, *, required: bool = False, minimum: int | None = 0,
+            maximum: int = bounds.U32_MAX) -> Any:
         value = self.get(key, default)
         if value is None:
             if required:
                 raise DFlashError(f"{self.path}: required key '{key}' is missing (looked in dflash_config and top level)")
             return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
-            raise DFlashError(f"{self.path}: '{self.where(key)}' must be an integer, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+            isinstance(value, float) and not math.isfinite(value)  # json accepts NaN / Infinity
+        ) or int(value) != value:
+            raise DFlashError(f"{self.path}: '{self.where(key)}' must be an integer, got {bounds.quote(value)}")
         value = int(value)
         if minimum is not None and value < minimum:
             raise DFlashError(f"{self.path}: '{self.where(key)}' must be >= {minimum}, got {value}")
+        if value > maximum:  # also what the GGUF field that carries it can hold
+            raise DFlashError(f"{self.path}: '{self.where(key)}' must be <= {maximum}, got {bounds.quote(value)}")
         return value
 
     def float(self, key: str, default: Any = None, *, required: bool = False) -> float | None:
@@ -157,7 +163,9 @@ class ConfigView:
                 raise DFlashError(f"{self.path}: required key '{key}' is missing (looked in dflash_config and top level)")
             return None
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise DFlashError(f"{self.path}: '{self.where(key)}' must be a finite number, got {value!r}")
+            raise DFlashError(f"{self.path}: '{self.where(key)}' must be a finite number, got {bounds.quote(value)}")
+        if abs(value) > bounds.F32_MAX:  # stored as a GGUF f32
+            raise DFlashError(f"{self.path}: '{self.where(key)}' = {value!r} does not fit a 32-bit float (|x| <= 3.4e38)")
         return float(value)
 
     def bool(self, key: str) -> bool | None:

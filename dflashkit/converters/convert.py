@@ -20,20 +20,20 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 from gguf import GGMLQuantizationType
 
+from ..bounds import escape_name
 from ..dialects import DEFAULT_DIALECT, Dialect, get_dialect
 from ..drafters import DrafterFile, open_drafter
 from ..errors import DFlashError, UsageError
 from ..filetypes import CONVERT_OUTTYPES, CONVERT_POLICY_OUTTYPES, outtype_file_type
 from ..io.gguf_writer import TensorToWrite, check_output_path, iter_row_chunks, write_gguf
 from ..io.safetensors_reader import SafetensorsTensor
+from ..spec_checks import check_spec, require_mask_in_vocab
 from .plan import (
     ConvertResult,
     PlannedTensor,
     apply_overrides,
     build_metadata,
     check_dialect_holds,
-    check_mask_in_vocab,
-    check_spec,
     check_tensors,
     ordered_canonical,
     spec_with_target,
@@ -120,7 +120,7 @@ def _source_dtype(t: SafetensorsTensor) -> np.dtype:
         return np.dtype(_SAFETENSORS_FLOAT[t.dtype])
     except KeyError:
         raise DFlashError(
-            f"{t.file}: tensor '{t.name}' has dtype {t.dtype}; drafter weights must be F32, F16, BF16 or F64"
+            f"{t.file}: tensor '{escape_name(t.name)}' has dtype {t.dtype}; drafter weights must be F32, F16, BF16 or F64"
         ) from None
 
 
@@ -129,7 +129,7 @@ def _read_rows(t: SafetensorsTensor, fd: int, start: int, stop: int, row_elems: 
     # pread: no shared file position, so chunks can be read from several threads
     n = os.preadv(fd, [memoryview(buf).cast("B")], t.offset + start * row_elems * dtype.itemsize)
     if n != buf.nbytes:
-        raise DFlashError(f"{t.file}: tensor '{t.name}' is truncated (file ended while reading it) — re-download the checkpoint")
+        raise DFlashError(f"{t.file}: tensor '{escape_name(t.name)}' is truncated (file ended while reading it) — re-download the checkpoint")
     return buf
 
 
@@ -248,7 +248,7 @@ def _convert_checkpoint(
             f"no --target given: {out_path.name} will have no tokenizer and llama.cpp will refuse to load it "
             "(key not found in model: tokenizer.ggml.model) — re-run with --target TARGET.gguf or --target TARGET_HF_DIR"
         )
-    check_mask_in_vocab(spec, str(directory))
+    require_mask_in_vocab(spec, str(directory / "config.json"))  # the value came from the config
 
     outtype = resolve_outtype(outtype, mapped)
     order = ordered_canonical(mapped, dialect_table)

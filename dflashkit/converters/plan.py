@@ -1,7 +1,8 @@
 """Planning a drafter GGUF: what conversion (HF → GGUF) and translation (GGUF → GGUF) share.
 
 From a `DrafterSpec` and a source's canonical tensors: the spec and tensor-set checks (the same
-ones for both commands, so a translated file is refused exactly where a conversion would be), the
+ones for both commands, so a translated file is refused exactly where a conversion would be; the
+spec rules themselves live in `dflashkit.spec_checks`, shared with Parity and Accept), the
 drafter ↔ target rules (`dflashkit.target_rules`), what only the target tells, the metadata in
 llama-quantize's order, and the tensor order. `convert.py` and `translate.py` are thin commands
 over this module; neither imports the other.
@@ -82,13 +83,14 @@ class ConvertResult:
 
 def _json_value(entry: MetadataEntry) -> Any:
     v = entry.value
-    if entry.type == GGUFValueType.ARRAY and isinstance(v, list) and len(v) > 16:
+    if entry.type == GGUFValueType.ARRAY and hasattr(v, "__len__") and len(v) > 16:
         return f"[{len(v)} × {entry.sub_type.name if entry.sub_type else '?'}]"
     return v
 
 
 # ---------------------------------------------------------------------------------------------
-# Checks shared by conversion and translation
+# Checks shared by conversion and translation (the spec rules themselves: `spec_checks.check_spec`
+# and `spec_checks.require_mask_in_vocab`, which both commands call)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -98,40 +100,6 @@ def check_dialect_holds(spec: DrafterSpec, dialect: Dialect, source: str, *, hin
         raise DFlashError(
             f"{source}: a DFlash 2 drafter cannot be written in the {dialect.name} dialect "
             f"(it has no conv/selector tensors){hint}"
-        )
-
-
-def check_spec(spec: DrafterSpec, source: str) -> None:
-    """The spec rules an HF config is held to (`dflashkit.families`), for a spec decoded from a GGUF.
-
-    A config breaking them never gets this far (its family refuses it, naming the config key); a
-    GGUF's metadata is only decoded, so translation checks the decoded values here.
-    """
-    for name in ("hidden_size", "n_layers", "n_heads", "n_kv_heads", "head_dim", "intermediate_size", "block_size", "context_length"):
-        value = getattr(spec, name)
-        if value < 1:
-            raise DFlashError(f"{source}: {name} must be >= 1, got {value}")
-    if spec.n_heads % spec.n_kv_heads:
-        raise DFlashError(f"{source}: head count ({spec.n_heads}) must be a multiple of the KV head count ({spec.n_kv_heads})")
-    ids = list(spec.target_layer_ids)
-    if not ids:
-        raise DFlashError(f"{source}: no target layer ids")
-    if any(i < 0 for i in ids):
-        raise DFlashError(f"{source}: target layer ids have a negative id: {ids}")
-    if ids != sorted(set(ids)):
-        raise DFlashError(f"{source}: target layer ids must be sorted and unique, got {ids}")
-    if spec.num_target_layers is not None and ids[-1] >= spec.num_target_layers:
-        raise DFlashError(
-            f"{source}: target layer id {ids[-1]} is past the target's last layer (num_target_layers = {spec.num_target_layers})"
-        )
-
-
-def check_mask_in_vocab(spec: DrafterSpec, source: str) -> None:
-    """The mask token must be a token of the drafter's own vocabulary (run after the target rules,
-    which name the target's vocabulary when there is one)."""
-    if spec.mask_token_id is not None and spec.vocab_size is not None and spec.mask_token_id >= spec.vocab_size:
-        raise DFlashError(
-            f"{source}: mask token id {spec.mask_token_id} is outside the vocabulary ({spec.vocab_size} tokens)"
         )
 
 
@@ -146,6 +114,7 @@ def target_uses_mrope(target: TargetInfo) -> bool:
     if target.kind == "gguf":
         return f"{target.architecture}.rope.dimension_sections" in target.metadata
     config = target.metadata.get("text_config") or target.metadata
+    config = config if isinstance(config, dict) else target.metadata  # text_config: [1] is no text config
     rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
     return isinstance(rope, dict) and "mrope_section" in rope
 

@@ -18,6 +18,7 @@ from dflashkit.converters.tokenizer import (
     tokenizer_from_gguf,
     tokenizer_from_hf_dir,
 )
+from dflashkit import bounds
 from dflashkit.errors import DFlashError
 from dflashkit.files import read_json
 from dflashkit.io.gguf_reader import open_gguf
@@ -105,7 +106,10 @@ def _load_hf(directory: Path) -> TargetInfo:
 
 def _positive_int(value: Any, where: Path | str, key: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise DFlashError(f"{where}: {key!r} is {value!r}, expected a positive integer; fix or re-download the file")
+        raise DFlashError(f"{where}: {key!r} is {bounds.quote(value)}, expected a positive integer; fix or re-download the file")
+    cap = bounds.MAX_VOCAB if key.endswith("vocab_size") else bounds.MAX_LAYERS if key.endswith(("layers", "block_count")) else bounds.MAX_WIDTH
+    if value > cap:  # sizes per-token / per-layer work downstream
+        raise DFlashError(f"{where}: {key!r} is {value}, more than {cap}; fix or re-download the file")
     return value
 
 

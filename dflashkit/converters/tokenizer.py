@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 import gguf
 from gguf import GGUFValueType, Keys, SpecialVocab, TokenType
 
+from dflashkit import bounds
 from dflashkit.errors import DFlashError
 from dflashkit.files import read_json
 from dflashkit.io.gguf_writer import MetadataEntry
@@ -332,6 +333,12 @@ def tokenizer_from_hf_dir(directory: str | Path, vocab_size: int) -> TokenizerMe
             f"{tokenizer_json}: token {worst!r} has id {vocab[worst]}, but the config's vocab_size "
             f"is {vocab_size}; the tokenizer does not belong to this model"
         )
+    padding = vocab_size - (max(vocab.values()) + 1 if vocab else 0)
+    if padding > bounds.MAX_VOCAB_PADDING:  # [PAD{id}] strings are built per id: bounded before building them
+        raise DFlashError(
+            f"{directory / 'config.json'}: 'vocab_size' is {vocab_size} but the tokenizer defines ids up to "
+            f"{vocab_size - padding - 1}; padding {padding} ids is more than {bounds.MAX_VOCAB_PADDING} — fix vocab_size"
+        )
     tokens, toktypes = _token_list(vocab, backend.get_added_tokens_decoder(), vocab_size, backend)
 
     # llama.cpp's _set_vocab_gpt2, through gguf-py's writer methods (recorded, not written).
@@ -537,6 +544,19 @@ class _ConverterSpecialVocab(SpecialVocab):
         self.add_special_token = self._llama_cpp_add_flags(log.writes, processors, config)
         self._normalizer(tokenizer.get("normalizer"))
         return done
+
+    def _try_load_from_config_json(self, path: Path) -> bool:
+        # gguf-py's rule (special ids at the top level, else in text_config), except that a text_config
+        # that is not an object is no text config, as everywhere in dflashkit (gguf-py raises AttributeError)
+        config = _read_json_if_present(path / "config.json")
+        if not isinstance(config, dict):
+            return False
+        text_config = config.get("text_config")
+        text_config = text_config if isinstance(text_config, dict) else {}
+        for typ in self.special_token_types:
+            token_id = config.get(f"{typ}_token_id")
+            self._set_special_token(typ, token_id if token_id is not None else text_config.get(f"{typ}_token_id"))
+        return True
 
     def _llama_cpp_add_flags(
         self, writes: list[tuple[str, bool]], processors: list[Any], config: dict[str, Any] | None

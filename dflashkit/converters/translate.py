@@ -14,18 +14,18 @@ from typing import Callable, Iterator
 import numpy as np
 from gguf import GGUFValueType
 
+from .. import bounds
 from ..dialects import Dialect, get_dialect
 from ..drafters import DrafterFile, open_drafter
 from ..errors import DFlashError, UsageError
 from ..io.gguf_writer import MetadataEntry, TensorToWrite, check_output_path, write_gguf
+from ..spec_checks import check_spec, require_mask_in_vocab
 from .plan import (
     ConvertResult,
     PlannedTensor,
     apply_overrides,
     build_metadata,
     check_dialect_holds,
-    check_mask_in_vocab,
-    check_spec,
     check_tensors,
     ordered_canonical,
     spec_with_target,
@@ -75,7 +75,7 @@ def translate_gguf(
     with drafter:
         spec = drafter.require_spec()
         if drafter.unmapped:
-            shown = ", ".join(drafter.unmapped[:10])
+            shown = ", ".join(bounds.escape_name(n) for n in drafter.unmapped[:10])
             raise DFlashError(
                 f"{src}: {len(drafter.unmapped)} tensor(s) with no meaning in the {drafter.dialect.name if drafter.dialect else '?'} "
                 f"dialect: {shown} — refusing to drop them"
@@ -90,7 +90,7 @@ def translate_gguf(
         if target is not None:
             target_info = load_target(target)
             spec = spec_with_target(spec, target_info, table)
-        check_mask_in_vocab(spec, str(src))
+        require_mask_in_vocab(spec, str(src))
         tokenizer = _tokenizer_entries(drafter)
         if not any(e.key == "tokenizer.ggml.model" for e in tokenizer) and target_info is not None and target_info.tokenizer:
             tokenizer = list(target_info.tokenizer.entries)
@@ -102,12 +102,13 @@ def translate_gguf(
             )
 
         arch = table.pick_architecture(spec)
-        file_type = int(drafter.metadata.get("general.file_type", 0))
+        file_type = bounds.int_value(drafter.metadata.get("general.file_type", 0), "general.file_type", str(src))
         metadata = build_metadata(spec, table, arch, file_type=file_type, tokenizer=tokenizer)
         qv = drafter.metadata.get("general.quantization_version")
         if qv is not None:
             metadata = [
-                MetadataEntry(e.key, int(qv), GGUFValueType.UINT32) if e.key == "general.quantization_version" else e
+                MetadataEntry(e.key, bounds.int_value(qv, "general.quantization_version", str(src)), GGUFValueType.UINT32)
+                if e.key == "general.quantization_version" else e
                 for e in metadata
             ]
 

@@ -125,6 +125,10 @@ class DiffResult:
         ):
             if items:
                 reasons.append(f"{len(items)} {what}")
+        nonfinite = self.nonfinite()
+        if nonfinite:  # NaN / Inf weights: no error figure means anything, and a runtime would produce NaN
+            shown = ", ".join(f"{t.canonical} (A {t.stats.nonfinite_a}, B {t.stats.nonfinite_b})" for t in nonfinite[:3])
+            reasons.append(f"{len(nonfinite)} tensor(s) hold NaN/Inf values: {shown}")
         meaning = self.meaning_differences
         if meaning:
             reasons.append(f"{len(meaning)} difference(s) in meaning ({', '.join(d.field for d in meaning)})")
@@ -132,6 +136,10 @@ class DiffResult:
         if over:
             reasons.append(f"{len(over)} tensor(s) over --threshold {threshold:g} (worst {over[0].canonical})")
         return reasons
+
+    def nonfinite(self) -> list[TensorDiff]:
+        """Tensors with a NaN or infinity on either side (counts in ``stats.nonfinite_a/_b``)."""
+        return [t for t in self.tensors if t.stats.nonfinite_a or t.stats.nonfinite_b]
 
     def _missing_phrases(self) -> list[str]:
         out = []
@@ -297,7 +305,7 @@ def _file_type(f: DrafterFile) -> str:
 
     try:
         return f"{gguf.LlamaFileType(int(value)).name} ({value})"
-    except ValueError:
+    except (ValueError, TypeError, OverflowError):  # a string, array, NaN or infinity in the file
         return str(value)
 
 

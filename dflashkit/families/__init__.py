@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from .. import bounds
 from ..errors import DFlashError
 from ..spec import ARCH_DFLASH, ConfigView, DrafterSpec, read_config_json
 from . import zlab_dflash, zlab_dflash2
@@ -30,19 +31,33 @@ DEFAULT_FAMILY: DrafterFamily = zlab_dflash.FAMILY
 KNOWN_ARCHITECTURES: tuple[str, ...] = tuple(a for f in FAMILIES for a in f.architectures)
 
 
-def family_for_config(config: Mapping[str, Any], path: str = "config.json") -> DrafterFamily:
-    """The family that reads an HF ``config.json`` (one-line DFlashError when none does)."""
+def _not_a_drafter(path: str, architecture: Any) -> DFlashError:
+    return DFlashError(
+        f"{path}: architecture {bounds.quote(architecture)} is not a DFlash drafter "
+        f"(expected one of {', '.join(KNOWN_ARCHITECTURES)})"
+    )
+
+
+def architecture_of(config: Mapping[str, Any], path: str = "config.json") -> str:
+    """``architectures[0]`` of an HF config (z-lab's early configs have none: DFlash). A bare string is
+    taken as a one-element list; anything else but a non-empty list of strings is a one-line error."""
     archs = config.get("architectures") or [ARCH_DFLASH]
+    if isinstance(archs, str):  # a bare string is accepted as a one-element list
+        archs = [archs]
     if not isinstance(archs, list) or not archs:
         raise DFlashError(f"{path}: 'architectures' must be a non-empty list")
-    architecture = archs[0]
+    if not isinstance(archs[0], str):
+        raise _not_a_drafter(path, archs[0])
+    return archs[0]
+
+
+def family_for_config(config: Mapping[str, Any], path: str = "config.json") -> DrafterFamily:
+    """The family that reads an HF ``config.json`` (one-line DFlashError when none does)."""
+    architecture = architecture_of(config, path)
     for family in FAMILIES:
         if family.matches(config, architecture):
             return family
-    raise DFlashError(
-        f"{path}: architecture '{architecture}' is not a DFlash drafter "
-        f"(expected one of {', '.join(KNOWN_ARCHITECTURES)})"
-    )
+    raise _not_a_drafter(path, architecture)
 
 
 def family_for_spec(spec: DrafterSpec) -> DrafterFamily:
@@ -66,8 +81,7 @@ def read_hf_config(config: Mapping[str, Any], path: str = "config.json") -> tupl
         raise DFlashError(f"{path}: expected a JSON object at the top level")
     view = ConfigView(config, path)
     family = family_for_config(config, path)
-    architecture = (config.get("architectures") or [ARCH_DFLASH])[0]
-    return family, family.spec_from_config(config, view, architecture, path)
+    return family, family.spec_from_config(config, view, architecture_of(config, path), path)
 
 
 def spec_from_hf_config(config: Mapping[str, Any], path: str = "config.json") -> DrafterSpec:
@@ -100,6 +114,7 @@ __all__ = [
     "FAMILIES",
     "KNOWN_ARCHITECTURES",
     "DrafterFamily",
+    "architecture_of",
     "expected_tensors",
     "family_for_config",
     "family_for_gguf",

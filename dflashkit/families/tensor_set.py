@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from ..bounds import escape_name
 from ..errors import DFlashError
 from ..spec import DrafterSpec
 from . import expected_tensors, optional_tensors
@@ -60,12 +61,12 @@ def tensor_set_problems(
     required = expected_tensors(spec)
     missing = [n for n in required if n not in shapes]
     if missing:
-        shown = ", ".join(display.get(n, n) for n in missing[:8]) + (f" (+{len(missing) - 8} more)" if len(missing) > 8 else "")
+        shown = ", ".join(escape_name(display.get(n, n)) for n in missing[:8]) + (f" (+{len(missing) - 8} more)" if len(missing) > 8 else "")
         problems.append(("missing", f"{source}: missing tensor(s) for this config: {shown}"))
     allowed = {**optional_tensors(spec), **required}
     extra = [n for n in shapes if n not in allowed]
     if extra:
-        shown = ", ".join(display.get(n, n) for n in extra[:8])
+        shown = ", ".join(escape_name(display.get(n, n)) for n in extra[:8])
         problems.append(("unused", f"{source}: tensor(s) this config does not use: {shown} — check num_hidden_layers / architectures"))
     for name, want in allowed.items():
         got = shapes.get(name)
@@ -74,7 +75,7 @@ def tensor_set_problems(
         if len(got) != len(want) or any(w not in (-1, g) for w, g in zip(want, got)):
             problems.append((
                 "shape",
-                f"{source}: tensor '{display.get(name, name)}' has shape {list(got)} but the config implies "
+                f"{source}: tensor '{escape_name(display.get(name, name))}' has shape {list(got)} but the config implies "
                 f"{[w if w >= 0 else 'vocab' for w in want]} ({_shape_field_hint(name, spec)})",
             ))
     return problems

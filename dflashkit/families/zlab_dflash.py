@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
+from .. import bounds
 from ..errors import DFlashError
 from ..spec import (
     ARCH_DFLASH,
@@ -94,24 +95,24 @@ class ZLabDFlash(DrafterFamily):
 
     # ---- config → spec ---------------------------------------------------------------------------
     def spec_from_config(self, config: Mapping[str, Any], view: ConfigView, architecture: str, path: str) -> DrafterSpec:
-        hidden = view.int("hidden_size", required=True, minimum=1)
-        n_layers = view.int("num_hidden_layers", required=True, minimum=1)
-        n_heads = view.int("num_attention_heads", required=True, minimum=1)
-        n_kv = view.int("num_key_value_heads", n_heads, minimum=1)
+        hidden = view.int("hidden_size", required=True, minimum=1, maximum=bounds.MAX_WIDTH)
+        n_layers = view.int("num_hidden_layers", required=True, minimum=1, maximum=bounds.MAX_LAYERS)
+        n_heads = view.int("num_attention_heads", required=True, minimum=1, maximum=bounds.MAX_WIDTH)
+        n_kv = view.int("num_key_value_heads", n_heads, minimum=1, maximum=bounds.MAX_WIDTH)
         if n_heads % n_kv:
             raise DFlashError(
                 f"{path}: num_attention_heads ({n_heads}) must be a multiple of num_key_value_heads ({n_kv})"
             )
         # Like transformers: head_dim defaults to hidden // heads (odd Gemma head counts included).
-        head_dim = view.int("head_dim", hidden // n_heads, minimum=1)
-        intermediate = view.int("intermediate_size", required=True, minimum=1)
+        head_dim = view.int("head_dim", hidden // n_heads, minimum=1, maximum=bounds.MAX_WIDTH)
+        intermediate = view.int("intermediate_size", required=True, minimum=1, maximum=bounds.MAX_WIDTH)
         eps = view.float("rms_norm_eps", 1e-6)
         rope_theta = rope_theta_of(view)
         context_length = view.int("max_position_embeddings", 32768, minimum=1)
-        block_size = view.int("block_size", 16, minimum=1)
-        mask_token_id = view.int("mask_token_id")
-        vocab_size = view.int("vocab_size", minimum=1)
-        num_target_layers = view.int("num_target_layers", minimum=1)
+        block_size = view.int("block_size", 16, minimum=1, maximum=bounds.MAX_BLOCK_SIZE)
+        mask_token_id = view.int("mask_token_id", maximum=bounds.MAX_VOCAB)
+        vocab_size = view.int("vocab_size", minimum=1, maximum=bounds.MAX_VOCAB)
+        num_target_layers = view.int("num_target_layers", minimum=1, maximum=bounds.MAX_LAYERS)
 
         raw_ids = view.get("target_layer_ids")
         defaulted = False
@@ -126,11 +127,15 @@ class ZLabDFlash(DrafterFamily):
         else:
             if not isinstance(raw_ids, list) or not raw_ids or not all(
                 isinstance(i, int) and not isinstance(i, bool) for i in raw_ids
-            ):
-                raise DFlashError(f"{path}: '{view.where('target_layer_ids')}' must be a non-empty list of integers, got {raw_ids!r}")
+            ) or len(raw_ids) > bounds.MAX_LAYERS:
+                raise DFlashError(
+                    f"{path}: '{view.where('target_layer_ids')}' must be a non-empty list of integers, got {bounds.quote(raw_ids)}"
+                )
             ids = tuple(raw_ids)
         if any(i < 0 for i in ids):
             raise DFlashError(f"{path}: '{view.where('target_layer_ids')}' has a negative id: {list(ids)}")
+        if ids[-1] >= bounds.MAX_LAYERS:
+            raise DFlashError(f"{path}: '{view.where('target_layer_ids')}' has an id above {bounds.MAX_LAYERS - 1}: {ids[-1]}")
         if list(ids) != sorted(set(ids)):
             raise DFlashError(f"{path}: '{view.where('target_layer_ids')}' must be sorted and unique, got {list(ids)}")
         if num_target_layers is not None and ids[-1] >= num_target_layers:
@@ -140,16 +145,16 @@ class ZLabDFlash(DrafterFamily):
 
         # Sliding-window attention: per-layer `layer_types` (Qwen3.5/3.6, Gemma-4) or dflash_config.use_swa.
         layer_types = view.get("layer_types")
-        window = view.int("swa_window_size") or view.int("sliding_window")
+        window = view.int("swa_window_size", maximum=bounds.I32_MAX) or view.int("sliding_window", maximum=bounds.I32_MAX)
         pattern: tuple[bool, ...] | None = None
         if view.bool("use_swa"):
             pattern = (True,) * n_layers
         elif layer_types is not None:
             if not isinstance(layer_types, list) or len(layer_types) != n_layers:
                 raise DFlashError(
-                    f"{path}: 'layer_types' must list one entry per layer ({n_layers}), got {layer_types!r}"
+                    f"{path}: 'layer_types' must list one entry per layer ({n_layers}), got {bounds.quote(layer_types)}"
                 )
-            unknown = sorted({t for t in layer_types if t not in ("sliding_attention", "full_attention")})
+            unknown = sorted({bounds.quote(t) for t in layer_types if t not in ("sliding_attention", "full_attention")})
             if unknown:
                 raise DFlashError(
                     f"{path}: 'layer_types' has unknown entries {unknown} (expected sliding_attention / full_attention)"
@@ -172,6 +177,8 @@ class ZLabDFlash(DrafterFamily):
             softcap = None  # the reference treats <= 0 as "no softcap"
         prf = partial_rotary_factor_of(view)
         rope_dims = None
+        if prf is not None and not 0 < prf <= 1:
+            raise DFlashError(f"{path}: 'partial_rotary_factor' must lie in (0, 1], got {prf!r}")
         if prf is not None and prf != 1.0:
             rope_dims = int(head_dim * prf)
 
@@ -211,7 +218,7 @@ class ZLabDFlash(DrafterFamily):
 
     def _conv_fields(self, view: ConfigView, hidden: int, path: str) -> dict[str, int | None]:
         return {
-            key: view.int(key, required=self.requires_conv, minimum=1)
+            key: view.int(key, required=self.requires_conv, minimum=1, maximum=bounds.MAX_WIDTH)
             for key in ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
         }
 

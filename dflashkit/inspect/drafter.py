@@ -10,12 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from dflashkit.dialects import detect_dialect
+from dflashkit.bounds import escape_name
 from dflashkit.errors import DFlashError
 from dflashkit.inspect.checks import InspectContext, register_check
 from dflashkit.inspect.findings import Finding, error, info, warning
 from dflashkit.drafters import DrafterFile, open_drafter
-from dflashkit.spec import DrafterSpec
-from dflashkit.families import KNOWN_ARCHITECTURES
+from dflashkit.spec import DrafterSpec, read_config_json
+from dflashkit.spec_checks import POSITIVE_FIELDS, size_problems
+from dflashkit.families import FAMILIES, KNOWN_ARCHITECTURES
 from dflashkit.families.tensor_set import tensor_set_problems
 
 MAX_BLOCK_SIZE = 64
@@ -132,10 +134,12 @@ def check_checkpoint(ctx: InspectContext) -> Iterator[Finding]:
         return
     drafter = drafter_of(ctx)
     if drafter is None:
+        yield from _config_refused(ctx)
         return
     if drafter.family is None and drafter.architecture not in KNOWN_ARCHITECTURES:
         yield info("drafter.not_a_drafter", f"{ctx.path}: config architecture '{drafter.architecture}' is not a DFlash drafter")
         return
+    yield from _dtypes_refused(drafter)
     ctx.summary["dialect"] = "hf"
     ctx.summary["tap_convention"] = drafter.tap_convention
     if drafter.spec is None:
@@ -144,8 +148,46 @@ def check_checkpoint(ctx: InspectContext) -> Iterator[Finding]:
     yield from _spec_checks(ctx, drafter, drafter.spec, n_tokens=drafter.spec.vocab_size)
 
 
+#: Tensor dtypes dflash-convert reads (its _SAFETENSORS_FLOAT); any other fails here exactly as it fails there.
+CONVERTIBLE_DTYPES = ("F32", "F16", "BF16", "F64")
+
+
+_DRAFTER_ONLY = ("fc.weight", "hidden_norm.weight")
+
+
+def _config_refused(ctx: InspectContext) -> Iterable[Finding]:
+    """A drafter checkpoint (it has DFlash's own fc / hidden_norm tensors) whose config.json is missing or
+    unreadable is refused by convert: an error here too. Other safetensors directories stay generic."""
+    if ctx.has_errors("safetensors.") or ctx.checkpoint is None:
+        return
+    if not any(f.hf_to_canonical(name) in _DRAFTER_ONLY for f in FAMILIES for name in ctx.checkpoint.tensors):
+        return
+    try:
+        read_config_json(ctx.path)
+    except DFlashError as exc:
+        yield error("drafter.config_invalid", f"{exc} (dflash-convert refuses this checkpoint)")
+
+
+def _dtypes_refused(drafter: DrafterFile) -> Iterable[Finding]:
+    for ref in drafter.tensors.values():
+        if ref.type_name not in CONVERTIBLE_DTYPES:
+            yield error(
+                "drafter.dtype",
+                f"{drafter.path}: tensor '{escape_name(ref.name)}' has dtype {ref.type_name}; drafter weights must be "
+                f"{', '.join(CONVERTIBLE_DTYPES)} (dflash-convert refuses it)",
+            )
+            return
+
+
 def _spec_checks(ctx: InspectContext, drafter: DrafterFile, spec: DrafterSpec, *, n_tokens: int | None) -> Iterable[Finding]:
     path = ctx.path
+    # zero sizes (the block size has its own finding below): named as convert and parity name them;
+    # nothing below is meaningful for them (shapes, tap widths divide by these)
+    sizes = size_problems(spec, tuple(f for f in POSITIVE_FIELDS if f != "block_size"))
+    for problem in sizes:
+        yield error("drafter.sizes", f"{path}: {problem}")
+    if sizes:
+        return
     ids = list(spec.target_layer_ids)
     ctx.summary["target_layer_ids"] = ids
     if ids != sorted(set(ids)) or any(i < 0 for i in ids):

@@ -118,7 +118,7 @@ def _read_json(path: Path) -> dict[str, Any] | None:
         if path.is_file():
             data = read_json(path, max_bytes=50_000_000 - 1)
             return data if isinstance(data, dict) else None
-    except (OSError, DFlashError):
+    except (OSError, DFlashError):  # read_json names JSONDecodeError, 10,000 digits, deep nesting as DFlashError
         return None
     return None
 

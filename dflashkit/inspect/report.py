@@ -7,10 +7,10 @@ text, Markdown and HTML are rendered by ``reporting.Report`` like every other co
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from dflashkit.bounds import dumps
 from dflashkit.inspect.findings import Finding, Severity
 from dflashkit.reporting import Column, Field, Report, Table, human_size
 
@@ -105,7 +105,7 @@ class InspectReport:
 
     def to_json(self, indent: int | None = 2) -> str:
         # default=str: values may carry paths or enums; never let serialisation crash a report.
-        return json.dumps(self.to_dict(), indent=indent, default=str, ensure_ascii=False)
+        return dumps(self.to_dict(), indent=indent, default=str, ensure_ascii=False)  # strict JSON: NaN -> null
 
     def status(self) -> str:
         """The one-line verdict: counts and exit code."""

@@ -23,6 +23,7 @@ import mmap
 import os
 import stat
 import struct
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -39,6 +40,7 @@ __all__ = [
     "GGUFValueType",
     "GGMLQuantizationType",
     "KV",
+    "NumericArray",
     "TensorInfo",
     "open_gguf",
     "tensor_nbytes",
@@ -95,6 +97,48 @@ _GGML_NUMPY_DTYPES: dict[GGMLQuantizationType, np.dtype] = {
 _FIX_REDOWNLOAD = "re-download or re-convert the file"
 
 
+class NumericArray(Sequence):
+    """A GGUF numeric array, held as one read-only numpy copy of its bytes.
+
+    As Python ints / floats the same values cost ~10-18x their bytes (a 100 MB array would take
+    1-2 GB): this reads like a list of Python numbers (``len``, indexing, iteration, ``==`` with a list,
+    ``tolist()``) and converts only what is asked for.
+    """
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray) -> None:
+        array.flags.writeable = False
+        self.array = array
+
+    def __len__(self) -> int:
+        return int(self.array.shape[0])
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return self.array[index].tolist()
+        return self.array[index].item()
+
+    def __iter__(self) -> Iterator[Any]:
+        for start in range(0, len(self), 4096):  # bounded chunks, never the whole list at once
+            yield from self.array[start : start + 4096].tolist()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, NumericArray):
+            return self.array.shape == other.array.shape and bool(np.array_equal(self.array, other.array))
+        if isinstance(other, (list, tuple)):
+            return len(other) == len(self) and self.tolist() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def tolist(self) -> list[Any]:
+        return self.array.tolist()
+
+    def __repr__(self) -> str:
+        return repr(self.tolist()) if len(self) <= 16 else f"[{len(self)} x {self.array.dtype}]"
+
+
 class GGUFFormatError(FormatError):
     """A GGUF file is malformed. See `dflashkit.errors.FormatError`."""
 
@@ -103,7 +147,7 @@ class GGUFFormatError(FormatError):
 class KV:
     key: str
     type: GGUFValueType
-    value: Any  # int/float/bool/str, or a list for ARRAY (element type in sub_type)
+    value: Any  # int/float/bool/str; ARRAY: a list (strings, arrays) or a NumericArray (element type in sub_type)
     sub_type: GGUFValueType | None = None
 
 
@@ -318,13 +362,13 @@ class _Parser:
             if depth >= MAX_ARRAY_NESTING:
                 self.fatal("gguf.kv_type", f"{what} nests arrays deeper than {MAX_ARRAY_NESTING} levels")
             return [self.array(what, depth + 1)[0] for _ in range(n)], sub
-        # Numeric arrays: one bounded copy, converted in C (tolist keeps no reference to the map).
+        # Numeric arrays: one bounded copy of the bytes (no reference to the map), read lazily.
         nbytes = n * _SCALAR_STRUCTS[sub].size
         chunk = self.buf[self.pos : self.pos + nbytes]
         self.pos += nbytes
         if sub is GGUFValueType.BOOL:
-            return (np.frombuffer(chunk, dtype=np.uint8) != 0).tolist(), sub
-        return np.frombuffer(chunk, dtype="<" + _SCALAR_FORMATS[sub]).tolist(), sub
+            return NumericArray(np.frombuffer(chunk, dtype=np.uint8) != 0), sub  # type: ignore[return-value]
+        return NumericArray(np.frombuffer(chunk, dtype="<" + _SCALAR_FORMATS[sub]).copy()), sub  # type: ignore[return-value]
 
     def string_array(self, n: int, what: str) -> list[str]:
         # Hot loop for tokenizer vocabularies and merges (~150k entries): locals only, no method calls.

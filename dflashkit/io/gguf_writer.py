@@ -23,6 +23,7 @@ from tqdm import tqdm
 from ..codecs import tensor_nbytes
 from ..errors import DFlashError, UsageError
 from ..files import atomic_output, check_output
+from .gguf_reader import NumericArray
 
 #: Key for the quantization format version llama.cpp writes with quantized files.
 QUANTIZATION_VERSION = 2
@@ -55,6 +56,21 @@ class TensorToWrite:
         return tensor_nbytes(self.ggml_type, self.shape)
 
 
+class _Writer(GGUFWriter):
+    """gguf-py's writer, except that an empty array (legal GGUF, which llama.cpp reads and a file we copy
+    may carry) is packed as its element type and a zero count instead of raising."""
+
+    def _pack_val(self, val, vtype, add_vtype, sub_type=None):  # type: ignore[no-untyped-def,override]
+        if vtype == GGUFValueType.ARRAY and isinstance(val, Sequence) and len(val) == 0 and sub_type is not None:
+            return (self._pack("I", vtype) if add_vtype else b"") + self._pack("I", sub_type) + self._pack("Q", 0)
+        if vtype == GGUFValueType.ARRAY and isinstance(val, NumericArray) and sub_type is not None:
+            # the reader's numpy copy, written as its bytes (element by element it would take minutes)
+            fmt = "<" + self._simple_value_packing[sub_type]
+            head = (self._pack("I", vtype) if add_vtype else b"") + self._pack("I", sub_type) + self._pack("Q", len(val))
+            return head + np.asarray(val.array, dtype=np.dtype(fmt)).tobytes()
+        return super()._pack_val(val, vtype, add_vtype, sub_type)
+
+
 def check_output_path(out: str | os.PathLike, *, force: bool, inputs: Sequence[str | os.PathLike] = ()) -> Path:
     """Validate a GGUF output path before any work: a ``.gguf`` name, then `files.check_output`
     (no overwrite without --force; never one of the files the inputs stand for)."""
@@ -76,7 +92,7 @@ def write_gguf(
 ) -> int:
     """Write a GGUF atomically (`files.atomic_output`). Returns the file size in bytes."""
     out = Path(out)
-    writer = GGUFWriter(path=None, arch=arch)
+    writer = _Writer(path=None, arch=arch)
     if alignment != 32:
         writer.add_custom_alignment(alignment)
     for entry in metadata:

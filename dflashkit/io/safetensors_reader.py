@@ -280,7 +280,7 @@ def _parse_entry(path: Path, name: str, entry: Any, data_start: int, out: _Colle
         expected = f"{bits / 8:g}"
         out.problem(
             path, "safetensors.data_offsets",
-            f"{what} data_offsets [{begin}, {end}) span {end - begin} bytes but shape {shape} x {dtype} needs {expected}",
+            f"{what} data_offsets [{begin}, {end}) span {end - begin} bytes but shape {_short(shape)} x {dtype} needs {expected}",
             tensor=name, begin=begin, end=end, expected_nbytes=bits / 8, shape=list(shape), dtype=dtype,
         )
         return None
@@ -351,7 +351,7 @@ def _read_index(index: Path, out: _Collector) -> tuple[dict[str, str], list[Path
     shards: list[Path] = []
     for shard in sorted(set(weight_map.values())):
         # A shard name must be a plain file name: never follow the index out of its directory.
-        if not shard or shard != os.path.basename(shard) or shard in (".", ".."):
+        if not shard or shard != os.path.basename(shard) or shard in (".", "..") or "\x00" in shard:
             out.problem(index, "safetensors.index_shard_path", f"shard name {_short(shard)} is not a plain file name in the checkpoint directory", shard=_short(shard))
             continue
         shards.append(index.parent / shard)

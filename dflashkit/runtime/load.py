@@ -20,6 +20,7 @@ import torch
 from ..codecs import to_float32
 from ..errors import DFlashError, UsageError
 from ..drafters import DrafterFile, open_drafter
+from ..spec_checks import check_runnable
 from ..spec import DrafterSpec
 from ..families import expected_tensors, family_for_spec
 from .dflash import DFlashDraftModel, Embedding, Linear, RMSNorm, TargetHead
@@ -121,6 +122,7 @@ def load_drafter(
     dev, dt = resolve_device(device), resolve_dtype(dtype)
     with open_drafter(path) as f:
         spec = f.require_spec()
+        check_runnable(spec, f.tensors, f.path)  # same rules as convert, and shapes before allocating
         model = model_class(spec)(spec)
         quantized = keep_quantized and kernels_available()
         notes = reference_notes(spec)

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple, Sequence
 
 import torch
 
-from ..errors import UsageError
+from ..errors import DFlashError, UsageError
 from .dflash import DFlashDraftModel, TargetHead, sample_probs, sampling_probs
 from .dflash2 import DFlash2DraftModel
 from .target import HFTarget, extract_context_feature
@@ -212,8 +212,8 @@ def check_pair(model: DFlashDraftModel, target: HFTarget, head: TargetHead, wher
     if spec.mask_token_id is None or not 0 <= spec.mask_token_id < head.vocab_size:
         raise UsageError(f"{where}: mask_token_id {spec.mask_token_id} is not a token of target {target.path} "
                          f"(vocab {head.vocab_size}) — set it in the drafter's config (dflash_config.mask_token_id)")
-    if spec.block_size < 2:
-        raise UsageError(f"{where}: block_size {spec.block_size} drafts nothing (needs at least 2)")
+    if spec.block_size < 2:  # a property of the file, not of the command line: exit 1
+        raise DFlashError(f"{where}: block_size {spec.block_size} drafts nothing (needs at least 2)")
 
 
 @torch.inference_mode()

@@ -58,9 +58,18 @@ class HFTarget:
         if not (self.path / "config.json").is_file():
             raise DFlashError(f"target {self.path}: not an HF model directory (no config.json)")
         self.device, self.dtype = resolve_device(device), resolve_dtype(dtype)
+        if not any(self.path.glob("*.safetensors")):
+            pickles = sorted(p.name for p in self.path.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt"))
+            what = f"only pickle weights ({self.path / pickles[0]})" if pickles else "no *.safetensors weights"
+            raise DFlashError(
+                f"target {self.path}: {what} — dflashkit loads safetensors only and never unpickles; "
+                "convert the weights with save_pretrained(..., safe_serialization=True)"
+            )
         try:
             with _quiet_transformers():
-                self.model = AutoModelForCausalLM.from_pretrained(self.path, dtype=self.dtype).to(self.device).eval()
+                self.model = AutoModelForCausalLM.from_pretrained(
+                    self.path, dtype=self.dtype, use_safetensors=True  # never the pickle beside it
+                ).to(self.device).eval()
                 self.tokenizer = AutoTokenizer.from_pretrained(self.path)
         except (OSError, ValueError, KeyError) as exc:
             raise DFlashError(f"target {self.path}: transformers cannot load it ({str(exc).splitlines()[0]})") from None
