@@ -34,6 +34,7 @@ import torch
 from .errors import DFlashError, UsageError
 from .reporting import Column, Field, Notes, Report, Table
 from .runtime import DFlashDraftModel, HFTarget, LoadInfo, TargetHead, load_drafter, load_target_head
+from .runtime.load import VERIFY_MODE
 from .runtime.target import DEFAULT_PROMPT, GreedyStream
 
 EXIT_OK = 0
@@ -520,7 +521,7 @@ def _side_meta(info: LoadInfo, model: DFlashDraftModel) -> dict[str, Any]:
     s = model.spec
     return {
         "path": info.path, "kind": info.kind, "dialect": info.dialect, "architecture": info.architecture,
-        "tensor_types": info.tensor_types, "matmul": info.matmul, "target_layer_ids": list(s.target_layer_ids),
+        "family": info.family_name, "tensor_types": info.tensor_types, "matmul": info.matmul, "target_layer_ids": list(s.target_layer_ids),
         "mask_token_id": s.mask_token_id, "embedding_scale": s.embedding_scale, "logit_scale": s.logit_scale,
         "final_logit_softcapping": s.final_logit_softcapping,
     }
@@ -574,6 +575,8 @@ def _build_report(r: ParityResult, threshold_top1: float | None, threshold_kl: f
     summary = [
         Field("reference", _form(r.reference), key="reference"),
         Field("candidate", _form(r.candidate), key="candidate"),
+        Field("family", " / ".join(dict.fromkeys((r.reference.family_name, r.candidate.family_name))), key="family"),
+        Field("verification", VERIFY_MODE, key="verification"),
         Field("inputs", MODES[r.mode], key="mode_text"),
         Field("mode", r.mode, key="mode"),
         Field("target", r.target, key="target"),

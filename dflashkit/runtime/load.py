@@ -75,13 +75,25 @@ class LoadInfo:
     device: str
     dtype: str
     notes: list[str] = field(default_factory=list)
+    family: str = ""  # e.g. "z-lab DFlash", "speculators DSpark" (reports name it)
+
+    @property
+    def family_name(self) -> str:
+        return self.family or FAMILY_NAMES.get(self.architecture, self.architecture)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "path": self.path, "kind": self.kind, "dialect": self.dialect, "architecture": self.architecture,
-            "tensor_types": self.tensor_types, "matmul": self.matmul, "device": self.device, "dtype": self.dtype,
-            "notes": self.notes,
+            "family": self.family_name, "tensor_types": self.tensor_types, "matmul": self.matmul,
+            "device": self.device, "dtype": self.dtype, "notes": self.notes,
         }
+
+
+#: The family a report names for a z-lab architecture (other layouts set ``LoadInfo.family`` themselves).
+FAMILY_NAMES = {"DFlashDraftModel": "z-lab DFlash", "DFlash2DraftModel": "z-lab DFlash 2"}
+#: How every dflashkit runtime verifies a draft (reports say it: tree-verify numbers are not chain τ).
+VERIFY_MODE = ("chain verify (one draft path per round, longest accepted prefix + bonus token; not tree "
+               "verification such as Luce DDTree, whose numbers are not chain τ)")
 
 
 def model_class(spec: DrafterSpec) -> type[DFlashDraftModel]:
