@@ -446,7 +446,7 @@ def run_acceptance(
             results.append(r)
             say(f"drafter {n}/{len(drafters)}: prompt {i + 1}/{len(prompt_ids)} ({prompt_list[i].id}): "
                 f"τ {r.tau:.2f} over {r.rounds} round(s)")
-        runs.append(DrafterRun(str(path), model.load_info, model.block_size, results))  # type: ignore[arg-type]
+        runs.append(DrafterRun(str(path), model.load_info, model.draft_tokens + 1, results))  # verify width  # type: ignore[arg-type]
         del model  # free it before the next one loads
     return AcceptResult(
         target=str(runner.path), prompts=prompt_list, prompt_source=source, prompt_ids=prompt_ids, drafters=runs,

@@ -23,6 +23,7 @@ from ..spec import DrafterSpec
 from ..tensors import expected_tensors
 from .dflash import DFlashDraftModel, Embedding, Linear, RMSNorm, TargetHead
 from .dflash2 import DFlash2DraftModel
+from .zoo import is_zoo_checkpoint, load_hf_zoo
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _DTYPE_ALIASES = {"f32": "float32", "fp32": "float32", "bf16": "bfloat16", "f16": "float16", "fp16": "float16", "half": "float16"}
@@ -122,6 +123,8 @@ def load_drafter(
 ) -> DFlashDraftModel:
     """A ready-to-run drafter (eval mode) from an HF dir or a GGUF; ``model.load_info`` says how."""
     dev, dt = resolve_device(device), resolve_dtype(dtype)
+    if is_zoo_checkpoint(path):  # speculators layouts: read through runtime.config (runtime/zoo.py)
+        return _load_zoo(path, dev, dt)
     with open_drafter(path) as f:
         spec = f.require_spec()
         model = model_class(spec)(spec)
@@ -153,6 +156,17 @@ def load_drafter(
         )
     model.load_info = info  # type: ignore[attr-defined]
     return model.eval()
+
+
+def _load_zoo(path: str | os.PathLike, dev: torch.device, dt: torch.dtype) -> DFlashDraftModel:
+    model, types = load_hf_zoo(path, device=dev, dtype=dt)
+    cfg = model.spec
+    model.load_info = LoadInfo(  # type: ignore[attr-defined]
+        path=str(path), kind="hf", dialect=None, architecture=cfg.architecture, tensor_types=types,
+        matmul=f"dense {_dtype_name(dt)}", device=str(dev), dtype=_dtype_name(dt), notes=reference_notes(cfg),
+        family=cfg.label,  # type: ignore[attr-defined]
+    )
+    return model
 
 
 def _kernel_types() -> frozenset[Any]:

@@ -1,0 +1,220 @@
+"""What the runtime needs to know about a drafter of any family: `RuntimeConfig`.
+
+`RuntimeConfig` is a `DrafterSpec` (every field the z-lab families use, same names) plus the fields the
+rest of the zoo adds — vLLM ``speculators`` DFlash / DFlash 2 / DSpark, SpecForge DSpark, z-lab variants:
+
+- ``family`` (dflash / dflash2 / dspark) and ``layout`` (z-lab / speculators / specforge);
+- ``sample_from_anchor``: slot 0 of the block predicts too (block_size draft tokens) or is only the
+  anchor (block_size − 1);
+- ``own_lm_head`` / ``draft_vocab_size`` and a ``d2t`` tensor: a drafter head of its own, whose rows map
+  to target ids through ``d2t`` (absolute target ids, as llama.cpp stores them);
+- DSpark heads: ``markov_rank``, ``markov_head_type`` (``vanilla`` only runs), ``confidence_head``,
+  ``confidence_head_with_markov``;
+- ``hidden_act`` (silu, gelu, gelu_pytorch_tanh), ``rope_scaling`` (linear / yarn, transformers'
+  ``rope_parameters`` keys), ``rope_interleaved`` (a ``rope_is_neox_style: false`` checkpoint in its HF
+  layout; a converted GGUF is already NeoX-permuted and leaves it false), ``attention_sinks``;
+- ``window_from_anchor`` / ``sliding_window_non_causal``: speculators' sliding-window mask (the window is
+  counted back from the anchor; the block is bidirectional unless the layer is causal).
+
+Two entry points: `runtime_config_from_hf` reads an HF ``config.json`` of any layout, and
+`runtime_config_from_spec` lifts a `DrafterSpec` (what ``dflashkit.io`` reads from a GGUF) and the
+extra fields the converter side knows. The converters own the zoo's *file* semantics; this module only
+says what the runtime computes with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+from ..errors import DFlashError
+from ..spec import ARCH_DFLASH, ARCH_DFLASH2, DrafterSpec, spec_from_hf_config
+
+FAMILIES = ("dflash", "dflash2", "dspark")
+LAYOUTS = ("z-lab", "speculators", "specforge")
+HIDDEN_ACTS = ("silu", "gelu", "gelu_pytorch_tanh")
+ROPE_TYPES = ("default", "linear", "yarn")
+#: What reports call each (layout, family).
+FAMILY_LABELS = {
+    ("z-lab", "dflash"): "z-lab DFlash", ("z-lab", "dflash2"): "z-lab DFlash 2",
+    ("speculators", "dflash"): "speculators DFlash", ("speculators", "dflash2"): "speculators DFlash 2",
+    ("speculators", "dspark"): "speculators DSpark", ("specforge", "dspark"): "SpecForge DSpark",
+    ("z-lab", "dspark"): "DSpark",
+}
+
+
+@dataclass(frozen=True, eq=False)
+class RuntimeConfig(DrafterSpec):
+    """A `DrafterSpec` plus what the runtime needs for the whole zoo (defaults = z-lab DFlash behaviour)."""
+
+    family: str = "dflash"
+    layout: str = "z-lab"
+    sample_from_anchor: bool = False
+    own_lm_head: bool = False
+    draft_vocab_size: int | None = None  # rows of the own lm_head (None: the target's vocabulary)
+    markov_rank: int = 0
+    markov_head_type: str | None = None
+    confidence_head: bool = False
+    confidence_head_with_markov: bool = True
+    hidden_act: str = "silu"
+    rope_scaling: Mapping[str, Any] | None = None  # {"rope_type": "yarn"|"linear", "factor", ...}
+    rope_interleaved: bool = False
+    attention_sinks: bool = False
+    window_from_anchor: bool = False
+    sliding_window_non_causal: bool = False
+
+    @property
+    def is_dflash2(self) -> bool:
+        return self.family == "dflash2"
+
+    @property
+    def label(self) -> str:
+        return FAMILY_LABELS.get((self.layout, self.family), f"{self.layout} {self.family}")
+
+    @property
+    def first_draft_slot(self) -> int:
+        """Block slot of the first prediction: 0 with sample_from_anchor, else 1 (slot 0 is the anchor)."""
+        return 0 if self.sample_from_anchor else 1
+
+    @property
+    def draft_tokens(self) -> int:
+        """Draft tokens per round: block_size with sample_from_anchor, block_size − 1 without."""
+        return self.block_size - self.first_draft_slot
+
+
+def runtime_config_from_spec(spec: DrafterSpec, **extra: Any) -> RuntimeConfig:
+    """A `DrafterSpec` (e.g. from a GGUF) with the zoo fields in ``extra`` (names of `RuntimeConfig`)."""
+    base = {f.name: getattr(spec, f.name) for f in fields(DrafterSpec)}
+    if isinstance(spec, RuntimeConfig):
+        base.update({f.name: getattr(spec, f.name) for f in fields(RuntimeConfig)})
+    else:
+        base["family"] = "dflash2" if spec.architecture == ARCH_DFLASH2 else "dflash"
+    unknown = sorted(set(extra) - {f.name for f in fields(RuntimeConfig)})
+    if unknown:
+        raise TypeError(f"runtime_config_from_spec: unknown field(s) {unknown}")
+    base.update(extra)
+    return _checked(RuntimeConfig(**base), "drafter")
+
+
+def runtime_config_from_hf(config: Mapping[str, Any], path: str = "config.json") -> RuntimeConfig:
+    """Any HF drafter ``config.json``: z-lab (+ its variants) or vLLM ``speculators`` (dflash / dflash2 / dspark).
+
+    A speculators config is told by ``speculators_model_type`` + ``transformer_layer_config`` (its
+    ``architectures`` holds the same class names as z-lab's); its hparams are nested and its taps
+    (``aux_hidden_state_layer_ids``) count the embedding output as 0, so HF ids are those − 1.
+    """
+    if not isinstance(config, Mapping):
+        raise DFlashError(f"{path}: expected a JSON object at the top level")
+    if "speculators_model_type" in config:
+        return _from_speculators(config, path)
+    spec = spec_from_hf_config(config, path)
+    return _checked(runtime_config_from_spec(spec, **_variant_fields(config, _nested(config), path)), path)
+
+
+def _nested(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    nested = config.get("dflash_config")
+    return nested if isinstance(nested, Mapping) else {}
+
+
+def _variant_fields(layer: Mapping[str, Any], top: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """hidden_act, RoPE scaling and layout, shared by every layout (``layer``: where the Qwen3 keys sit)."""
+    out: dict[str, Any] = {}
+    act = top.get("hidden_act", layer.get("hidden_act"))
+    if act is not None:
+        out["hidden_act"] = act
+    neox = top.get("rope_is_neox_style", layer.get("rope_is_neox_style"))
+    if neox is not None:
+        if not isinstance(neox, bool):
+            raise DFlashError(f"{path}: 'rope_is_neox_style' must be true or false, got {neox!r}")
+        out["rope_interleaved"] = not neox
+    scaling = _rope_scaling(layer, path)
+    if scaling is not None:
+        out["rope_scaling"] = scaling
+    return out
+
+
+def _rope_scaling(layer: Mapping[str, Any], path: str) -> dict[str, Any] | None:
+    """transformers-5 ``rope_parameters`` or transformers-4 ``rope_scaling`` (``type`` or ``rope_type``)."""
+    for key in ("rope_parameters", "rope_scaling"):
+        params = layer.get(key)
+        if not isinstance(params, Mapping):
+            continue
+        kind = params.get("rope_type", params.get("type"))
+        if kind in (None, "default"):
+            continue
+        if kind not in ROPE_TYPES:
+            raise DFlashError(f"{path}: {key}.rope_type '{kind}' is not supported by the runtime "
+                              f"(one of {', '.join(ROPE_TYPES)})")
+        out = {k: v for k, v in params.items() if k not in ("type", "rope_theta")}
+        out["rope_type"] = kind
+        if not isinstance(out.get("factor"), (int, float)) or isinstance(out.get("factor"), bool) or out["factor"] <= 0:
+            raise DFlashError(f"{path}: {key}.factor must be a positive number for rope_type {kind}")
+        if kind == "yarn" and not isinstance(out.get("original_max_position_embeddings"), int):
+            raise DFlashError(f"{path}: {key}.original_max_position_embeddings (an integer) is required for yarn")
+        return out
+    return None
+
+
+def _from_speculators(config: Mapping[str, Any], path: str) -> RuntimeConfig:
+    kind = config.get("speculators_model_type")
+    if kind not in FAMILIES:
+        raise DFlashError(f"{path}: speculators_model_type '{kind}' is not a DFlash-family drafter "
+                          f"(one of {', '.join(FAMILIES)})")
+    layer = config.get("transformer_layer_config")
+    if not isinstance(layer, Mapping):
+        raise DFlashError(f"{path}: speculators config without a 'transformer_layer_config' object — it holds the "
+                          "drafter's hidden_size, layers and heads")
+    aux = config.get("aux_hidden_state_layer_ids")
+    if not isinstance(aux, list) or not aux or not all(isinstance(i, int) and not isinstance(i, bool) for i in aux):
+        raise DFlashError(f"{path}: 'aux_hidden_state_layer_ids' must be a non-empty list of integers, got {aux!r}")
+    if any(i < 1 for i in aux):
+        raise DFlashError(f"{path}: 'aux_hidden_state_layer_ids' counts the embedding output as 0, so every tap is "
+                          f">= 1; got {aux}")
+    nested = {"target_layer_ids": [i - 1 for i in aux], "block_size": config.get("block_size", 8),
+              "mask_token_id": config.get("mask_token_id")}
+    if kind == "dflash2":  # speculators' DFlash2SpeculatorConfig defaults
+        for key, default in (("conv_kernel_size", 2), ("conv_group_size", 16), ("selector_rank", 256),
+                             ("selector_top_k", 16)):
+            nested[key] = config.get(key, default)
+    flat = {k: v for k, v in layer.items() if k not in ("architectures", "dflash_config", "is_causal", "causal")}
+    flat["architectures"] = [ARCH_DFLASH2 if kind == "dflash2" else ARCH_DFLASH]
+    flat["dflash_config"] = nested
+    spec = spec_from_hf_config(flat, path)
+    target_vocab = spec.vocab_size
+    draft_vocab = config.get("draft_vocab_size", 32000)
+    if not isinstance(draft_vocab, int) or isinstance(draft_vocab, bool) or draft_vocab < 1:
+        raise DFlashError(f"{path}: 'draft_vocab_size' must be a positive integer, got {draft_vocab!r}")
+    default_anchor = kind == "dspark"
+    sample_from_anchor = config.get("sample_from_anchor", default_anchor)
+    extra: dict[str, Any] = dict(
+        family=kind, layout="speculators", sample_from_anchor=bool(sample_from_anchor),
+        own_lm_head=draft_vocab != target_vocab, draft_vocab_size=draft_vocab,
+        window_from_anchor=True,
+        sliding_window_non_causal=bool(config.get("sliding_window_non_causal", kind == "dflash2")),
+        causal=None, **_variant_fields(layer, config, path),
+    )
+    if kind == "dspark":
+        rank = config.get("markov_rank", 256)
+        extra.update(markov_rank=int(rank), markov_head_type=config.get("markov_head_type", "vanilla"),
+                     confidence_head=bool(config.get("enable_confidence_head", True)),
+                     confidence_head_with_markov=bool(config.get("confidence_head_with_markov", True)))
+    return _checked(runtime_config_from_spec(spec, **extra), path)
+
+
+def _checked(cfg: RuntimeConfig, path: str) -> RuntimeConfig:
+    if cfg.family not in FAMILIES:
+        raise DFlashError(f"{path}: unknown drafter family '{cfg.family}' (one of {', '.join(FAMILIES)})")
+    if cfg.hidden_act not in HIDDEN_ACTS:
+        raise DFlashError(f"{path}: hidden_act '{cfg.hidden_act}' is not supported (one of {', '.join(HIDDEN_ACTS)})")
+    if cfg.family == "dspark" and cfg.markov_rank > 0 and cfg.markov_head_type != "vanilla":
+        raise DFlashError(f"{path}: markov_head_type '{cfg.markov_head_type}' is not supported — only 'vanilla' "
+                          "runs (as in llama.cpp)")
+    if cfg.confidence_head and cfg.confidence_head_with_markov and cfg.markov_rank <= 0:
+        raise DFlashError(f"{path}: confidence_head_with_markov needs markov_rank > 0")
+    if cfg.family == "dflash2" and cfg.sample_from_anchor:
+        raise DFlashError(f"{path}: sample_from_anchor must be false for DFlash 2 (speculators requires it)")
+    if cfg.family == "dflash2" and cfg.own_lm_head:
+        raise DFlashError(f"{path}: DFlash 2 needs the full target vocabulary (draft_vocab_size = vocab_size)")
+    if cfg.block_size - (0 if cfg.sample_from_anchor else 1) < 1:
+        raise DFlashError(f"{path}: block_size {cfg.block_size} drafts nothing")
+    return cfg
