@@ -279,3 +279,39 @@ def test_d2t_out_of_range_or_duplicated_is_refused(zoo: dict[str, Path], tmp_pat
         save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
         with pytest.raises(DFlashError, match=message):
             load_drafter(out)
+
+
+def test_greedy_acceptance_reproduces_the_target(zoo: dict[str, Path], targets: dict) -> None:
+    """At temperature 0, dflash-accept's output equals the target's own greedy output for every family
+    (sample_from_anchor drafters verify block_size tokens a round, the others block_size − 1)."""
+    from dflashkit.accept import Prompt, run_acceptance
+    from dflashkit.runtime import HFTarget
+
+    runner = HFTarget(targets[64]["hf"])
+    prompts = [Prompt("a", messages=(("user", "The quick brown fox"),)), Prompt("b", text="def f(x): return")]
+    result = run_acceptance(runner, [zoo[n] for n in FIXTURES], prompts, max_new_tokens=20, warmup=False,
+                            ignore_eos=True)
+    for i, ids in enumerate(result.prompt_ids):
+        with torch.inference_mode():
+            greedy = runner.model.generate(torch.tensor([ids]), max_new_tokens=20, do_sample=False,
+                                           eos_token_id=None)[0, len(ids):].tolist()
+        for d in result.drafters:
+            assert d.runs[i].output_ids == greedy, d.path
+    widths = {Path(d.path).name: d.block_size for d in result.drafters}
+    assert widths == {"dflash": 8, "dflash2": 8, "dspark": 9, "dspark-bonus-anchor": 8}  # anchor + drafts
+    assert max(a for d in result.drafters if Path(d.path).name == "dspark" for a in d.accepted) <= 8
+    families = [row["family"] for row in json.loads(result.report().to_json())["sections"][0]["rows"]]
+    assert families == ["speculators DFlash", "speculators DFlash 2", "speculators DSpark", "speculators DSpark"]
+
+
+def test_sampled_acceptance_runs_every_family(zoo: dict[str, Path], targets: dict) -> None:
+    """Temperature 1: rejection sampling over the d2t-scattered distributions (−inf rows have p = 0)."""
+    from dflashkit.accept import Prompt, run_acceptance
+
+    result = run_acceptance(targets[64]["hf"], [zoo[n] for n in FIXTURES], [Prompt("b", text="def f(x): return")],
+                            max_new_tokens=16, temperature=1.0, warmup=False, ignore_eos=True, seed=3)
+    for d in result.drafters:
+        (run,) = d.runs
+        assert len(run.output_ids) == 16 and all(0 <= t < TARGET_VOCAB for t in run.output_ids)
+        assert all(0 <= a <= d.block_size - 1 for a in run.accepted)
+        assert len(run.output_ids) == 1 + sum(a + 1 for a in run.accepted)
