@@ -111,6 +111,17 @@ def runtime_config_from_hf(config: Mapping[str, Any], path: str = "config.json")
     return _checked(runtime_config_from_spec(spec, **_variant_fields(config, _nested(config), path)), path)
 
 
+def with_hf_variants(spec: DrafterSpec, config: Mapping[str, Any], path: str = "config.json") -> DrafterSpec:
+    """A z-lab `DrafterSpec` read from ``config`` (an HF config.json), lifted to a `RuntimeConfig` when the
+    config uses a variant the spec has no field for (gelu, linear / yarn RoPE, interleaved RoPE);
+    unchanged otherwise."""
+    extra = _variant_fields(config, _nested(config), path)
+    defaults = RuntimeConfig.__dataclass_fields__
+    if all(value == defaults[key].default for key, value in extra.items()):
+        return spec
+    return runtime_config_from_spec(spec, **extra)
+
+
 def _nested(config: Mapping[str, Any]) -> Mapping[str, Any]:
     nested = config.get("dflash_config")
     return nested if isinstance(nested, Mapping) else {}

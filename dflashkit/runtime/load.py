@@ -23,6 +23,7 @@ from ..spec import DrafterSpec
 from ..tensors import expected_tensors
 from .dflash import DFlashDraftModel, Embedding, Linear, RMSNorm, TargetHead
 from .dflash2 import DFlash2DraftModel
+from .config import with_hf_variants
 from .zoo import is_zoo_checkpoint, load_hf_zoo
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -127,6 +128,8 @@ def load_drafter(
         return _load_zoo(path, dev, dt)
     with open_drafter(path) as f:
         spec = f.require_spec()
+        if f.kind == "hf":  # gelu / RoPE scaling / interleaved RoPE: fields DrafterSpec does not carry yet
+            spec = with_hf_variants(spec, f.metadata, str(Path(path) / "config.json"))
         model = model_class(spec)(spec)
         quantized = keep_quantized and kernels_available()
         notes = reference_notes(spec)
@@ -210,10 +213,13 @@ def _fill(model: DFlashDraftModel, f: DrafterFile, dev: torch.device, dt: torch.
     if f.unmapped:
         notes.append(f"ignored {len(f.unmapped)} tensor(s) with no DFlash meaning: {', '.join(f.unmapped[:4])}")
     for canonical, ref in f.tensors.items():
-        if canonical in _UNUSED:
+        if canonical in _UNUSED and getattr(model, canonical.split(".")[0], None) is None:
             notes.append(f"the drafter's own {canonical} is ignored: the reference uses the target's")
             continue
-        module_path, attr = canonical.rsplit(".", 1)
+        if canonical == "d2t":  # absolute target ids (I64), as llama.cpp stores them
+            model.d2t = torch.from_numpy(np.array(f.read_raw(canonical)).astype(np.int64).reshape(-1)).to(dev)
+            continue
+        module_path, _, attr = canonical.rpartition(".")
         try:
             module = model.get_submodule(module_path)
         except AttributeError:
@@ -231,8 +237,8 @@ def _fill(model: DFlashDraftModel, f: DrafterFile, dev: torch.device, dt: torch.
             tensor = torch.from_numpy(np.ascontiguousarray(f.read_f32(canonical))).to(device=dev, dtype=dt)
         if isinstance(module, Linear) and attr == "weight":
             module.set_weight(tensor)
-        elif isinstance(module, (Linear, RMSNorm, Embedding)) or attr == "base_kernel":
-            setattr(module, attr, tensor)
+        elif isinstance(module, (Linear, RMSNorm, Embedding)) or attr in module._buffers:  # base_kernel, sinks, ...
+            setattr(module, attr, tensor.reshape(-1) if attr == "sinks" else tensor)
         else:  # pragma: no cover - every canonical id maps to one of the above
             raise DFlashError(f"{f.path}: tensor '{ref.name}' cannot be loaded into {type(module).__name__}")
     # Norms default to ones, so only the shape check above guards them; everything else must be set.
