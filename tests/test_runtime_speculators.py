@@ -184,10 +184,11 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() - b.double()).abs().max() / b.double().abs().max().clamp_min(1e-30))
 
 
-def run_rounds(name: str, directory: Path, target_dir: Path, anchors: tuple[int, ...]) -> float:
+def run_rounds(name: str, directory: Path, target_dir: Path, anchors: tuple[int, ...],
+               reference_dir: Path | None = None) -> float:
     ours = load_drafter(directory)
     head = load_target_head(target_dir)
-    ref = reference_model(directory)
+    ref = reference_model(reference_dir or directory)
     gen = torch.Generator().manual_seed(11)
     feats = torch.randn(1, anchors[-1] + 16, len(TAPS) * HIDDEN, generator=gen)
     block = ours.block_size
@@ -315,3 +316,62 @@ def test_sampled_acceptance_runs_every_family(zoo: dict[str, Path], targets: dic
         assert len(run.output_ids) == 16 and all(0 <= t < TARGET_VOCAB for t in run.output_ids)
         assert all(0 <= a <= d.block_size - 1 for a in run.accepted)
         assert len(run.output_ids) == 1 + sum(a + 1 for a in run.accepted)
+
+
+def test_parity_runs_on_d2t_and_anchor_drafters(zoo: dict[str, Path], targets: dict) -> None:
+    """dflash-parity on a sample_from_anchor + d2t drafter: all 8 slots compared on the draft rows."""
+    from dflashkit.parity import run_parity
+
+    r = run_parity(zoo["dspark"], zoo["dspark"], target=targets[64]["hf"], rounds=2, weights=False)
+    assert [p for p, _ in r.per_position] == list(range(8))
+    assert r.overall is not None and r.overall.top1 == 1.0 and r.overall.kl_max == 0.0
+    summary = json.loads(r.report().to_json())["summary"]
+    assert summary["family"] == "speculators DSpark" and summary["verification"].startswith("chain verify")
+    with pytest.raises(DFlashError, match="differ in sample_from_anchor"):
+        run_parity(zoo["dspark"], zoo["dspark-bonus-anchor"], target=targets[64]["hf"], weights=False)
+
+
+def as_specforge(src: Path, out: Path, architecture: str) -> Path:
+    """The same DSpark weights in the SpecForge / DeepSpec layout llama.cpp's DSparkModel reads: a z-lab-style
+    config (hparams top level, taps as HF ids in dflash_config, DSpark keys top level), no t2d."""
+    from safetensors.torch import load_file, save_file
+
+    spec_cfg = json.loads((src / "config.json").read_text())
+    config = dict(spec_cfg["transformer_layer_config"])
+    config.update(
+        architectures=[architecture], dflash_config={"target_layer_ids": TAPS, "mask_token_id": MASK, "block_size": 8},
+        markov_rank=spec_cfg["markov_rank"], markov_head_type="vanilla",
+        enable_confidence_head=spec_cfg["enable_confidence_head"],
+        confidence_head_with_markov=spec_cfg["confidence_head_with_markov"],
+        sample_from_anchor=spec_cfg["sample_from_anchor"],
+    )
+    if spec_cfg["draft_vocab_size"] != TARGET_VOCAB:
+        config["draft_vocab_size"] = spec_cfg["draft_vocab_size"]
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps(config))
+    tensors = {k: v for k, v in load_file(str(src / "model.safetensors")).items() if k != "t2d"}
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    return out
+
+
+@pytest.mark.parametrize("name, architecture", [("dspark", "Qwen3DSparkModel"),
+                                                ("dspark-bonus-anchor", "DSparkSpeculator")])
+def test_specforge_layout_equals_speculators(zoo: dict[str, Path], targets: dict, tmp_path: Path, name: str,
+                                             architecture: str) -> None:
+    """SpecForge/DeepSpec DSpark has no installable package: the same weights in its layout must draft what
+    speculators' model drafts from its own checkpoint."""
+    specforge = as_specforge(zoo[name], tmp_path / "specforge", architecture)
+    worst = run_rounds(f"specforge {name}", specforge, targets[64]["hf"], ANCHORS_3, reference_dir=zoo[name])
+    model = load_drafter(specforge)
+    assert (model.spec.layout, model.load_info.family_name) == ("specforge", "SpecForge DSpark")
+    print(f"\nSpecForge layout of {name}, 3 rounds: max relative difference {worst:.3g}")
+
+
+@pytest.mark.parametrize("architecture, message", [
+    ("Gemma4DSparkModel", "Gemma4DSparkModel is a Gemma-4 backbone"),
+    ("DeepseekV4DSparkModel", "DeepseekV4DSparkModel is a DeepSeek-V4 backbone"),
+])
+def test_unsupported_dspark_backbones_are_refused_by_name(tmp_path: Path, architecture: str, message: str) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"architectures": [architecture], "hidden_size": 64}))
+    with pytest.raises(DFlashError, match=message):
+        load_drafter(tmp_path)

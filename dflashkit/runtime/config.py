@@ -96,6 +96,16 @@ def runtime_config_from_spec(spec: DrafterSpec, **extra: Any) -> RuntimeConfig:
     return _checked(RuntimeConfig(**base), "drafter")
 
 
+#: SpecForge / DeepSpec DSpark architectures on a Qwen3-style DFlash backbone (llama.cpp's ``DSparkModel``)
+SPECFORGE_DSPARK = ("DSparkDraftModel", "Qwen3DSparkModel", "DSparkSpeculator", "Lfm2DSparkDraftModel",
+                    "LingDSparkModel")
+#: DSpark architectures whose backbone this runtime does not implement, refused by name
+UNSUPPORTED = {
+    "Gemma4DSparkModel": "a Gemma-4 backbone (k_eq_v attention, sandwich norms, layer scalars)",
+    "DeepseekV4DSparkModel": "a DeepSeek-V4 backbone (hyper-connections, MLA, MoE)",
+}
+
+
 def runtime_config_from_hf(config: Mapping[str, Any], path: str = "config.json") -> RuntimeConfig:
     """Any HF drafter ``config.json``: z-lab (+ its variants) or vLLM ``speculators`` (dflash / dflash2 / dspark).
 
@@ -107,6 +117,12 @@ def runtime_config_from_hf(config: Mapping[str, Any], path: str = "config.json")
         raise DFlashError(f"{path}: expected a JSON object at the top level")
     if "speculators_model_type" in config:
         return _from_speculators(config, path)
+    archs = config.get("architectures") or []
+    arch = archs[0] if isinstance(archs, list) and archs else None
+    if arch in UNSUPPORTED:
+        raise DFlashError(f"{path}: {arch} is {UNSUPPORTED[arch]}, which dflashkit's runtime does not run")
+    if arch in SPECFORGE_DSPARK:
+        return _from_specforge_dspark(config, path)
     spec = spec_from_hf_config(config, path)
     return _checked(runtime_config_from_spec(spec, **_variant_fields(config, _nested(config), path)), path)
 
@@ -209,6 +225,34 @@ def _from_speculators(config: Mapping[str, Any], path: str) -> RuntimeConfig:
         extra.update(markov_rank=int(rank), markov_head_type=config.get("markov_head_type", "vanilla"),
                      confidence_head=bool(config.get("enable_confidence_head", True)),
                      confidence_head_with_markov=bool(config.get("confidence_head_with_markov", True)))
+    return _checked(runtime_config_from_spec(spec, **extra), path)
+
+
+def _from_specforge_dspark(config: Mapping[str, Any], path: str) -> RuntimeConfig:
+    """SpecForge / DeepSpec DSpark: a z-lab-style config (``dflash_config`` first, then top level) with the
+    DSpark keys; ``sample_from_anchor`` defaults to true (llama.cpp's converter), a ``draft_vocab_size``
+    below the target's means an own ``lm_head`` + ``d2t``."""
+    nested = _nested(config)
+
+    def get(key: str, default: Any = None) -> Any:
+        if nested.get(key) is not None:
+            return nested[key]
+        return config.get(key, default)
+
+    arch = (config.get("architectures") or ["?"])[0]
+    flat = dict(config)
+    flat["architectures"] = [ARCH_DFLASH]
+    spec = spec_from_hf_config(flat, path)
+    draft_vocab = get("draft_vocab_size")
+    own = draft_vocab is not None and draft_vocab != spec.vocab_size
+    extra: dict[str, Any] = dict(
+        family="dspark", layout="specforge", architecture=arch, sample_from_anchor=bool(get("sample_from_anchor", True)),
+        own_lm_head=own, draft_vocab_size=draft_vocab if own else None,
+        markov_rank=int(get("markov_rank", 0) or 0), markov_head_type=get("markov_head_type", "vanilla"),
+        confidence_head=bool(get("enable_confidence_head", False)),
+        confidence_head_with_markov=bool(get("confidence_head_with_markov", True)),
+        **_variant_fields(config, nested, path),
+    )
     return _checked(runtime_config_from_spec(spec, **extra), path)
 
 

@@ -8,7 +8,8 @@ Two entry points:
   ``markov_head.markov_w1.weight``, ``confidence_head.proj.bias``, ``layers.0.self_attn.sinks``,
   ``lm_head.weight``) — to float tensors, and ``d2t`` to int64 *absolute* target ids.
 - `load_hf_zoo(directory)`: an HF checkpoint of the layouts ``dflashkit.io`` does not read yet
-  (vLLM ``speculators`` dflash / dflash2 / dspark), straight from config.json + safetensors: nested
+  (vLLM ``speculators`` dflash / dflash2 / dspark, SpecForge / DeepSpec DSpark), straight from
+  config.json + safetensors: nested
   hparams through `runtime_config_from_hf`, ``d2t`` offsets (target id = d2t[i] + i) made absolute and
   checked, verifier-owned tensors (``embed_tokens``, ``verifier_*``, ``t2d``) left out.
 """
@@ -26,7 +27,7 @@ import torch
 from ..errors import DFlashError
 from ..io.drafter import to_float32
 from ..spec import read_config_json
-from .config import RuntimeConfig, runtime_config_from_hf
+from .config import SPECFORGE_DSPARK, UNSUPPORTED, RuntimeConfig, runtime_config_from_hf
 from .dflash import DFlashDraftModel, Embedding, Linear
 from .dflash2 import DFlash2DraftModel
 from .dspark import DSparkDraftModel
@@ -45,14 +46,17 @@ def model_class_for(cfg: RuntimeConfig) -> type[DFlashDraftModel]:
 
 
 def is_zoo_checkpoint(path: str | os.PathLike) -> bool:
-    """An HF directory whose layout only this module reads (a speculators config)."""
+    """An HF directory whose layout only this module reads (speculators, SpecForge DSpark, refused DSparks)."""
     p = Path(path)
     if not (p.is_dir() and (p / "config.json").is_file()):
         return False
     try:
-        return "speculators_model_type" in read_config_json(p)
+        config = read_config_json(p)
     except DFlashError:
         return False
+    archs = config.get("architectures") or []
+    arch = archs[0] if isinstance(archs, list) and archs else None
+    return "speculators_model_type" in config or arch in SPECFORGE_DSPARK or arch in UNSUPPORTED
 
 
 def canonical_name(name: str) -> str:
