@@ -375,3 +375,22 @@ def test_unsupported_dspark_backbones_are_refused_by_name(tmp_path: Path, archit
     (tmp_path / "config.json").write_text(json.dumps({"architectures": [architecture], "hidden_size": 64}))
     with pytest.raises(DFlashError, match=message):
         load_drafter(tmp_path)
+
+
+@pytest.mark.parametrize("layout", ["speculators", "specforge"])
+def test_llama_cpp_dspark_gguf_equals_speculators(zoo: dict[str, Path], targets: dict, tmp_path: Path,
+                                                   layout: str) -> None:
+    """The GGUF llama.cpp's own converter (conversion/qwen.py DSparkModel) writes from the DSpark checkpoint
+    — Markov + confidence heads, d2t (absolute I64), output, sample_from_anchor, linear rope scaling —
+    drafts in our runtime what speculators' model drafts from the HF checkpoint. Skips without llama.cpp's
+    source (DFLASHKIT_LLAMA_CPP_SRC, see tests/llama_cpp_oracle.py)."""
+    from llama_cpp_oracle import run_oracle
+
+    src = zoo["dspark"] if layout == "speculators" else as_specforge(zoo["dspark"], tmp_path / "sf", "Qwen3DSparkModel")
+    gguf_path = run_oracle(src, tmp_path / "dspark.gguf", outtype="f32", target_dir=targets[64]["hf"])
+    worst = run_rounds(f"gguf {layout}", gguf_path, targets[64]["hf"], ANCHORS_3, reference_dir=zoo["dspark"])
+    model = load_drafter(gguf_path)
+    assert (model.spec.family, model.spec.sample_from_anchor, model.spec.markov_rank) == ("dspark", True, 16)
+    assert model.spec.rope_scaling == {"rope_type": "linear", "factor": 2.0}
+    assert not any("ignored" in n for n in model.load_info.notes), model.load_info.notes
+    print(f"\nllama.cpp GGUF of the {layout} DSpark, 3 rounds: max relative difference {worst:.3g}")

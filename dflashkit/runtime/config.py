@@ -273,3 +273,58 @@ def _checked(cfg: RuntimeConfig, path: str) -> RuntimeConfig:
     if cfg.block_size - (0 if cfg.sample_from_anchor else 1) < 1:
         raise DFlashError(f"{path}: block_size {cfg.block_size} drafts nothing")
     return cfg
+
+
+# ---------------------------------------------------------------------------------------------
+# GGUF (llama.cpp's DFlash / DSpark files): the zoo fields from metadata and tensor shapes
+# ---------------------------------------------------------------------------------------------
+
+#: llama.cpp's key for the MLP activation (vendor gguf-py ``Keys.LLM.HIDDEN_ACT``; older gguf wheels lack it)
+HIDDEN_ACT_KEY = "{arch}.hidden_activation"
+
+
+def runtime_config_from_gguf(spec: DrafterSpec, metadata: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]],
+                             arch: str = "dflash", path: str = "drafter.gguf") -> DrafterSpec:
+    """What llama.cpp's loader (``src/models/dflash.cpp``, ``common/speculative.cpp``) reads beyond the spec:
+    a ``markov_w1.weight`` tensor makes a DSpark (rank = its rows in numpy order [n_vocab, rank] → shape[1]),
+    ``conf_proj.weight`` its confidence head, ``d2t`` (absolute ids) an own ``output`` of that many rows,
+    ``dflash.sample_from_anchor`` (missing = true, read for DSpark only), ``{arch}.rope.scaling.*`` and
+    ``{arch}.hidden_activation``, ``blk.N.attn_sinks.weight``. ``shapes``: stored name → numpy shape. A file
+    with none of these keeps its `DrafterSpec` (unchanged)."""
+    import gguf
+
+    def key(template: str) -> str:
+        return template.format(arch=arch)
+
+    extra: dict[str, Any] = {}
+    if "markov_w1.weight" in shapes:
+        rank = int(shapes["markov_w1.weight"][-1])
+        extra.update(family="dspark", layout="specforge", markov_rank=rank, markov_head_type="vanilla")
+        value = metadata.get(f"{arch}.sample_from_anchor")
+        extra["sample_from_anchor"] = True if value is None else bool(value)
+        if "conf_proj.weight" in shapes:
+            width = int(shapes["conf_proj.weight"][-1])
+            extra.update(confidence_head=True, confidence_head_with_markov=width == spec.hidden_size + rank)
+    if "d2t" in shapes:
+        extra.update(own_lm_head=True, draft_vocab_size=int(shapes["d2t"][0]))
+    if any(name.endswith(".attn_sinks.weight") for name in shapes):
+        extra["attention_sinks"] = True
+    act = metadata.get(key(HIDDEN_ACT_KEY))
+    if act is not None:
+        extra["hidden_act"] = str(act)
+    kind = metadata.get(key(gguf.Keys.Rope.SCALING_TYPE))
+    if kind not in (None, "none"):
+        scaling: dict[str, Any] = {"rope_type": str(kind), "factor": float(metadata[key(gguf.Keys.Rope.SCALING_FACTOR)])}
+        for template, name in ((gguf.Keys.Rope.SCALING_ORIG_CTX_LEN, "original_max_position_embeddings"),
+                               (gguf.Keys.Rope.SCALING_YARN_EXT_FACTOR, "extrapolation_factor"),
+                               (gguf.Keys.Rope.SCALING_YARN_ATTN_FACTOR, "attention_factor"),
+                               (gguf.Keys.Rope.SCALING_YARN_BETA_FAST, "beta_fast"),
+                               (gguf.Keys.Rope.SCALING_YARN_BETA_SLOW, "beta_slow")):
+            if metadata.get(key(template)) is not None:
+                scaling[name] = metadata[key(template)]
+        if scaling["rope_type"] not in ROPE_TYPES:
+            raise DFlashError(f"{path}: rope scaling type '{kind}' is not supported by the runtime")
+        extra["rope_scaling"] = scaling
+    if not extra:
+        return spec
+    return _checked(runtime_config_from_spec(spec, **extra), path)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -23,8 +23,8 @@ from ..spec import DrafterSpec
 from ..tensors import expected_tensors
 from .dflash import DFlashDraftModel, Embedding, Linear, RMSNorm, TargetHead
 from .dflash2 import DFlash2DraftModel
-from .config import with_hf_variants
-from .zoo import is_zoo_checkpoint, load_hf_zoo
+from .config import RuntimeConfig, runtime_config_from_gguf, with_hf_variants
+from .zoo import assign_tensors, gguf_zoo_canonical, gguf_zoo_tensors, is_zoo_checkpoint, load_hf_zoo, model_class_for
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _DTYPE_ALIASES = {"f32": "float32", "fp32": "float32", "bf16": "bfloat16", "f16": "float16", "fp16": "float16", "half": "float16"}
@@ -128,14 +128,18 @@ def load_drafter(
         return _load_zoo(path, dev, dt)
     with open_drafter(path) as f:
         spec = f.require_spec()
+        extras: dict[str, torch.Tensor] = {}
         if f.kind == "hf":  # gelu / RoPE scaling / interleaved RoPE: fields DrafterSpec does not carry yet
             spec = with_hf_variants(spec, f.metadata, str(Path(path) / "config.json"))
-        model = model_class(spec)(spec)
+        elif any(gguf_zoo_canonical(n) for n in f.unmapped):  # DSpark heads, d2t, sinks (io maps them later)
+            shapes, extras = gguf_zoo_tensors(path, list(f.unmapped))
+            spec = runtime_config_from_gguf(spec, f.metadata, shapes, arch=f.architecture, path=str(path))
+        model = (model_class_for(spec) if isinstance(spec, RuntimeConfig) else model_class(spec))(spec)
         quantized = keep_quantized and kernels_available()
         notes = reference_notes(spec)
         if keep_quantized and not quantized:
             notes.append("--keep-quantized: dflashkit.kernels is not available; weights were dequantized")
-        _fill(model, f, dev, dt, quantized, notes)
+        _fill(model, f, dev, dt, quantized, notes, extras)
         types: dict[str, int] = {}
         for ref in f.tensors.values():
             types[ref.type_name] = types.get(ref.type_name, 0) + 1
@@ -203,15 +207,17 @@ def _dtype_name(dt: torch.dtype) -> str:
     return next(k for k, v in DTYPES.items() if v == dt)
 
 
-def _fill(model: DFlashDraftModel, f: DrafterFile, dev: torch.device, dt: torch.dtype, quantized: bool, notes: list[str]) -> None:
+def _fill(model: DFlashDraftModel, f: DrafterFile, dev: torch.device, dt: torch.dtype, quantized: bool, notes: list[str],
+          extras: Mapping[str, torch.Tensor] | None = None) -> None:
     spec = model.spec
     expected = expected_tensors(spec, vocab_size=spec.vocab_size)
     missing = [n for n in expected if n not in f.tensors]
     if missing:
         shown = ", ".join(missing[:6]) + (f" (+{len(missing) - 6} more)" if len(missing) > 6 else "")
         raise DFlashError(f"{f.path}: missing tensor(s) the drafter needs: {shown}")
-    if f.unmapped:
-        notes.append(f"ignored {len(f.unmapped)} tensor(s) with no DFlash meaning: {', '.join(f.unmapped[:4])}")
+    ignored = [n for n in f.unmapped if not (extras and gguf_zoo_canonical(n) in extras)]
+    if ignored:
+        notes.append(f"ignored {len(ignored)} tensor(s) with no DFlash meaning: {', '.join(ignored[:4])}")
     for canonical, ref in f.tensors.items():
         if canonical in _UNUSED and getattr(model, canonical.split(".")[0], None) is None:
             notes.append(f"the drafter's own {canonical} is ignored: the reference uses the target's")
@@ -241,6 +247,8 @@ def _fill(model: DFlashDraftModel, f: DrafterFile, dev: torch.device, dt: torch.
             setattr(module, attr, tensor.reshape(-1) if attr == "sinks" else tensor)
         else:  # pragma: no cover - every canonical id maps to one of the above
             raise DFlashError(f"{f.path}: tensor '{ref.name}' cannot be loaded into {type(module).__name__}")
+    if extras:  # the zoo's tensors read through runtime/zoo.py (canonical ids)
+        assign_tensors(model, extras, where=str(f.path), device=dev)
     # Norms default to ones, so only the shape check above guards them; everything else must be set.
     for name, module in model.named_modules():
         if isinstance(module, Linear) and not module.is_loaded or isinstance(module, Embedding) and module.weight is None:

@@ -83,16 +83,34 @@ def build_model(cfg: RuntimeConfig, tensors: Mapping[str, torch.Tensor], *, wher
                 device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> DFlashDraftModel:
     """A ready model (eval mode) of ``cfg``'s family with ``tensors`` (canonical ids, see the module doc)."""
     model = model_class_for(cfg)(cfg)
+    assign_tensors(model, tensors, where=where, device=device)
+    for name, module in model.named_modules():
+        if isinstance(module, Linear) and not module.is_loaded or isinstance(module, Embedding) and module.weight is None:
+            raise DFlashError(f"{where}: no weight for '{name}'")
+        if getattr(module, "base_kernel", False) is None:
+            raise DFlashError(f"{where}: no weight for '{name}.base_kernel'")
+    if cfg.own_lm_head and (cfg.draft_vocab_size or 0) != (cfg.vocab_size or 0) and model.d2t is None:
+        raise DFlashError(f"{where}: a draft vocabulary of {cfg.draft_vocab_size} rows needs a d2t tensor")
+    if model.d2t is not None and model.lm_head is not None and model.d2t.numel() != model.lm_head.out_features:
+        raise DFlashError(f"{where}: d2t has {model.d2t.numel()} rows, lm_head {model.lm_head.out_features}")
+    model.to(device=device, dtype=dtype)
+    return model.eval()
+
+
+def assign_tensors(model: DFlashDraftModel, tensors: Mapping[str, torch.Tensor], *, where: str = "drafter",
+                   device: str | torch.device = "cpu") -> None:
+    """Put canonical tensors into ``model`` (shapes checked; ``d2t`` kept int64; dtype cast later)."""
+    label = getattr(model.spec, "label", model.spec.architecture)
     for name, tensor in tensors.items():
         module_path, _, attr = name.rpartition(".")
         try:
             module = model.get_submodule(module_path) if module_path else model
         except AttributeError:
-            raise DFlashError(f"{where}: tensor '{name}' has no place in a {cfg.label} drafter with this config") from None
+            raise DFlashError(f"{where}: tensor '{name}' has no place in a {label} drafter with this config") from None
         if name == "d2t":
             model.d2t = tensor.to(device=device, dtype=torch.long)
             continue
-        value = tensor.to(device=device, dtype=dtype)
+        value = tensor.to(device=device, dtype=torch.float32)
         if isinstance(module, Linear) and attr == "weight":
             try:
                 module.set_weight(value)
@@ -107,18 +125,7 @@ def build_model(cfg: RuntimeConfig, tensors: Mapping[str, torch.Tensor], *, wher
                 value = value.reshape(-1)
             setattr(module, attr, value)
         else:
-            raise DFlashError(f"{where}: tensor '{name}' has no place in a {cfg.label} drafter with this config")
-    for name, module in model.named_modules():
-        if isinstance(module, Linear) and not module.is_loaded or isinstance(module, Embedding) and module.weight is None:
-            raise DFlashError(f"{where}: no weight for '{name}'")
-        if getattr(module, "base_kernel", False) is None:
-            raise DFlashError(f"{where}: no weight for '{name}.base_kernel'")
-    if cfg.own_lm_head and (cfg.draft_vocab_size or 0) != (cfg.vocab_size or 0) and model.d2t is None:
-        raise DFlashError(f"{where}: a draft vocabulary of {cfg.draft_vocab_size} rows needs a d2t tensor")
-    if model.d2t is not None and model.lm_head is not None and model.d2t.numel() != model.lm_head.out_features:
-        raise DFlashError(f"{where}: d2t has {model.d2t.numel()} rows, lm_head {model.lm_head.out_features}")
-    model.to(device=device, dtype=dtype)
-    return model.eval()
+            raise DFlashError(f"{where}: tensor '{name}' has no place in a {label} drafter with this config")
 
 
 def read_hf_tensors(directory: Path, cfg: RuntimeConfig) -> dict[str, torch.Tensor]:
@@ -153,3 +160,46 @@ def load_hf_zoo(directory: str | os.PathLike, *, device: str | torch.device = "c
         for t in ck.tensors.values():
             types[t.dtype] = types.get(t.dtype, 0) + 1
     return build_model(cfg, read_hf_tensors(d, cfg), where=str(d), device=device, dtype=dtype), types
+
+
+#: llama.cpp GGUF names of the zoo's tensors that ``dflashkit.io`` does not map yet → canonical ids
+_GGUF_ZOO = {
+    "markov_w1.weight": "markov_head.markov_w1.weight",
+    "markov_w2.weight": "markov_head.markov_w2.weight",
+    "markov_w2.scale": "markov_head.markov_w2_scale",
+    "conf_proj.weight": "confidence_head.proj.weight",
+    "conf_proj.bias": "confidence_head.proj.bias",
+    "d2t": "d2t",
+}
+
+
+def gguf_zoo_canonical(name: str) -> str | None:
+    if name in _GGUF_ZOO:
+        return _GGUF_ZOO[name]
+    parts = name.split(".")
+    if len(parts) == 4 and parts[0] == "blk" and parts[2] == "attn_sinks" and parts[3] == "weight":
+        return f"layers.{parts[1]}.self_attn.sinks"
+    return None
+
+
+def gguf_zoo_tensors(path: str | os.PathLike, names: list[str] | None = None) -> tuple[dict[str, tuple[int, ...]], dict[str, torch.Tensor]]:
+    """(stored name → numpy shape of every tensor, canonical id → tensor for the zoo tensors of ``names``)
+    of a llama.cpp GGUF, read with gguf-py (float32; ``d2t`` int64)."""
+    import gguf
+    from gguf.quants import dequantize
+
+    reader = gguf.GGUFReader(str(path))
+    shapes: dict[str, tuple[int, ...]] = {}
+    out: dict[str, torch.Tensor] = {}
+    for t in reader.tensors:
+        shape = tuple(int(x) for x in reversed(t.shape.tolist()))  # ggml order → numpy order
+        shapes[t.name] = shape
+        canonical = gguf_zoo_canonical(t.name)
+        if canonical is None or (names is not None and t.name not in names):
+            continue
+        if t.name == "d2t":
+            out[canonical] = torch.from_numpy(np.array(t.data, dtype=np.int64).reshape(-1))
+            continue
+        data = np.array(dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(shape)
+        out[canonical] = torch.from_numpy(data)
+    return shapes, out
