@@ -394,3 +394,15 @@ def test_llama_cpp_dspark_gguf_equals_speculators(zoo: dict[str, Path], targets:
     assert model.spec.rope_scaling == {"rope_type": "linear", "factor": 2.0}
     assert not any("ignored" in n for n in model.load_info.notes), model.load_info.notes
     print(f"\nllama.cpp GGUF of the {layout} DSpark, 3 rounds: max relative difference {worst:.3g}")
+    # and at temperature 0 dflash-accept with the GGUF reproduces the target's greedy output
+    from dflashkit.accept import Prompt, run_acceptance
+    from dflashkit.runtime import HFTarget
+
+    runner = HFTarget(targets[64]["hf"])
+    result = run_acceptance(runner, [gguf_path], [Prompt("b", text="def f(x): return")], max_new_tokens=20,
+                            warmup=False, ignore_eos=True)
+    ids = result.prompt_ids[0]
+    with torch.inference_mode():
+        greedy = runner.model.generate(torch.tensor([ids]), max_new_tokens=20, do_sample=False,
+                                       eos_token_id=None)[0, len(ids):].tolist()
+    assert result.drafters[0].runs[0].output_ids == greedy
