@@ -392,6 +392,7 @@ def test_llama_cpp_dspark_gguf_equals_speculators(zoo: dict[str, Path], targets:
     model = load_drafter(gguf_path)
     assert (model.spec.family, model.spec.sample_from_anchor, model.spec.markov_rank) == ("dspark", True, 16)
     assert model.spec.rope_scaling == {"rope_type": "linear", "factor": 2.0}
+    assert model.load_info.family_name == "DSpark (llama.cpp GGUF)"
     assert not any("ignored" in n for n in model.load_info.notes), model.load_info.notes
     print(f"\nllama.cpp GGUF of the {layout} DSpark, 3 rounds: max relative difference {worst:.3g}")
     # and at temperature 0 dflash-accept with the GGUF reproduces the target's greedy output

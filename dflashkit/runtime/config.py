@@ -31,7 +31,7 @@ from ..errors import DFlashError
 from ..spec import ARCH_DFLASH, ARCH_DFLASH2, DrafterSpec, spec_from_hf_config
 
 FAMILIES = ("dflash", "dflash2", "dspark")
-LAYOUTS = ("z-lab", "speculators", "specforge")
+LAYOUTS = ("z-lab", "speculators", "specforge", "llama.cpp")
 HIDDEN_ACTS = ("silu", "gelu", "gelu_pytorch_tanh")
 ROPE_TYPES = ("default", "linear", "yarn")
 #: What reports call each (layout, family).
@@ -40,6 +40,8 @@ FAMILY_LABELS = {
     ("speculators", "dflash"): "speculators DFlash", ("speculators", "dflash2"): "speculators DFlash 2",
     ("speculators", "dspark"): "speculators DSpark", ("specforge", "dspark"): "SpecForge DSpark",
     ("z-lab", "dspark"): "DSpark",
+    ("llama.cpp", "dflash"): "DFlash (llama.cpp GGUF)", ("llama.cpp", "dflash2"): "DFlash 2 (llama.cpp GGUF)",
+    ("llama.cpp", "dspark"): "DSpark (llama.cpp GGUF)",
 }
 
 
@@ -299,7 +301,7 @@ def runtime_config_from_gguf(spec: DrafterSpec, metadata: Mapping[str, Any], sha
     extra: dict[str, Any] = {}
     if "markov_w1.weight" in shapes:
         rank = int(shapes["markov_w1.weight"][-1])
-        extra.update(family="dspark", layout="specforge", markov_rank=rank, markov_head_type="vanilla")
+        extra.update(family="dspark", markov_rank=rank, markov_head_type="vanilla")
         value = metadata.get(f"{arch}.sample_from_anchor")
         extra["sample_from_anchor"] = True if value is None else bool(value)
         if "conf_proj.weight" in shapes:
@@ -327,4 +329,5 @@ def runtime_config_from_gguf(spec: DrafterSpec, metadata: Mapping[str, Any], sha
         extra["rope_scaling"] = scaling
     if not extra:
         return spec
+    extra["layout"] = "llama.cpp"
     return _checked(runtime_config_from_spec(spec, **extra), path)

@@ -160,6 +160,7 @@ def load_drafter(
             device=str(dev),
             dtype=_dtype_name(dt),
             notes=notes,
+            family=getattr(spec, "label", ""),  # RuntimeConfig: the zoo family; z-lab: from the architecture
         )
     model.load_info = info  # type: ignore[attr-defined]
     return model.eval()
