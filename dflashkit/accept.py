@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -27,6 +27,7 @@ from .errors import DFlashError, UsageError
 from .files import atomic_output, check_output
 from .reporting import Bar, BarChart, BarGroup, Column, Field, Notes, Report, Table, write_text_atomic
 from .runtime import HFTarget, LoadInfo, load_drafter
+from .runtime.load import VERIFY_MODE
 from .runtime.speculative import SpeculativeResult, check_pair, default_stop_ids, speculative_generate
 
 EXIT_OK, EXIT_FAILED = 0, 1
@@ -52,17 +53,58 @@ class Prompt:
     messages: tuple[tuple[str, str], ...] | None = None  # (role, content)
     text: str | None = None
 
-    def ids(self, target: HFTarget) -> tuple[list[int], bool]:
-        """Token ids for ``target``, and whether a chat prompt had to go in as plain text (no template)."""
+    def ids(self, target: HFTarget, template_kwargs: Mapping[str, Any] | None = None) -> tuple[list[int], bool]:
+        """Token ids for ``target``, and whether a chat prompt had to go in as plain text (no template).
+
+        ``template_kwargs`` go to ``apply_chat_template`` (``enable_thinking``, ``reasoning_effort``, ...).
+        """
         tok = target.tokenizer
         if self.messages is None:
             return list(tok.encode(self.text or "")), False  # the tokenizer's own specials (a BOS where used)
         if getattr(tok, "chat_template", None):
             chat = [{"role": r, "content": c} for r, c in self.messages]
-            text = tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+            text = tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True, **(template_kwargs or {}))
             return list(tok.encode(text, add_special_tokens=False)), False
         # A base model: the contents as plain text, as HFTarget.encode does for one user turn.
         return list(tok.encode("\n\n".join(c for _, c in self.messages))), True
+
+
+#: ``--reasoning`` levels that switch thinking on or off; anything else is a reasoning level.
+REASONING_SWITCH = ("on", "off")
+_LEVEL_KEYS = ("reasoning_strength", "reasoning_effort")  # z-lab's order
+
+
+def reasoning_template_kwargs(reasoning: str | None, template: str | None) -> dict[str, Any]:
+    """``--reasoning`` → chat-template kwargs, exactly as z-lab's ``dflash benchmark`` maps it
+    (``dflash/benchmark.py`` ``_reasoning_kwargs``): ``on``/``off`` → ``enable_thinking``, which the template
+    must mention; a level → ``reasoning_strength`` or ``reasoning_effort``, the first the template mentions."""
+    if reasoning is None:
+        return {}
+    text = template or ""
+    if reasoning in REASONING_SWITCH:
+        if "enable_thinking" not in text:
+            raise UsageError(f"--reasoning {reasoning}: the target's chat template has no enable_thinking switch "
+                             "(pass the template's own variable with --chat-template-kwargs)")
+        return {"enable_thinking": reasoning == "on"}
+    for key in _LEVEL_KEYS:
+        if key in text:
+            return {key: reasoning}
+    raise UsageError(f"--reasoning {reasoning}: the target's chat template takes no reasoning level "
+                     f"({' / '.join(_LEVEL_KEYS)}); use --reasoning on or off")
+
+
+def parse_template_kwargs(text: str | None) -> dict[str, Any]:
+    """``--chat-template-kwargs JSON``: a JSON object, or a one-line usage error."""
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--chat-template-kwargs: not valid JSON ({exc.msg}) — give an object such as "
+                         "'{\"enable_thinking\": false}'") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"--chat-template-kwargs: expected a JSON object, got a JSON {type(value).__name__}")
+    return value
 
 
 def builtin_prompts_path() -> Path:
@@ -230,6 +272,8 @@ class AcceptResult:
     dtype: str
     stop_token_ids: list[int]
     notes: list[str] = field(default_factory=list)
+    reasoning: str | None = None  # --reasoning as given
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # what apply_chat_template received
 
     def comparisons(self) -> list[Comparison | None]:
         """Per drafter, the comparison with the first (None for the first itself)."""
@@ -281,7 +325,8 @@ class AcceptResult:
 
     def trace_lines(self) -> list[dict[str, Any]]:
         """The acceptance trace (docs/formats.md): one object per (drafter, prompt)."""
-        return [r.to_trace(d.path) for d in self.drafters for r in d.runs]
+        extra = {"reasoning": self.reasoning, "chat_template_kwargs": dict(self.chat_template_kwargs)}
+        return [{**r.to_trace(d.path), **extra} for d in self.drafters for r in d.runs]
 
     def write_trace(self, path: str | os.PathLike, *, force: bool = False) -> Path:
         text = "".join(dumps(line, ensure_ascii=False) + "\n" for line in self.trace_lines())
@@ -311,12 +356,19 @@ def run_acceptance(
     ignore_eos: bool = False,
     warmup: bool = True,
     progress: Callable[[str], None] | None = None,
+    reasoning: str | None = None,
+    chat_template_kwargs: Mapping[str, Any] | str | None = None,
 ) -> AcceptResult:
     """Run every drafter on every prompt against ``target`` (an HF dir, or an `HFTarget` already loaded).
 
     Drafters are loaded one at a time (only one sits in memory next to the target). Each
     (drafter, prompt) run is seeded with ``seed + prompt index``, so a prompt gets the same random
     stream with every drafter. ``warmup`` runs a few tokens first so one-time costs stay out of tok/s.
+
+    ``reasoning`` (``"on"``, ``"off"`` or a level such as ``"high"``) sets the chat template's thinking
+    switch as z-lab's ``dflash benchmark --reasoning`` does (`reasoning_template_kwargs`);
+    ``chat_template_kwargs`` (a mapping, or its JSON text) is merged over that into every
+    ``apply_chat_template`` call. Both are recorded in the report and in every trace line.
     """
     if not drafters:
         raise UsageError("give at least one drafter")
@@ -328,6 +380,14 @@ def run_acceptance(
     if max_prompts is not None and max_prompts < 1:
         raise UsageError(f"--max-prompts must be at least 1, got {max_prompts}")
     say = progress or (lambda message: None)
+    if reasoning is not None and (not isinstance(reasoning, str) or not reasoning.strip()):
+        raise UsageError("--reasoning: give off, on or a reasoning level (e.g. high)")
+    if isinstance(chat_template_kwargs, str) or chat_template_kwargs is None:
+        user_kwargs = parse_template_kwargs(chat_template_kwargs)
+    elif isinstance(chat_template_kwargs, Mapping):
+        user_kwargs = dict(chat_template_kwargs)
+    else:
+        raise UsageError(f"chat_template_kwargs: expected a mapping or JSON text, got {type(chat_template_kwargs).__name__}")
 
     if isinstance(prompts, (str, os.PathLike)) or prompts is None:
         source = str(prompts) if prompts is not None else "built-in (chat, code, math)"
@@ -350,10 +410,16 @@ def run_acceptance(
         say(f"loading target {target}")
         runner = HFTarget(target, device=device, dtype=dtype)
 
+    template = getattr(runner.tokenizer, "chat_template", None)
+    template_kwargs = {**reasoning_template_kwargs(reasoning, template if isinstance(template, str) else None),
+                       **user_kwargs}
     notes: list[str] = []
+    if template_kwargs and not template:
+        notes.append(f"target {runner.path} has no chat template: chat template kwargs {json.dumps(template_kwargs)} "
+                     "were not used")
     prompt_ids, plain = [], []
     for p in prompt_list:
-        ids, fallback = p.ids(runner)
+        ids, fallback = p.ids(runner, template_kwargs)
         if not ids:
             raise DFlashError(f"prompt {p.id}: encodes to no tokens — give it some text")
         prompt_ids.append(ids)
@@ -382,12 +448,12 @@ def run_acceptance(
             results.append(r)
             say(f"drafter {n}/{len(drafters)}: prompt {i + 1}/{len(prompt_ids)} ({prompt_list[i].id}): "
                 f"τ {r.tau:.2f} over {r.rounds} round(s)")
-        runs.append(DrafterRun(str(path), model.load_info, model.block_size, results))  # type: ignore[arg-type]
+        runs.append(DrafterRun(str(path), model.load_info, model.draft_tokens + 1, results))  # verify width  # type: ignore[arg-type]
         del model  # free it before the next one loads
     return AcceptResult(
         target=str(runner.path), prompts=prompt_list, prompt_source=source, prompt_ids=prompt_ids, drafters=runs,
         max_new_tokens=max_new_tokens, temperature=float(temperature), seed=seed, device=str(runner.device),
-        dtype=dtype, stop_token_ids=stops, notes=notes,
+        dtype=dtype, stop_token_ids=stops, notes=notes, reasoning=reasoning, chat_template_kwargs=template_kwargs,
     )
 
 
@@ -436,6 +502,10 @@ def _build_report(r: AcceptResult, max_drop: float | None) -> Report:
         Field("seed", r.seed, key="seed"),
         Field("device / dtype", f"{r.device} / {r.dtype}", key="device_dtype"),
         Field("stop tokens", r.stop_token_ids or "none (--ignore-eos)", key="stop_token_ids"),
+        Field("reasoning", r.reasoning if r.reasoning is not None else "not set (the template's default)",
+              key="reasoning"),
+        Field("chat template kwargs", json.dumps(r.chat_template_kwargs, sort_keys=True), key="chat_template_kwargs"),
+        Field("verification", VERIFY_MODE, key="verification"),
         Field("confidence interval", CI_METHOD, key="ci_method"),
         Field("max drop", max_drop, "pct", key="max_drop"),
         Field("exit code", EXIT_FAILED if failures else EXIT_OK, key="exit_code"),
@@ -444,7 +514,7 @@ def _build_report(r: AcceptResult, max_drop: float | None) -> Report:
     rows, flagged = [], set()
     for i, (d, c) in enumerate(zip(r.drafters, comps)):
         rows.append({
-            "drafter": d.path, "form": _form(d.info), "matmul": d.info.matmul, "block_size": d.block_size,
+            "drafter": d.path, "family": d.info.family_name, "form": _form(d.info), "matmul": d.info.matmul, "block_size": d.block_size,
             "tau": d.tau, "tau_pooled": d.tau_pooled,
             "delta": None if c is None else c.delta, "relative": None if c is None else c.relative,
             "ci_low": None if c is None or c.ci is None else c.ci[0],
@@ -455,7 +525,8 @@ def _build_report(r: AcceptResult, max_drop: float | None) -> Report:
             flagged.add(i)
     sections: list[Any] = [Table(
         "Acceptance length τ per drafter",
-        [Column("drafter", "drafter"), Column("form", "tensors"), Column("tau", "τ", ".3f"),
+        [Column("drafter", "drafter"), Column("family", "family"), Column("form", "tensors"),
+         Column("tau", "τ", ".3f"),
          Column("tau_pooled", "τ all rounds", ".3f"), Column("delta", "Δτ vs first", "+.3f"),
          Column("relative", "Δ%", "pct"), Column("ci_low", "CI low", "+.3f"), Column("ci_high", "CI high", "+.3f"),
          Column("rounds", "rounds"), Column("decode_tok_s", "decode tok/s (this runtime)", ".1f")],

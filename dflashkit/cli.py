@@ -393,6 +393,12 @@ _PLOT_SUFFIXES = (".html", ".htm", ".png")
 @click.option("--keep-quantized", is_flag=True,
               help="Keep quantized drafter weights quantized (fused dflashkit.kernels matmuls) instead of dequantizing.")
 @click.option("--ignore-eos", is_flag=True, help="Do not stop at the target's end-of-sequence tokens.")
+@click.option("--reasoning", metavar="off|on|LEVEL",
+              help="Thinking switch of the chat template, as z-lab's `dflash benchmark --reasoning`: on/off set "
+              "enable_thinking; a level (e.g. high) sets reasoning_strength or reasoning_effort.")
+@click.option("--chat-template-kwargs", "chat_template_kwargs", metavar="JSON",
+              help='Extra chat-template variables as a JSON object, e.g. \'{"enable_thinking": false}\' '
+              "(merged over --reasoning).")
 @click.option("--trace", type=click.Path(dir_okay=False), metavar="FILE.jsonl",
               help="Write the acceptance trace: one line per (drafter, prompt) (format: docs/formats.md).")
 @click.option("--plot", type=click.Path(dir_okay=False), metavar="FILE.html|FILE.png",
@@ -407,6 +413,7 @@ _PLOT_SUFFIXES = (".html", ".htm", ".png")
 def accept_command(
     drafters: tuple[str, ...], target: str, prompts_file: str | None, max_prompts: int | None, max_new_tokens: int,
     temperature: float, seed: int, device: str, dtype: str, keep_quantized: bool, ignore_eos: bool,
+    reasoning: str | None, chat_template_kwargs: str | None,
     trace: str | None, plot: str | None, max_drop: str | None, force: bool, fmt: str | None, quiet: bool,
 ) -> None:
     """Acceptance length τ of each DRAFTER (HF dir or GGUF of any type) in speculative decoding with --target.
@@ -420,12 +427,13 @@ def accept_command(
     import os
     from pathlib import Path
 
-    from .accept import require_matplotlib, run_acceptance, write_png
+    from .accept import parse_template_kwargs, require_matplotlib, run_acceptance, write_png
     from .errors import UsageError
     from .files import check_output
     from .reporting import write_text_atomic
 
     drop = _parse_fraction(max_drop, "--max-drop")
+    template_kwargs = parse_template_kwargs(chat_template_kwargs)  # a usage error now, not after loading
     outputs = [(opt, p) for opt, p in (("--trace", trace), ("--plot", plot)) if p is not None]
     if trace is not None and plot is not None and os.path.abspath(trace) == os.path.abspath(plot):
         raise UsageError("--trace and --plot name the same file")
@@ -440,6 +448,7 @@ def accept_command(
     result = run_acceptance(
         target, list(drafters), prompts_file, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
         device=device, dtype=dtype, keep_quantized=keep_quantized, max_prompts=max_prompts, ignore_eos=ignore_eos,
+        reasoning=reasoning, chat_template_kwargs=template_kwargs,
         progress=None if quiet else (lambda message: click.echo(f"dflash-accept: {message}", err=True)),
     )
     report = result.report(max_drop=drop)

@@ -35,6 +35,7 @@ from .errors import DFlashError, UsageError
 from .files import atomic_output, check_output
 from .reporting import Column, Field, Notes, Report, Table
 from .runtime import DFlashDraftModel, HFTarget, LoadInfo, TargetHead, load_drafter, load_target_head
+from .runtime.load import VERIFY_MODE
 from .runtime.target import DEFAULT_PROMPT, GreedyStream
 
 EXIT_OK = 0
@@ -294,6 +295,9 @@ def _check_pair(ref: DFlashDraftModel, cand: DFlashDraftModel, mode: str) -> Non
         if getattr(a, name) != getattr(b, name):
             raise DFlashError(f"the drafters differ in {what} ({getattr(a, name)} vs {getattr(b, name)}): "
                               "they cannot run on the same inputs")
+    if ref.first_draft_slot != cand.first_draft_slot:
+        raise DFlashError(f"the drafters differ in sample_from_anchor ({ref.first_draft_slot == 0} vs "
+                          f"{cand.first_draft_slot == 0}): their block slots predict different tokens")
     if mode != "hf-target" and a.n_taps != b.n_taps:
         raise DFlashError(f"the drafters tap {a.n_taps} vs {b.n_taps} target layers: random hidden states cannot "
                           "feed both — pass --target HF_DIR so each gets its own taps")
@@ -438,7 +442,11 @@ def _run_rounds(models: dict[str, DFlashDraftModel], inputs: _Inputs, rounds: in
         ref_tokens = cand_tokens = None
         cand_acc = ref_acc = None
         if ref.logits is not None and cand.logits is not None:
-            logit_rows.append(_logit_rows(ref.logits[0].float().cpu(), cand.logits[0].float().cpu()))
+            # a d2t drafter's own rows (finite; one row ↔ one target id) rather than the −inf-padded target vocab
+            ref_l, cand_l = ((ref.draft_logits, cand.draft_logits) if ref.draft_logits is not None
+                             and cand.draft_logits is not None and ref.draft_logits.shape == cand.draft_logits.shape
+                             else (ref.logits, cand.logits))
+            logit_rows.append(_logit_rows(ref_l[0].float().cpu(), cand_l[0].float().cpu()))
             ref_tokens, cand_tokens = ref.tokens[0].tolist(), cand.tokens[0].tolist()
             cand_acc = accepted_prefix(cand_tokens, ref_tokens)
         if inputs.has_truth and ref_tokens is not None:
@@ -453,8 +461,9 @@ def _run_rounds(models: dict[str, DFlashDraftModel], inputs: _Inputs, rounds: in
     overall = None
     if logit_rows:
         rows = {k: np.concatenate([lr[k] for lr in logit_rows]) for k in logit_rows[0]}
-        pos = np.tile(np.arange(1, block), len(logit_rows))
-        positions_logit = [(p, _logit_stats(_select(rows, pos == p))) for p in range(1, block)]
+        first_slot = models["reference"].first_draft_slot  # 0 when slot 0 predicts (sample_from_anchor)
+        pos = np.tile(np.arange(first_slot, block), len(logit_rows))
+        positions_logit = [(p, _logit_stats(_select(rows, pos == p))) for p in range(first_slot, block)]
         overall = _logit_stats(rows)
     hrows = {k: np.concatenate([h[k] for h in hidden_rows]) for k in hidden_rows[0]}
     hpos = np.tile(np.arange(block), len(hidden_rows))
@@ -521,7 +530,7 @@ def _side_meta(info: LoadInfo, model: DFlashDraftModel) -> dict[str, Any]:
     s = model.spec
     return {
         "path": info.path, "kind": info.kind, "dialect": info.dialect, "architecture": info.architecture,
-        "tensor_types": info.tensor_types, "matmul": info.matmul, "target_layer_ids": list(s.target_layer_ids),
+        "family": info.family_name, "tensor_types": info.tensor_types, "matmul": info.matmul, "target_layer_ids": list(s.target_layer_ids),
         "mask_token_id": s.mask_token_id, "embedding_scale": s.embedding_scale, "logit_scale": s.logit_scale,
         "final_logit_softcapping": s.final_logit_softcapping,
     }
@@ -575,6 +584,8 @@ def _build_report(r: ParityResult, threshold_top1: float | None, threshold_kl: f
     summary = [
         Field("reference", _form(r.reference), key="reference"),
         Field("candidate", _form(r.candidate), key="candidate"),
+        Field("family", " / ".join(dict.fromkeys((r.reference.family_name, r.candidate.family_name))), key="family"),
+        Field("verification", VERIFY_MODE, key="verification"),
         Field("inputs", MODES[r.mode], key="mode_text"),
         Field("mode", r.mode, key="mode"),
         Field("target", r.target, key="target"),

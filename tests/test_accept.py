@@ -27,6 +27,8 @@ from dflashkit.runtime import HFTarget, LoadInfo
 from dflashkit.runtime.speculative import SpeculativeResult
 
 TRACE_KEYS = {"drafter", "prompt_ids", "output_ids", "accepted", "temperature"}
+# extensions beyond shared/formats.md (issue 14): the chat-template settings every prompt was rendered with
+TRACE_EXTRA_KEYS = {"reasoning", "chat_template_kwargs"}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -210,7 +212,8 @@ def test_run_acceptance_on_a_tiny_pair(pair: dict[str, Any], tmp_path: Path) -> 
 
     trace = result.write_trace(tmp_path / "trace.jsonl")
     lines = [json.loads(line) for line in trace.read_text().splitlines()]
-    assert len(lines) == 4 and all(set(line) == TRACE_KEYS for line in lines)
+    assert len(lines) == 4 and all(set(line) == TRACE_KEYS | TRACE_EXTRA_KEYS for line in lines)
+    assert all(line["reasoning"] is None and line["chat_template_kwargs"] == {} for line in lines)
     assert [line["drafter"] for line in lines] == [pair["hf"]] * 2 + [pair["q8"]] * 2
     for line, ids in zip(lines, result.prompt_ids * 2):
         assert line["prompt_ids"] == ids and line["temperature"] == 0.0

@@ -270,7 +270,8 @@ class ZLabDFlash(DrafterFamily):
         h, hd = spec.hidden_size, spec.head_dim
         shapes: dict[str, tuple[int, ...]] = {
             "embed_tokens.weight": (spec.vocab_size or -1, h),
-            "lm_head.weight": (spec.vocab_size or -1, h),
+            # a reduced draft vocabulary (with d2t) has an own head of draft_vocab_size rows
+            "lm_head.weight": (spec.draft_vocab_size or spec.vocab_size or -1, h),
         }
         for i in range(spec.n_layers):
             p = f"layers.{i}.self_attn."

@@ -23,8 +23,9 @@ projections, norm in float32, cos/sin in float32).
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 from torch import nn
@@ -32,6 +33,7 @@ from torch.nn import functional as F
 
 from ..spec import DrafterSpec
 from .cache import DraftCache
+from .config import rope_parameters
 
 # ---------------------------------------------------------------------------------------------
 # Building blocks
@@ -112,23 +114,71 @@ class Embedding(nn.Module):
 
 
 class RotaryEmbedding(nn.Module):
-    """Default RoPE over the whole head (as transformers' Qwen3RotaryEmbedding computes it).
+    """RoPE over the whole head, as transformers' Qwen3RotaryEmbedding computes it, with its ``linear``
+    and ``yarn`` scaling (``transformers.modeling_rope_utils``: ``_compute_linear_scaling_rope_parameters``,
+    ``_compute_yarn_parameters``; yarn's attention factor multiplies cos and sin).
 
     z-lab's reference builds its rotary embedding from a Qwen3 config, which applies RoPE to the full
     ``head_dim``: a ``partial_rotary_factor`` in the config does not change it, so it does not here.
     """
 
-    def __init__(self, head_dim: int, theta: float) -> None:
+    def __init__(self, head_dim: int, theta: float, scaling: Mapping[str, Any] | None = None) -> None:
         super().__init__()
         self.head_dim, self.theta = head_dim, theta
+        self.scaling = dict(scaling) if scaling else None
+
+    def inv_freq(self) -> tuple[torch.Tensor, float]:
+        """(inverse frequencies [head_dim / 2], factor applied to cos/sin)."""
+        dim = self.head_dim
+        pos_freqs = self.theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim)
+        inv_freq = 1.0 / pos_freqs
+        kind = (self.scaling or {}).get("rope_type", "default")
+        if kind == "linear":
+            return inv_freq / float(self.scaling["factor"]), 1.0  # type: ignore[index]
+        if kind != "yarn":
+            return inv_freq, 1.0
+        p = self.scaling or {}
+        factor = float(p["factor"])
+        attention_factor = p.get("attention_factor")
+        mscale, mscale_all_dim = p.get("mscale"), p.get("mscale_all_dim")
+
+        def get_mscale(scale: float, m: float = 1.0) -> float:
+            return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+        if attention_factor is None:
+            attention_factor = (get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)
+                                if mscale and mscale_all_dim else get_mscale(factor))
+        beta_fast, beta_slow = p.get("beta_fast") or 32, p.get("beta_slow") or 1
+        original = p["original_max_position_embeddings"]
+
+        def correction_dim(rotations: float) -> float:
+            return (dim * math.log(original / (rotations * 2 * math.pi))) / (2 * math.log(self.theta))
+
+        low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+        if p.get("truncate", True):
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, dim - 1)
+        if low == high:
+            high += 0.001  # as transformers: no division by zero
+        ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+        extrapolation = 1 - ramp
+        inv_freq = (1.0 / (factor * pos_freqs)) * (1 - extrapolation) + inv_freq * extrapolation
+        return inv_freq, float(attention_factor)
 
     def forward(self, position_ids: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         # Computed on the fly in float32: a buffer would be cast to bf16 by `model.to(dtype)`.
-        inv_freq = 1.0 / (self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float) / self.head_dim))
+        inv_freq, scale = self.inv_freq()
         inv_freq = inv_freq.to(position_ids.device)
         freqs = (inv_freq[None, :, None] @ position_ids[:, None, :].float()).transpose(1, 2)
         emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos().to(dtype), emb.sin().to(dtype)
+        return (emb.cos() * scale).to(dtype), (emb.sin() * scale).to(dtype)
+
+
+def neox_order(head_dim: int) -> torch.Tensor:
+    """Head-dim permutation interleaved → NeoX (even dims, then odd): what llama.cpp's converter applies
+    to q/k of a ``rope_is_neox_style: false`` checkpoint, so that NeoX RoPE on the permuted head equals
+    interleaved RoPE on the original one (attention scores are invariant to a shared q/k permutation)."""
+    return torch.cat([torch.arange(0, head_dim, 2), torch.arange(1, head_dim, 2)])
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -147,13 +197,22 @@ def apply_rotary(
     return q, k
 
 
-def attention_mask(q_len: int, k_len: int, *, causal: bool, window: int | None, device: torch.device) -> torch.Tensor:
-    """Boolean ``[1, 1, q_len, k_len]`` visibility; queries are the last ``q_len`` key positions."""
+def attention_mask(q_len: int, k_len: int, *, causal: bool, window: int | None, device: torch.device,
+                   window_from_anchor: bool = False) -> torch.Tensor:
+    """Boolean ``[1, 1, q_len, k_len]`` visibility; queries are the last ``q_len`` key positions.
+
+    ``window_from_anchor`` (speculators' ``create_anchor_block_mask_mod``): the block sees the ``window``
+    context positions before the anchor (the block's first position) and the block itself.
+    """
     q_pos = k_len - q_len + torch.arange(q_len, device=device)[:, None]
     k_pos = torch.arange(k_len, device=device)[None, :]
     visible = torch.ones((q_len, k_len), dtype=torch.bool, device=device)
     if causal:
         visible &= k_pos <= q_pos
+    if window_from_anchor:
+        if window is not None:
+            visible &= k_pos >= k_len - q_len - window
+        return visible[None, None]
     if window is not None:
         visible &= q_pos - k_pos < window
         if not causal:
@@ -167,6 +226,20 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
         return x
     b, kv, length, d = x.shape
     return x[:, :, None].expand(b, kv, n_rep, length, d).reshape(b, kv * n_rep, length, d)
+
+
+def sink_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                   sinks: torch.Tensor, scaling: float) -> torch.Tensor:
+    """Attention with a per-head sink logit in the softmax denominator (no value), as transformers'
+    gpt-oss ``eager_attention_forward``: softmax over [scores, sink], the sink column dropped."""
+    scores = torch.matmul(q, k.transpose(2, 3)) * scaling
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    sink = sinks.reshape(1, -1, 1, 1).expand(q.shape[0], -1, q.shape[-2], 1).to(scores.dtype)
+    combined = torch.cat([scores, sink], dim=-1)
+    combined = combined - combined.max(dim=-1, keepdim=True).values
+    probs = torch.softmax(combined, dim=-1, dtype=combined.dtype)[..., :-1]
+    return torch.matmul(probs.to(v.dtype), v)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -189,9 +262,16 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(hd, spec.rms_norm_eps)
         pattern = spec.sliding_window_pattern or ()
         sliding = layer < len(pattern) and bool(pattern[layer])
-        # The reference: sliding layers are causal, full ones are not, unless is_causal says otherwise.
-        self.causal = sliding if spec.causal is None else bool(spec.causal)
+        self.window_from_anchor = bool(getattr(spec, "window_from_anchor", False))
+        if self.window_from_anchor:  # speculators: full layers bidirectional, sliding ones causal unless told
+            self.causal = sliding and not getattr(spec, "sliding_window_non_causal", False)
+        else:  # z-lab: sliding layers are causal, full ones are not, unless is_causal says otherwise.
+            self.causal = sliding if spec.causal is None else bool(spec.causal)
         self.window = spec.sliding_window if sliding else None
+        # Interleaved-RoPE checkpoints (HF layout): q/k go to NeoX order before RoPE (see `neox_order`).
+        self.register_buffer("rope_order", neox_order(hd) if getattr(spec, "rope_interleaved", False) else None,
+                             persistent=False)
+        self.register_buffer("sinks", None)  # [n_heads] attention-sink logits (gpt-oss / MiMo), when present
 
     def forward(
         self,
@@ -209,11 +289,18 @@ class Attention(nn.Module):
         v = torch.cat([self.v_proj(context), self.v_proj(x)], dim=1).view(b, ctx_len + q_len, -1, self.head_dim)
         k = self.k_norm(k).transpose(1, 2)
         v = v.transpose(1, 2)
+        if self.rope_order is not None:
+            q, k = q[..., self.rope_order], k[..., self.rope_order]
         q, k = apply_rotary(q, k, cos, sin)
         if cache is not None:
             k, v = cache.update(self.layer, k, v)
+        mask = None
         if self.causal or self.window is not None:
-            mask = attention_mask(q_len, k.shape[-2], causal=self.causal, window=self.window, device=x.device)
+            mask = attention_mask(q_len, k.shape[-2], causal=self.causal, window=self.window, device=x.device,
+                                  window_from_anchor=self.window_from_anchor)
+        if self.sinks is not None:
+            out = sink_attention(q, repeat_kv(k, self.n_rep), repeat_kv(v, self.n_rep), mask, self.sinks, self.scaling)
+        elif mask is not None:
             out = F.scaled_dot_product_attention(
                 q, repeat_kv(k, self.n_rep), repeat_kv(v, self.n_rep), attn_mask=mask, scale=self.scaling
             )
@@ -222,17 +309,26 @@ class Attention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(b, q_len, -1))
 
 
+#: ``hidden_act`` → the gate activation (transformers' ACT2FN: "gelu" is the exact erf GELU).
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "silu": F.silu,
+    "gelu": F.gelu,
+    "gelu_pytorch_tanh": functools.partial(F.gelu, approximate="tanh"),
+}
+
+
 class MLP(nn.Module):
-    """SwiGLU: ``down(silu(gate(x)) * up(x))``."""
+    """Gated MLP: ``down(act(gate(x)) * up(x))``, act = silu (SwiGLU) or gelu (GeGLU) per ``hidden_act``."""
 
     def __init__(self, spec: DrafterSpec) -> None:
         super().__init__()
         self.gate_proj = Linear(spec.hidden_size, spec.intermediate_size)
         self.up_proj = Linear(spec.hidden_size, spec.intermediate_size)
         self.down_proj = Linear(spec.intermediate_size, spec.hidden_size)
+        self.act = ACTIVATIONS[spec.hidden_act or "silu"]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
 
 
 class DecoderLayer(nn.Module):
@@ -298,11 +394,17 @@ class TargetHead(nn.Module):
 
 @dataclass
 class DraftStep:
-    """One drafting round: the block's final hidden states, the draft logits and tokens."""
+    """One drafting round: the block's final hidden states, the draft logits and tokens.
+
+    The predicting slots are 1.. (z-lab), or 0.. with ``sample_from_anchor``: n = block − 1 or block.
+    """
 
     hidden: torch.Tensor  # [b, block, hidden]: final-norm output for the whole block
-    logits: torch.Tensor | None  # [b, block - 1, vocab] for positions 1.. (None without a head)
-    tokens: torch.Tensor | None  # [b, block - 1] greedy draft (None without a head)
+    logits: torch.Tensor | None  # [b, n, target vocab] for the predicting slots (None without a head)
+    tokens: torch.Tensor | None  # [b, n] draft target ids (None without a head)
+    # the drafter's own rows before `d2t` maps them to target ids ([b, n, draft vocab]; = logits without d2t)
+    draft_logits: torch.Tensor | None = None
+    confidence: torch.Tensor | None = None  # [b, n] DSpark's P(accept) per slot (sigmoid of its head)
 
 
 class DFlashDraftModel(nn.Module):
@@ -318,7 +420,12 @@ class DFlashDraftModel(nn.Module):
         self.hidden_norm = RMSNorm(h, spec.rms_norm_eps)
         self.layers = nn.ModuleList(self.layer_class(spec, i) for i in range(spec.n_layers))
         self.norm = RMSNorm(h, spec.rms_norm_eps)
-        self.rotary_emb = RotaryEmbedding(spec.head_dim, spec.rope_theta)
+        self.rotary_emb = RotaryEmbedding(spec.head_dim, spec.rope_theta, rope_parameters(spec.rope_scaling))
+        # A head of its own (speculators' reduced draft vocabulary, self-contained drafters): its rows are
+        # draft ids, mapped to target ids by `d2t` (absolute ids; None = row i is target id i).
+        self.lm_head = Linear(h, getattr(spec, "draft_vocab_size", None) or spec.vocab_size or 0) \
+            if getattr(spec, "own_lm_head", False) else None
+        self.register_buffer("d2t", None)
 
     # -- properties the decoding loop needs ----------------------------------------------------
     @property
@@ -332,6 +439,20 @@ class DFlashDraftModel(nn.Module):
     @property
     def target_layer_ids(self) -> tuple[int, ...]:
         return self.spec.target_layer_ids
+
+    @property
+    def first_draft_slot(self) -> int:
+        """0 when slot 0 predicts (``sample_from_anchor``), else 1 (slot 0 is the anchor)."""
+        return 0 if getattr(self.spec, "sample_from_anchor", False) else 1
+
+    @property
+    def draft_tokens(self) -> int:
+        """Tokens drafted per full block."""
+        return self.block_size - self.first_draft_slot
+
+    @property
+    def family_label(self) -> str:
+        return getattr(self.spec, "label", "")
 
     @property
     def embedding_scale(self) -> float:
@@ -366,13 +487,25 @@ class DFlashDraftModel(nn.Module):
         return head.embed(block_ids) * self.embedding_scale
 
     def compute_logits(self, hidden: torch.Tensor, head: TargetHead | nn.Module) -> torch.Tensor:
-        """Target ``lm_head`` × output multiplier, then final logit softcapping (if configured)."""
-        logits = head(hidden)
+        """Target ``lm_head`` (or the drafter's own) × output multiplier, then final logit softcapping (if
+        configured). Rows are the drafter's vocabulary: `to_target_vocab` maps them through ``d2t``."""
+        logits = (self.lm_head if self.lm_head is not None else head)(hidden)
         logits = logits * (1.0 if self.spec.logit_scale is None else float(self.spec.logit_scale))
         cap = self.spec.final_logit_softcapping
         if cap is not None and float(cap) > 0:
             logits = torch.tanh(logits / float(cap)) * float(cap)
         return logits
+
+    def to_target_vocab(self, logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        """Draft-vocabulary logits → target vocabulary: row i goes to id ``d2t[i]``, every other id gets
+        −inf (as llama.cpp scatters them); unchanged without ``d2t``."""
+        if self.d2t is None:
+            return logits
+        out = logits.new_full((*logits.shape[:-1], vocab_size), float("-inf"))
+        return out.index_copy_(-1, self.d2t, logits)
+
+    def draft_ids_to_target(self, ids: torch.Tensor) -> torch.Tensor:
+        return ids if self.d2t is None else self.d2t[ids]
 
     def select_tokens(
         self, hidden: torch.Tensor, logits: torch.Tensor, anchor_ids: torch.Tensor, temperature: float = 0.0
@@ -408,10 +541,16 @@ class DFlashDraftModel(nn.Module):
             cache.crop(cache.seq_length - block_ids.shape[1])  # keep the context, drop the block
         if head is None:
             return DraftStep(hidden, None, None)
-        draft_hidden = hidden[:, 1:, :]
-        logits = self.compute_logits(draft_hidden, head)
-        tokens = self.select_tokens(draft_hidden, logits, block_ids[:, 0], temperature)
-        return DraftStep(hidden, logits, tokens)
+        draft_hidden = hidden[:, self.first_draft_slot :, :]
+        return self.head_step(hidden, draft_hidden, block_ids[:, 0], head, temperature)
+
+    def head_step(self, hidden: torch.Tensor, draft_hidden: torch.Tensor, anchor_ids: torch.Tensor,
+                  head: TargetHead, temperature: float) -> DraftStep:
+        """Logits and tokens of the predicting slots (DSpark overrides it: its Markov chain)."""
+        draft_logits = self.compute_logits(draft_hidden, head)
+        logits = self.to_target_vocab(draft_logits, head.vocab_size)
+        tokens = self.select_tokens(draft_hidden, logits, anchor_ids, temperature)
+        return DraftStep(hidden, logits, tokens, draft_logits)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import torch
@@ -25,6 +25,8 @@ from ..spec import DrafterSpec
 from ..families import expected_tensors, family_for_spec
 from .dflash import DFlashDraftModel, Embedding, Linear, RMSNorm, TargetHead
 from .dflash2 import DFlash2DraftModel
+from .config import RuntimeConfig, runtime_config_from_gguf, with_hf_variants
+from .zoo import assign_tensors, gguf_zoo_canonical, gguf_zoo_tensors, is_zoo_checkpoint, load_hf_zoo, model_class_for
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _DTYPE_ALIASES = {"f32": "float32", "fp32": "float32", "bf16": "bfloat16", "f16": "float16", "fp16": "float16", "half": "float16"}
@@ -77,17 +79,27 @@ class LoadInfo:
     device: str
     dtype: str
     notes: list[str] = field(default_factory=list)
+    family: str = ""  # e.g. "z-lab DFlash", "speculators DSpark" (reports name it)
+
+    @property
+    def family_name(self) -> str:
+        return self.family or FAMILY_NAMES.get(self.architecture, self.architecture)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "path": self.path, "kind": self.kind, "dialect": self.dialect, "architecture": self.architecture,
-            "tensor_types": self.tensor_types, "matmul": self.matmul, "device": self.device, "dtype": self.dtype,
-            "notes": self.notes,
+            "family": self.family_name, "tensor_types": self.tensor_types, "matmul": self.matmul,
+            "device": self.device, "dtype": self.dtype, "notes": self.notes,
         }
 
 
 #: family `runtime_module` → its model class (one runtime file per family)
 RUNTIME_CLASSES: dict[str, type[DFlashDraftModel]] = {"dflash": DFlashDraftModel, "dflash2": DFlash2DraftModel}
+#: The family a report names for a z-lab architecture (other layouts set ``LoadInfo.family`` themselves).
+FAMILY_NAMES = {"DFlashDraftModel": "z-lab DFlash", "DFlash2DraftModel": "z-lab DFlash 2"}
+#: How every dflashkit runtime verifies a draft (reports say it: tree-verify numbers are not chain τ).
+VERIFY_MODE = ("chain verify (one draft path per round, longest accepted prefix + bonus token; not tree "
+               "verification such as Luce DDTree, whose numbers are not chain τ)")
 
 
 def model_class(spec: DrafterSpec) -> type[DFlashDraftModel]:
@@ -120,15 +132,24 @@ def load_drafter(
 ) -> DFlashDraftModel:
     """A ready-to-run drafter (eval mode) from an HF dir or a GGUF; ``model.load_info`` says how."""
     dev, dt = resolve_device(device), resolve_dtype(dtype)
+    if is_zoo_checkpoint(path):  # speculators layouts: read through runtime.config (runtime/zoo.py)
+        return _load_zoo(path, dev, dt)
     with open_drafter(path) as f:
         spec = f.require_spec()
-        check_runnable(spec, f.tensors, f.path)  # same rules as convert, and shapes before allocating
-        model = model_class(spec)(spec)
+        extras: dict[str, torch.Tensor] = {}
+        if f.kind == "hf":  # gelu / RoPE scaling / interleaved RoPE until the families fill these spec fields
+            spec = with_hf_variants(spec, f.metadata, str(Path(path) / "config.json"))
+        elif any(gguf_zoo_canonical(n) for n in f.unmapped):  # DSpark heads, d2t, sinks (io maps them later)
+            shapes, extras = gguf_zoo_tensors(path, list(f.unmapped))
+            spec = runtime_config_from_gguf(spec, f.metadata, shapes, arch=f.architecture, path=str(path))
+        # same rules as convert, and shapes before allocating (after the lift: a d2t sets the own head's rows)
+        check_runnable(spec, f.tensors, f.path)
+        model = (model_class_for(spec) if isinstance(spec, RuntimeConfig) else model_class(spec))(spec)
         quantized = keep_quantized and kernels_available()
         notes = reference_notes(spec)
         if keep_quantized and not quantized:
             notes.append("--keep-quantized: dflashkit.kernels is not available; weights were dequantized")
-        _fill(model, f, dev, dt, quantized, notes)
+        _fill(model, f, dev, dt, quantized, notes, extras)
         types: dict[str, int] = {}
         for ref in f.tensors.values():
             types[ref.type_name] = types.get(ref.type_name, 0) + 1
@@ -149,9 +170,21 @@ def load_drafter(
             device=str(dev),
             dtype=_dtype_name(dt),
             notes=notes,
+            family=getattr(spec, "label", ""),  # RuntimeConfig: the zoo family; z-lab: from the architecture
         )
     model.load_info = info  # type: ignore[attr-defined]
     return model.eval()
+
+
+def _load_zoo(path: str | os.PathLike, dev: torch.device, dt: torch.dtype) -> DFlashDraftModel:
+    model, types = load_hf_zoo(path, device=dev, dtype=dt)
+    cfg = model.spec
+    model.load_info = LoadInfo(  # type: ignore[attr-defined]
+        path=str(path), kind="hf", dialect=None, architecture=cfg.architecture, tensor_types=types,
+        matmul=f"dense {_dtype_name(dt)}", device=str(dev), dtype=_dtype_name(dt), notes=reference_notes(cfg),
+        family=cfg.label,  # type: ignore[attr-defined]
+    )
+    return model
 
 
 def _kernel_types() -> frozenset[Any]:
@@ -185,20 +218,25 @@ def _dtype_name(dt: torch.dtype) -> str:
     return next(k for k, v in DTYPES.items() if v == dt)
 
 
-def _fill(model: DFlashDraftModel, f: DrafterFile, dev: torch.device, dt: torch.dtype, quantized: bool, notes: list[str]) -> None:
+def _fill(model: DFlashDraftModel, f: DrafterFile, dev: torch.device, dt: torch.dtype, quantized: bool, notes: list[str],
+          extras: Mapping[str, torch.Tensor] | None = None) -> None:
     spec = model.spec
     expected = expected_tensors(spec, vocab_size=spec.vocab_size)
     missing = [n for n in expected if n not in f.tensors]
     if missing:
         shown = ", ".join(missing[:6]) + (f" (+{len(missing) - 6} more)" if len(missing) > 6 else "")
         raise DFlashError(f"{f.path}: missing tensor(s) the drafter needs: {shown}")
-    if f.unmapped:
-        notes.append(f"ignored {len(f.unmapped)} tensor(s) with no DFlash meaning: {', '.join(f.unmapped[:4])}")
+    ignored = [n for n in f.unmapped if not (extras and gguf_zoo_canonical(n) in extras)]
+    if ignored:
+        notes.append(f"ignored {len(ignored)} tensor(s) with no DFlash meaning: {', '.join(ignored[:4])}")
     for canonical, ref in f.tensors.items():
-        if canonical in _UNUSED:
+        if canonical in _UNUSED and getattr(model, canonical.split(".")[0], None) is None:
             notes.append(f"the drafter's own {canonical} is ignored: the reference uses the target's")
             continue
-        module_path, attr = canonical.rsplit(".", 1)
+        if canonical == "d2t":  # absolute target ids (I64), as llama.cpp stores them
+            model.d2t = torch.from_numpy(np.array(f.read_raw(canonical)).astype(np.int64).reshape(-1)).to(dev)
+            continue
+        module_path, _, attr = canonical.rpartition(".")
         try:
             module = model.get_submodule(module_path)
         except AttributeError:
@@ -216,10 +254,12 @@ def _fill(model: DFlashDraftModel, f: DrafterFile, dev: torch.device, dt: torch.
             tensor = torch.from_numpy(np.ascontiguousarray(f.read_f32(canonical))).to(device=dev, dtype=dt)
         if isinstance(module, Linear) and attr == "weight":
             module.set_weight(tensor)
-        elif isinstance(module, (Linear, RMSNorm, Embedding)) or attr == "base_kernel":
-            setattr(module, attr, tensor)
+        elif isinstance(module, (Linear, RMSNorm, Embedding)) or attr in module._buffers:  # base_kernel, sinks, ...
+            setattr(module, attr, tensor.reshape(-1) if attr == "sinks" else tensor)
         else:  # pragma: no cover - every canonical id maps to one of the above
             raise DFlashError(f"{f.path}: tensor '{ref.name}' cannot be loaded into {type(module).__name__}")
+    if extras:  # the zoo's tensors read through runtime/zoo.py (canonical ids)
+        assign_tensors(model, extras, where=str(f.path), device=dev)
     # Norms default to ones, so only the shape check above guards them; everything else must be set.
     for name, module in model.named_modules():
         if isinstance(module, Linear) and not module.is_loaded or isinstance(module, Embedding) and module.weight is None:

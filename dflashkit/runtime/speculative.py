@@ -273,24 +273,30 @@ def _generate(model: DFlashDraftModel, target: HFTarget, head: TargetHead, promp
 
     accepted_counts: list[int] = []
     drafted_counts: list[int] = []
+    # Slot 0 of the drafter's block is the anchor (z-lab: block - 1 draft tokens) or predicts too
+    # (sample_from_anchor: block draft tokens); the target verifies [anchor, drafts...].
+    first_slot = model.first_draft_slot
+    n_draft = block - first_slot
     start = n_prompt  # index of the anchor: the last committed token, not yet in the target's cache
     stopped = tokens[start] in stops
     while start + 1 < max_length and not stopped:
         # As dflash_generate: the block may reach one past max_length; the surplus is cut below.
-        verify = min(block, max_length - start)
+        verify = min(n_draft + 1, max_length - start)
         block_ids = torch.full((1, verify), mask, dtype=torch.long, device=device)
         block_ids[0, 0] = tokens[start]
         draft_probs = draft_indices = None
         if verify > 1:
-            positions = torch.arange(start - context.shape[1], start + verify, device=device)[None]
+            noise_len = verify - 1 + first_slot
+            noise_ids = block_ids if noise_len == verify else block_ids[:, :noise_len].clone()
+            positions = torch.arange(start - context.shape[1], start + noise_len, device=device)[None]
             if temperature > 0 and isinstance(model, DFlash2DraftModel):
                 # DraftStep carries no selector probabilities: draft hidden states, then `propose`.
-                step = model.draft(context, block_ids, positions, draft_cache,
-                                   noise_embedding=model.noise_embedding(block_ids, head))
-                draft, draft_indices, draft_probs = model.propose(step.hidden[:, 1:], block_ids[:, 0], head,
+                step = model.draft(context, noise_ids, positions, draft_cache,
+                                   noise_embedding=model.noise_embedding(noise_ids, head))
+                draft, draft_indices, draft_probs = model.propose(step.hidden[:, 1:], noise_ids[:, 0], head,
                                                                   temperature)
             else:
-                step = model.draft(context, block_ids, positions, draft_cache, head, temperature=temperature)
+                step = model.draft(context, noise_ids, positions, draft_cache, head, temperature=temperature)
                 draft = step.tokens
                 if temperature > 0:  # the distribution the runtime sampled from
                     draft_probs = sampling_probs(step.logits, temperature)  # type: ignore[arg-type]
