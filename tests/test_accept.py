@@ -27,7 +27,7 @@ from dflashkit.runtime import HFTarget, LoadInfo
 from dflashkit.runtime.speculative import SpeculativeResult
 
 TRACE_KEYS = {"drafter", "prompt_ids", "output_ids", "accepted", "temperature"}
-# extensions beyond shared/formats.md (issue 14): the chat-template settings every prompt was rendered with
+# extensions beyond docs/formats.md (issue 14): the chat-template settings every prompt was rendered with
 TRACE_EXTRA_KEYS = {"reasoning", "chat_template_kwargs"}
 
 
