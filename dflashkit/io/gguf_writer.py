@@ -47,6 +47,9 @@ class TensorToWrite:
     shape: tuple[int, ...]
     ggml_type: GGMLQuantizationType
     chunks: Callable[[], Iterable[np.ndarray]]
+    #: (file, byte offset) already holding exactly this tensor's output bytes: the writer then copies
+    #: them in the kernel (dflashkit.io.copy) instead of calling ``chunks()``
+    source: tuple[str | os.PathLike, int] | None = None
 
     @property
     def nbytes(self) -> int:
@@ -131,7 +134,10 @@ def write_gguf(
         for t in tensors:
             writer.write_padding(fout, fout.tell())
             written = 0
-            for chunk in t.chunks():
+            if t.source is not None:
+                written = _copy_source(t, fout)
+                bar.update(written)
+            for chunk in (() if t.source is not None else t.chunks()):
                 data = memoryview(np.ascontiguousarray(chunk)).cast("B")
                 fout.write(data)
                 written += data.nbytes
@@ -152,6 +158,22 @@ def write_gguf(
         raise
     finally:
         bar.close()
+
+
+def _copy_source(t: TensorToWrite, fout) -> int:  # type: ignore[no-untyped-def]
+    """Copy ``t``'s bytes from ``t.source`` to the writer's position in the kernel; returns the count."""
+    from .copy import copy_range
+
+    assert t.source is not None
+    fout.flush()
+    pos = fout.tell()
+    with open(t.source[0], "rb") as src:
+        try:
+            copy_range(src.fileno(), t.source[1], fout.fileno(), pos, t.nbytes)
+        except EOFError:
+            raise DFlashError(f"{t.source[0]}: tensor '{t.name}' is truncated (file ended while reading it)") from None
+    fout.seek(pos + t.nbytes)
+    return t.nbytes
 
 
 def llama_tensor_order_key(name: str) -> tuple[int, str]:
