@@ -18,6 +18,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, GGUFWriter
+from gguf.gguf_writer import WriterState
 from tqdm import tqdm
 
 from ..errors import DFlashError, UsageError
@@ -111,9 +112,14 @@ def write_gguf(
     for t in tensors:
         writer.add_tensor_info(t.name, t.shape, np.dtype(np.float32), t.nbytes, raw_dtype=t.ggml_type)
 
+    from .kv_pack import install
+
+    install(writer)  # the tokenizer arrays in bulk, not element by element
     fd, tmp_name = tempfile.mkstemp(prefix=out.name + ".tmp-", dir=out.parent)
-    os.close(fd)
     tmp = Path(tmp_name)
+    # write through mkstemp's descriptor: re-opening with "wb" truncates, and ext4 then flushes
+    # the whole file at close (auto_da_alloc), a synchronous writeback of every byte just written
+    writer.fout, writer.path, writer.state = [os.fdopen(fd, "wb")], tmp, WriterState.EMPTY
     total = sum(t.nbytes for t in tensors)
     bar = tqdm(
         total=total,
@@ -126,7 +132,7 @@ def write_gguf(
         leave=False,
     )
     try:
-        writer.write_header_to_file(tmp)
+        writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
         assert writer.fout is not None
