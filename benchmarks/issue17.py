@@ -168,7 +168,14 @@ def write_one_tensor_gguf(path: Path, n: int = 8192, seed: int = 0) -> None:
     import gguf
 
     w = gguf.GGUFWriter(str(path), "llama")
-    w.add_block_count(1)
+    w.add_block_count(1)  # the hyper-parameters llama-quantize's loader requires of a "llama" file
+    w.add_context_length(4096)
+    w.add_embedding_length(n)
+    w.add_feed_forward_length(4 * n)
+    w.add_head_count(64)
+    w.add_head_count_kv(64)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_dimension_count(128)
     x = np.random.default_rng(seed).standard_normal((n, n), dtype=np.float32)
     x *= 0.02
     w.add_tensor("blk.0.attn_q.weight", x)
