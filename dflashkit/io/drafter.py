@@ -9,6 +9,7 @@ Diff, Runtime, Inspect and dialect translation all load drafters through here.
 
 from __future__ import annotations
 
+import mmap
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,13 +98,34 @@ class DrafterFile:
         """The tensor as float32 in numpy/HF shape (dequantized when stored quantized)."""
         ref = self._ref(canonical)
         raw = self.read_raw(canonical)
-        return to_float32(raw, ref.type_name, ref.shape, where=f"{self.path}: tensor '{ref.name}'")
+        out = to_float32(raw, ref.type_name, ref.shape, where=f"{self.path}: tensor '{ref.name}'")
+        release_pages(raw)  # `out` is a copy: the mapped pages need not stay in this process
+        return out
 
     def _ref(self, canonical: str) -> TensorRef:
         try:
             return self.tensors[canonical]
         except KeyError:
             raise DFlashError(f"{self.path}: has no tensor for '{canonical}'") from None
+
+
+def release_pages(view: np.ndarray) -> None:
+    """Drop the file pages mapped behind a memmap ``view`` from this process (the page cache keeps them).
+
+    Touched pages of a file mapping stay resident — and count towards RSS — until the mapping goes;
+    reading a whole drafter tensor by tensor through one map would end at the file's size. The
+    mapping stays valid: a later access faults the pages in again.
+    """
+    obj: object = view
+    while obj is not None:
+        mm = getattr(obj, "_mmap", None)
+        if mm is not None:
+            try:
+                mm.madvise(mmap.MADV_DONTNEED)
+            except (AttributeError, OSError, ValueError):
+                pass
+            return
+        obj = getattr(obj, "base", None)
 
 
 def to_float32(raw: np.ndarray, type_name: str, shape: tuple[int, ...], *, where: str = "tensor") -> np.ndarray:

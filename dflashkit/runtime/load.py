@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..errors import DFlashError, UsageError
-from ..io.drafter import DrafterFile, open_drafter, to_float32
+from ..io.drafter import DrafterFile, open_drafter, release_pages, to_float32
 from ..spec import DrafterSpec
 from ..tensors import expected_tensors
 from .dflash import DFlashDraftModel, Embedding, Linear, RMSNorm, TargetHead
@@ -169,7 +169,9 @@ def _dequantize(raw: np.ndarray, ggml_type: Any, shape: tuple[int, ...], dev: to
 
 def _packed_bytes(raw: np.ndarray, rows: int) -> torch.Tensor:
     """A tensor's stored bytes as uint8 [rows, row_bytes] (a copy: the memmap is read-only)."""
-    return torch.from_numpy(np.array(raw).view(np.uint8).reshape(rows, -1))
+    data = torch.from_numpy(np.array(raw).view(np.uint8).reshape(rows, -1))
+    release_pages(raw)
+    return data
 
 
 def _qmatmul_path(model: DFlashDraftModel, dev: torch.device) -> str:
