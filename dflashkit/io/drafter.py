@@ -9,11 +9,12 @@ Diff, Runtime, Inspect and dialect translation all load drafters through here.
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 from gguf import GGMLQuantizationType
@@ -101,6 +102,25 @@ class DrafterFile:
         out = to_float32(raw, ref.type_name, ref.shape, where=f"{self.path}: tensor '{ref.name}'")
         release_pages(raw)  # `out` is a copy: the mapped pages need not stay in this process
         return out
+
+    def read_f32_pieces(self, canonical: str, piece_elements: int = 1 << 24, align: int = 1 << 16) -> Iterator[np.ndarray]:
+        """The tensor as flat float32 pieces of whole rows, about ``piece_elements`` each: every piece but
+        the last holds a multiple of ``align`` elements where the row length allows it (else: one piece)."""
+        ref = self._ref(canonical)
+        raw = self.read_raw(canonical)
+        ne0 = ref.shape[-1] if ref.shape else 1
+        n_rows = int(np.prod(ref.shape[:-1], dtype=np.int64)) if len(ref.shape) > 1 else 1
+        unit = align // math.gcd(ne0, align)  # rows per aligned step
+        step = max(unit, piece_elements // max(ne0, 1) // unit * unit)
+        if n_rows <= step or raw.ndim == 0:
+            yield self.read_f32(canonical).reshape(-1)
+            return
+        rows = raw.reshape(n_rows, -1)
+        where = f"{self.path}: tensor '{ref.name}'"
+        for a in range(0, n_rows, step):
+            b = min(n_rows, a + step)
+            yield to_float32(rows[a:b], ref.type_name, (b - a, ne0), where=where).reshape(-1)
+            release_pages(raw)
 
     def _ref(self, canonical: str) -> TensorRef:
         try:
