@@ -71,7 +71,8 @@ class Linear(nn.Module):
     def set_packed(self, data: torch.Tensor, ggml_type: Any) -> None:
         """Keep the weight as the file stores it (uint8 [out_features, row_bytes] of BF16/F16/ggml blocks)
         and unpack it to float32 in each forward, in row blocks of at most ``PACKED_BLOCK_BYTES``: the
-        same float32 values as unpacking on load, so the same results, at the file's size in memory."""
+        same float32 weights as unpacking on load (results equal within float32 rounding of the blocked matmul),
+        at the file's size in memory."""
         self.weight, self.qdata, self.ggml_type, self.packed = None, data, ggml_type, True
 
     def _packed_forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -112,9 +113,9 @@ class Linear(nn.Module):
         return f"in={self.in_features}, out={self.out_features}, {kind}"
 
 
-#: float32 bytes of one unpacked row block of a packed Linear (drafter weights fit in one block, so their
-#: matmul is the very call a dense float32 weight makes; a vocabulary projection runs in blocks)
-PACKED_BLOCK_BYTES = 256 << 20
+#: float32 bytes of one unpacked row block of a packed Linear: a vocabulary projection runs in blocks, and
+#: the dequantizer's temporaries (a few times a block) stay small beside the packed weights
+PACKED_BLOCK_BYTES = 64 << 20
 
 
 def unpack_rows(data: torch.Tensor, ggml_type: Any, shape: tuple[int, int]) -> torch.Tensor:
