@@ -11,10 +11,12 @@ Layer: above `io` and the families/dialects tables (it joins them), below every 
 
 from __future__ import annotations
 
+import math
+import mmap
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 from gguf import GGMLQuantizationType
@@ -108,6 +110,7 @@ class DrafterFile:
         out = to_float32(raw, ref.type_name, ref.shape, where=f"{self.path}: tensor '{ref.name}'")
         if self.kind == "hf" and self.family is not None and self.family.transforms_data:
             out = self.family.sanitize(canonical, out)
+        release_pages(raw)  # `out` is a copy: the mapped pages need not stay in this process
         return out
 
     def display_names(self) -> dict[str, str]:
@@ -125,11 +128,50 @@ class DrafterFile:
         assert self._checkpoint is not None, "source_tensor is for HF checkpoints"
         return self._checkpoint.tensors[self._ref(canonical).name]
 
+    def read_f32_pieces(self, canonical: str, piece_elements: int = 1 << 24, align: int = 1 << 16) -> Iterator[np.ndarray]:
+        """The tensor as flat float32 pieces of whole rows, about ``piece_elements`` each: every piece but
+        the last holds a multiple of ``align`` elements where the row length allows it (else: one piece)."""
+        ref = self._ref(canonical)
+        raw = self.read_raw(canonical)
+        ne0 = ref.shape[-1] if ref.shape else 1
+        n_rows = int(np.prod(ref.shape[:-1], dtype=np.int64)) if len(ref.shape) > 1 else 1
+        unit = align // math.gcd(ne0, align)  # rows per aligned step
+        step = max(unit, piece_elements // max(ne0, 1) // unit * unit)
+        sanitized = self.kind == "hf" and self.family is not None and self.family.transforms_data
+        if n_rows <= step or raw.ndim == 0 or sanitized:  # a family's sanitize sees the whole tensor
+            yield self.read_f32(canonical).reshape(-1)
+            return
+        rows = raw.reshape(n_rows, -1)
+        where = f"{self.path}: tensor '{ref.name}'"
+        for a in range(0, n_rows, step):
+            b = min(n_rows, a + step)
+            yield to_float32(rows[a:b], ref.type_name, (b - a, ne0), where=where).reshape(-1)
+            release_pages(raw)
+
     def _ref(self, canonical: str) -> TensorRef:
         try:
             return self.tensors[canonical]
         except KeyError:
             raise DFlashError(f"{self.path}: has no tensor for '{canonical}'") from None
+
+
+def release_pages(view: np.ndarray) -> None:
+    """Drop the file pages mapped behind a memmap ``view`` from this process (the page cache keeps them).
+
+    Touched pages of a file mapping stay resident — and count towards RSS — until the mapping goes;
+    reading a whole drafter tensor by tensor through one map would end at the file's size. The
+    mapping stays valid: a later access faults the pages in again.
+    """
+    obj: object = view
+    while obj is not None:
+        mm = getattr(obj, "_mmap", None)
+        if mm is not None:
+            try:
+                mm.madvise(mmap.MADV_DONTNEED)
+            except (AttributeError, OSError, ValueError):
+                pass
+            return
+        obj = getattr(obj, "base", None)
 
 
 def is_drafter_path(path: str | os.PathLike) -> bool:

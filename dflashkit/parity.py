@@ -34,6 +34,7 @@ import torch
 from .errors import DFlashError, UsageError
 from .files import atomic_output, check_output
 from .reporting import Column, Field, Notes, Report, Table
+from .runtime.dflash import RMSNorm
 from .runtime import DFlashDraftModel, HFTarget, LoadInfo, TargetHead, load_drafter, load_target_head
 from .runtime.load import VERIFY_MODE
 from .runtime.target import DEFAULT_PROMPT, GreedyStream
@@ -343,8 +344,9 @@ def run_parity(
         dump = check_output(dump, inputs=[reference, candidate, target], force=force, label="--dump")
 
     models = {
-        "reference": load_drafter(reference, device=device, dtype=dtype, keep_quantized=keep_quantized),
-        "candidate": load_drafter(candidate, device=device, dtype=dtype, keep_quantized=keep_quantized),
+        # packed: weights stay in their file type (unpacked per matmul, same float32 values): a few GB less
+        "reference": load_drafter(reference, device=device, dtype=dtype, keep_quantized=keep_quantized, packed=True),
+        "candidate": load_drafter(candidate, device=device, dtype=dtype, keep_quantized=keep_quantized, packed=True),
     }
     ref_model = models["reference"]
     block = ref_model.spec.block_size
@@ -356,7 +358,8 @@ def run_parity(
         head: TargetHead | None = runner.head(dtype=dtype)
         inputs = _hf_inputs(runner, head, models, prompt, prompt_ids)
     else:
-        head = load_target_head(target, device=device, dtype=dtype, keep_quantized=keep_quantized) if target else None
+        head = (load_target_head(target, device=device, dtype=dtype, keep_quantized=keep_quantized, packed=True)
+                if target else None)
         inputs = _random_inputs(head, models, rounds, block, seed)
     if head is not None and head.hidden_size != ref_model.spec.hidden_size:
         raise DFlashError(f"target {target}: hidden size {head.hidden_size} ≠ drafter hidden_size "
@@ -414,7 +417,7 @@ def _run_rounds(models: dict[str, DFlashDraftModel], inputs: _Inputs, rounds: in
                 device: torch.device) -> _Run:
     caches = {side: m.new_cache() for side, m in models.items()}
     head = inputs.head
-    dtype = next(b for b in models["reference"].buffers() if b.is_floating_point()).dtype
+    dtype = next(m.weight.dtype for m in models["reference"].modules() if isinstance(m, RMSNorm))  # the compute dtype
     start, prev = inputs.first_start, 0
     logit_rows: list[dict[str, np.ndarray]] = []
     hidden_rows: list[dict[str, np.ndarray]] = []

@@ -11,7 +11,7 @@ import shutil
 import struct
 import subprocess
 import tempfile
-from dataclasses import replace
+from dataclasses import astuple, replace
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -479,3 +479,30 @@ def test_html_renders_in_headless_chromium(wide, tmp_path) -> None:
         assert struct.unpack(">II", data[16:24]) == (1200, 900)
         shots.append(data)
     assert shots[0] != shots[1]
+
+
+def test_pieces_give_the_figures_of_the_whole_tensor(drafters: dict[str, Path], tmp_path: Path) -> None:
+    """diff streams each pair in row blocks: the blocks hold exactly the tensor's values, and statistics
+    accumulated over aligned blocks equal those of the whole float32 pair (NaN counts included)."""
+    from dflashkit.diff.stats import StatsAccumulator
+
+    out = tmp_path / "q4.gguf"
+    convert(drafters["qwen3-b16"], out, outtype="q4_k_m", progress=False, warn=lambda m: None)
+    with open_drafter(drafters["qwen3-b16"]) as hf, open_drafter(out) as q:
+        name = "layers.0.mlp.down_proj.weight"
+        whole = q.read_f32(name).reshape(-1)
+        pieces = list(q.read_f32_pieces(name, piece_elements=1024, align=512))
+        assert len(pieces) > 2 and np.array_equal(np.concatenate(pieces), whole)
+        a = hf.read_f32(name).reshape(-1).copy()
+        a[7], a[-3] = np.nan, np.inf
+        acc = StatsAccumulator(chunk=512)
+        for start in range(0, a.size, 1024):
+            acc.add(a[start : start + 1024], whole[start : start + 1024])
+        got, expected = astuple(acc.result()), astuple(tensor_stats(a, whole, chunk=512))
+        assert np.array_equal(np.array(got, dtype=float), np.array(expected, dtype=float), equal_nan=True)
+        assert acc.result().nonfinite_a == 2 and math.isnan(acc.result().rel_rms)
+        b = hf.read_f32(name).reshape(-1)
+        acc = StatsAccumulator(chunk=512)
+        for start in range(0, b.size, 1024):
+            acc.add(b[start : start + 1024], whole[start : start + 1024])
+        assert acc.result() == tensor_stats(b, whole, chunk=512)

@@ -18,6 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "dflashkit"
 LAYERS: dict[str, int] = {
     "dflashkit": 0,  # the package __init__
     "dflashkit.errors": 0,
+    "dflashkit._numba_cache": 0,  # where numba keeps compiled kernels (set before the codecs import numba)
     "dflashkit.spec": 0,
     "dflashkit.files": 0,
     "dflashkit.bounds": 0,

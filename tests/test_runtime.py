@@ -19,6 +19,7 @@ import pytest
 import torch
 from dflash import model as zl
 from torch import nn
+from torch.nn import functional as F
 from transformers import Qwen3Config
 
 from conftest import FAMILIES, target_for
@@ -172,6 +173,30 @@ def test_matches_reference(drafters: dict[str, Path], family: str, rounds: tuple
     if spec.sliding_window is not None:  # the window must actually cut something
         assert spec.sliding_window < CTX0 + spec.block_size
     assert_rounds_equal(run_both(reference_model(drafters[family]), ours, rounds))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_packed_weights_match_reference(drafters: dict[str, Path], family: str) -> None:
+    """packed=True (dflash-parity's loading: matrices kept in the file's bf16/f16, unpacked per matmul)
+    drafts what z-lab's float32 model drafts, within the same tolerances as the dense load."""
+    ours = load_drafter(drafters[family], packed=True)
+    assert any(isinstance(m, Linear) and m.packed for m in ours.modules())
+    assert_rounds_equal(run_both(reference_model(drafters[family]), ours, ROUNDS_3))
+
+
+def test_packed_target_head_matches_transformers(targets: dict[int, dict[str, Path]], monkeypatch) -> None:
+    """A packed GGUF head: embedding rows exactly transformers' rows, logits those of its lm_head
+    (projected in row blocks: the block size is cut so that the 512-token vocabulary takes several)."""
+    from dflashkit.runtime import dflash as runtime_dflash
+
+    monkeypatch.setattr(runtime_dflash, "PACKED_BLOCK_BYTES", 100 * 64 * 4)
+    packed = load_target_head(targets[64]["gguf"], packed=True)
+    runner = HFTarget(targets[64]["hf"]).head()
+    assert packed.embed_tokens is None and packed.vocab_size == 512 and packed.hidden_size == 64
+    ids = torch.tensor([[0, 5, 511, 5]])
+    assert torch.equal(packed.embed(ids), F.embedding(ids, runner.embed_tokens))
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(packed(x), x @ runner.lm_head.weight.T, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("family", ["qwen3-b16", "dflash2"])

@@ -24,10 +24,16 @@ they release the GIL so ``base.run_chunked`` can split blocks across threads.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.extending import intrinsic
+
+from dflashkit._numba_cache import configure as _configure_numba_cache
+
+_configure_numba_cache(os.path.dirname(__file__))  # before numba is imported: it reads NUMBA_CACHE_DIR then
+from llvmlite import ir  # noqa: E402
+from numba import njit, types  # noqa: E402
+from numba.extending import intrinsic  # noqa: E402
 
 _JIT = dict(cache=True, nogil=True, error_model="numpy", boundscheck=False)
 

@@ -219,10 +219,25 @@ class QuantType(BlockFormat):
         return self.dequantize_blocks(blocks).reshape(*lead, nb // self.type_size * self.block_size)
 
 
-class KernelQuantType(QuantType):
-    """A type whose quantize_blocks is one numba kernel from ``_kernels`` (``_kernel`` set by the subclass)."""
+class _LazyKernels:
+    """``_kernels`` imported on first use: importing numba and loading its cached kernels costs about a second,
+    which inspect / diff / dequantizing never need (only quantizing and f32 -> f16/bf16 run numba code)."""
 
-    _kernel: ClassVar[Callable[[np.ndarray, np.ndarray], None]]
+    def __getattr__(self, name: str) -> Any:
+        from . import _kernels
+
+        return getattr(_kernels, name)
+
+
+#: the numba kernels, for the codec modules (``K.q8_0_kernel``): attribute access imports them
+K = _LazyKernels()
+
+
+class KernelQuantType(QuantType):
+    """A type whose quantize_blocks is one numba kernel from ``_kernels``: ``_kernel`` (set by the subclass) is
+    the kernel's name there, or a function that calls kernels itself."""
+
+    _kernel: ClassVar[str | Callable[[np.ndarray, np.ndarray], None]]
     _cost: ClassVar[int] = 1  # relative work per value, to size thread chunks (K-quants search many scales)
 
     def quantize_blocks(self, x: np.ndarray, threads: int | None = None) -> np.ndarray:
@@ -231,7 +246,9 @@ class KernelQuantType(QuantType):
             raise DFlashError(f"{self.name}.quantize_blocks needs float32 [n_blocks, {self.block_size}], "
                               f"got shape {x.shape}")
         out = np.empty((x.shape[0], self.type_size), dtype=np.uint8)
-        run_chunked(type(self)._kernel, x, out, threads, elems_per_row=self.block_size * self._cost)
+        kernel = type(self)._kernel
+        run_chunked(getattr(K, kernel) if isinstance(kernel, str) else kernel, x, out, threads,
+                    elems_per_row=self.block_size * self._cost)
         return out
 
 

@@ -15,8 +15,7 @@ from gguf import GGMLQuantizationType
 
 from dflashkit.errors import DFlashError
 
-from . import _kernels as K
-from .base import QuantType, as_float32, run_chunked
+from .base import K, QuantType, as_float32, run_chunked
 
 # Element-wise work: only split across threads for big arrays (memory bound beyond ~2 threads anyway).
 _ELEMS_PER_TASK = 1 << 22

@@ -10,8 +10,7 @@ from __future__ import annotations
 import numpy as np
 from gguf import GGMLQuantizationType
 
-from . import _kernels as K
-from .base import KernelQuantType, fp16_col, unpack_nibbles
+from .base import K, KernelQuantType, fp16_col, unpack_nibbles
 
 QK_K = 256
 
@@ -72,7 +71,7 @@ _Q6_SHIFT = np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 4, 1)
 class Q6_K(KernelQuantType, ggml_type=GGMLQuantizationType.Q6_K):
     """Layout: ql[128] (low 4 bits), qh[64] (high 2 bits), int8 scales[16], d (fp16); levels offset 32."""
 
-    _kernel = K.q6_k_kernel
+    _kernel = "q6_k_kernel"
     _cost = 20
 
     def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:

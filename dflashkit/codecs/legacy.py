@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 from gguf import GGMLQuantizationType
 
-from . import _kernels as K
 from .base import KernelQuantType, fp16_col, unpack_nibbles
 
 
@@ -21,7 +20,7 @@ def _fifth_bits(qh: np.ndarray) -> np.ndarray:
 class Q8_0(KernelQuantType, ggml_type=GGMLQuantizationType.Q8_0):
     """d (fp16) = absmax / 127; qs = roundf(x / d) as int8."""
 
-    _kernel = K.q8_0_kernel
+    _kernel = "q8_0_kernel"
 
     def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
         return q[:, 2:].view(np.int8).astype(np.float32) * fp16_col(q, 0)
@@ -30,7 +29,7 @@ class Q8_0(KernelQuantType, ggml_type=GGMLQuantizationType.Q8_0):
 class Q4_0(KernelQuantType, ggml_type=GGMLQuantizationType.Q4_0):
     """d (fp16) = max / -8 (max: signed value of largest magnitude); 4-bit levels with offset 8."""
 
-    _kernel = K.q4_0_kernel
+    _kernel = "q4_0_kernel"
 
     def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
         levels = unpack_nibbles(q[:, 2:], 16).astype(np.int8) - np.int8(8)
@@ -40,7 +39,7 @@ class Q4_0(KernelQuantType, ggml_type=GGMLQuantizationType.Q4_0):
 class Q5_0(KernelQuantType, ggml_type=GGMLQuantizationType.Q5_0):
     """d (fp16) = max / -16; 5-bit levels with offset 16 (low nibbles in qs, 5th bits in qh)."""
 
-    _kernel = K.q5_0_kernel
+    _kernel = "q5_0_kernel"
 
     def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
         levels = unpack_nibbles(q[:, 6:], 16) | (_fifth_bits(q[:, 2:6]) << np.uint8(4))
@@ -50,7 +49,7 @@ class Q5_0(KernelQuantType, ggml_type=GGMLQuantizationType.Q5_0):
 class Q5_1(KernelQuantType, ggml_type=GGMLQuantizationType.Q5_1):
     """d (fp16) = (max - min) / 31, m (fp16) = min; unsigned 5-bit levels; x = d * q + m."""
 
-    _kernel = K.q5_1_kernel
+    _kernel = "q5_1_kernel"
 
     def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
         levels = unpack_nibbles(q[:, 8:], 16) | (_fifth_bits(q[:, 4:8]) << np.uint8(4))

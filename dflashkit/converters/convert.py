@@ -133,11 +133,15 @@ def _read_rows(t: SafetensorsTensor, fd: int, start: int, stop: int, row_elems: 
     return buf
 
 
+#: (safetensors dtype, output type) pairs whose bytes are copied unchanged
+_SAME_BYTES = {("BF16", Q.BF16), ("F16", Q.F16), ("F32", Q.F32)}
+
+
 def _convert_chunk(raw: np.ndarray, src_tag: str, out_type: GGMLQuantizationType, row_elems: int) -> np.ndarray:
     from ..codecs import quantize, to_float32
 
     # Same-type copies keep the exact bits (bf16 NaN payloads included).
-    if (src_tag, out_type) in (("BF16", Q.BF16), ("F16", Q.F16), ("F32", Q.F32)):
+    if (src_tag, out_type) in _SAME_BYTES:
         return raw
     x = to_float32(raw, src_tag, copy=False)
     if out_type == Q.F32:
@@ -276,7 +280,9 @@ def _convert_checkpoint(
         out_path,
         arch,
         metadata,
-        [TensorToWrite(p.gguf_name, p.shape, p.ggml_type, _chunk_producer(t, p.ggml_type)) for p, t in zip(plan, sources)],
+        [TensorToWrite(p.gguf_name, p.shape, p.ggml_type, _chunk_producer(t, p.ggml_type),
+                       (t.file, t.offset) if (t.dtype, p.ggml_type) in _SAME_BYTES else None)  # kernel copy
+         for p, t in zip(plan, sources)],
         force=force,
         progress=progress,
     )

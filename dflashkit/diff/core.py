@@ -25,7 +25,7 @@ from ..errors import DFlashError
 from ..drafters import DrafterFile, TensorRef, open_drafter
 from ..reporting import Bar, BarChart, BarGroup, Column, Field, Report, Table
 from .specs import SpecDifference, carried_fields, compare_specs
-from .stats import TensorStats, tensor_stats
+from .stats import StatsAccumulator, TensorStats
 
 EXIT_OK = 0
 EXIT_DIFFERENT = 1
@@ -222,12 +222,11 @@ def _diff(fa: DrafterFile, fb: DrafterFile, progress: bool) -> DiffResult:
 
     diffs: list[TensorDiff] = []
     unreadable: list[Unreadable] = []
-    for canonical, arrays in _stream_pairs(fa, fb, same_shape, progress):
-        if isinstance(arrays, str):
-            unreadable.append(Unreadable(canonical, arrays))
+    for canonical, stats in _stream_pairs(fa, fb, same_shape, progress):
+        if isinstance(stats, str):
+            unreadable.append(Unreadable(canonical, stats))
             continue
-        diffs.append(TensorDiff(canonical, fa.tensors[canonical], fb.tensors[canonical], tensor_stats(*arrays)))
-        del arrays  # drop the pair before the next one is read
+        diffs.append(TensorDiff(canonical, fa.tensors[canonical], fb.tensors[canonical], stats))
 
     return DiffResult(
         a=_side("A", fa),
@@ -246,19 +245,21 @@ def _diff(fa: DrafterFile, fb: DrafterFile, progress: bool) -> DiffResult:
 def _stream_pairs(
     fa: DrafterFile, fb: DrafterFile, names: list[str], progress: bool
 ) -> Iterator[tuple[str, Any]]:
-    """(canonical, (a, b) float32 arrays) one pair at a time, or (canonical, error) when unreadable."""
+    """(canonical, TensorStats) one pair at a time, or (canonical, error) when unreadable. Each pair is
+    read in row blocks of both sides (peak: two float32 blocks, not two whole float32 tensors)."""
     bar = tqdm(total=len(names), desc="diff", unit="tensor", file=sys.stderr, leave=False,
                disable=not progress or not sys.stderr.isatty())
     try:
         for canonical in names:
             bar.set_postfix_str(canonical, refresh=False)
+            acc = StatsAccumulator()
             try:
-                pair = (fa.read_f32(canonical), fb.read_f32(canonical))
+                for a, b in zip(fa.read_f32_pieces(canonical), fb.read_f32_pieces(canonical), strict=True):
+                    acc.add(a, b)
             except DFlashError as exc:
                 yield canonical, str(exc)
             else:
-                yield canonical, pair
-                del pair
+                yield canonical, acc.result()
             bar.update(1)
     finally:
         bar.close()

@@ -17,6 +17,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter
+from gguf.constants import GGUFEndian
 from gguf.gguf_writer import WriterState
 from tqdm import tqdm
 
@@ -24,6 +25,7 @@ from ..codecs import tensor_nbytes
 from ..errors import DFlashError, UsageError
 from ..files import atomic_output, check_output
 from .gguf_reader import NumericArray
+from .kv_pack import pack_typed_array
 
 #: Key for the quantization format version llama.cpp writes with quantized files.
 QUANTIZATION_VERSION = 2
@@ -50,6 +52,9 @@ class TensorToWrite:
     shape: tuple[int, ...]
     ggml_type: GGMLQuantizationType
     chunks: Callable[[], Iterable[np.ndarray]]
+    #: (file, byte offset) already holding exactly this tensor's output bytes: the writer then copies
+    #: them in the kernel (dflashkit.io.copy) instead of calling ``chunks()``
+    source: tuple[str | os.PathLike, int] | None = None
 
     @property
     def nbytes(self) -> int:
@@ -68,6 +73,10 @@ class _Writer(GGUFWriter):
             fmt = "<" + self._simple_value_packing[sub_type]
             head = (self._pack("I", vtype) if add_vtype else b"") + self._pack("I", sub_type) + self._pack("Q", len(val))
             return head + np.asarray(val.array, dtype=np.dtype(fmt)).tobytes()
+        if self.endianess == GGUFEndian.LITTLE:
+            packed = pack_typed_array(val, vtype, add_vtype, sub_type)  # the tokenizer arrays in bulk
+            if packed is not None:
+                return packed
         return super()._pack_val(val, vtype, add_vtype, sub_type)
 
 
@@ -124,7 +133,10 @@ def write_gguf(
             for t in tensors:
                 writer.write_padding(fout, fout.tell())
                 written = 0
-                for chunk in t.chunks():
+                if t.source is not None:  # unchanged bytes: copied in the kernel, not through Python
+                    written = _copy_source(t, fout)
+                    bar.update(written)
+                for chunk in (() if t.source is not None else t.chunks()):
                     data = memoryview(np.ascontiguousarray(chunk)).cast("B")
                     fout.write(data)
                     written += data.nbytes
@@ -138,6 +150,22 @@ def write_gguf(
         return size
     finally:
         bar.close()
+
+
+def _copy_source(t: TensorToWrite, fout) -> int:  # type: ignore[no-untyped-def]
+    """Copy ``t``'s bytes from ``t.source`` to the writer's position in the kernel; returns the count."""
+    from .copy import copy_range
+
+    assert t.source is not None
+    fout.flush()
+    pos = fout.tell()
+    with open(t.source[0], "rb") as src:
+        try:
+            copy_range(src.fileno(), t.source[1], fout.fileno(), pos, t.nbytes)
+        except EOFError:
+            raise DFlashError(f"{t.source[0]}: tensor '{t.name}' is truncated (file ended while reading it)") from None
+    fout.seek(pos + t.nbytes)
+    return t.nbytes
 
 
 def llama_tensor_order_key(name: str) -> tuple[int, str]:

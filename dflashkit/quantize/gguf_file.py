@@ -126,14 +126,19 @@ def _producer(gguf_file: GGUFFile, info: TensorInfo, new_type: GGMLQuantizationT
     same = info.ggml_type == new_type
 
     def chunks() -> Iterator[np.ndarray]:
-        raw = gguf_file.raw(info.name)
-        # chunk by the float32 working size: that is what a chunk costs in memory
-        for a, b in iter_row_chunks(n_rows, max(src_row, ne0 * 4)):
-            part = raw[a * src_row : b * src_row]
-            if same:
-                yield part
-            else:
-                yield quantize(to_float32(np.asarray(part).reshape(b - a, src_row), info.ggml_type), new_type)
+        gguf_file.raw(info.name)  # validates the tensor lies inside the file
+        # chunk by the float32 working size: that is what a chunk costs in memory. Chunks are read
+        # with pread, not sliced from the memmap: mapped pages stay resident and count towards RSS
+        # until the map goes, so a memmap walk peaks at the input file's size.
+        with open(gguf_file.path, "rb") as f:
+            for a, b in iter_row_chunks(n_rows, max(src_row, ne0 * 4)):
+                part = np.frombuffer(os.pread(f.fileno(), (b - a) * src_row, info.offset + a * src_row), np.uint8)
+                if part.size != (b - a) * src_row:
+                    raise DFlashError(f"{gguf_file.path}: tensor '{info.name}' is truncated (file shrank while reading it)")
+                if same:
+                    yield part
+                else:
+                    yield quantize(to_float32(part.reshape(b - a, src_row), info.ggml_type), new_type)
 
     return chunks
 
@@ -245,7 +250,8 @@ def quantize_gguf(
         for w in warnings:
             warn(w)
 
-        plan = [TensorToWrite(t.name, t.shape, c.new_type, _producer(gf, t, c.new_type))
+        plan = [TensorToWrite(t.name, t.shape, c.new_type, _producer(gf, t, c.new_type),
+                              (src_path, t.offset) if t.ggml_type == c.new_type and t.nbytes else None)  # kernel copy
                 for t, c in zip(infos, choices)]
         size = write_gguf(out_path, arch, _metadata(gf, ft), plan, force=force, progress=progress,
                           alignment=gf.alignment)

@@ -53,10 +53,11 @@ class Linear(nn.Module):
         self.register_buffer("bias", None)
         self.register_buffer("qdata", None)  # uint8 [out_features, row_bytes] when quantized
         self.ggml_type: Any = None
+        self.packed = False  # qdata holds the file's bytes, unpacked to float32 at each forward
 
     @property
     def is_quantized(self) -> bool:
-        return self.qdata is not None
+        return self.qdata is not None and not self.packed
 
     @property
     def is_loaded(self) -> bool:
@@ -67,13 +68,40 @@ class Linear(nn.Module):
         self.weight, self.qdata, self.ggml_type = weight, None, None
 
     def set_quantized(self, data: torch.Tensor, ggml_type: Any) -> None:
-        self.weight, self.qdata, self.ggml_type = None, data, ggml_type
+        self.weight, self.qdata, self.ggml_type, self.packed = None, data, ggml_type, False
+
+    def set_packed(self, data: torch.Tensor, ggml_type: Any) -> None:
+        """Keep the weight as the file stores it (uint8 [out_features, row_bytes] of BF16/F16/ggml blocks)
+        and unpack it to float32 in each forward, in row blocks of at most ``PACKED_BLOCK_BYTES``: the
+        same float32 weights as unpacking on load (results equal within float32 rounding of the blocked matmul),
+        at the file's size in memory."""
+        self.weight, self.qdata, self.ggml_type, self.packed = None, data, ggml_type, True
+
+    def _packed_forward(self, x: torch.Tensor) -> torch.Tensor:
+        assert self.qdata is not None
+        step = max(1, PACKED_BLOCK_BYTES // (4 * self.in_features))
+        outs = []
+        for a in range(0, self.out_features, step):
+            b = min(self.out_features, a + step)
+            w = unpack_rows(self.qdata[a:b], self.ggml_type, (b - a, self.in_features)).to(x.dtype)
+            outs.append(F.linear(x, w, None if self.bias is None else self.bias[a:b]))
+        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows ``ids`` of the weight as float32 (an embedding lookup), unpacking only those rows."""
+        if self.qdata is None or not self.packed:
+            return F.embedding(ids, self.weight)
+        flat = ids.reshape(-1)
+        out = unpack_rows(self.qdata[flat], self.ggml_type, (flat.numel(), self.in_features))
+        return out.reshape(*ids.shape, self.in_features)
 
     def _check_shape(self, shape: tuple[int, ...]) -> None:
         if shape != (self.out_features, self.in_features):
             raise ValueError(f"weight shape {list(shape)} ≠ expected {[self.out_features, self.in_features]}")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.qdata is not None and self.packed:
+            return self._packed_forward(x)
         if self.qdata is not None:
             from ..kernels import QuantizedWeight, qmatmul  # only reached when the loader found them
 
@@ -85,6 +113,34 @@ class Linear(nn.Module):
     def extra_repr(self) -> str:
         kind = f"quantized {getattr(self.ggml_type, 'name', self.ggml_type)}" if self.is_quantized else "dense"
         return f"in={self.in_features}, out={self.out_features}, {kind}"
+
+
+#: float32 bytes of one unpacked row block of a packed Linear: a vocabulary projection runs in blocks, and
+#: the dequantizer's temporaries (a few times a block) stay small beside the packed weights
+PACKED_BLOCK_BYTES = 64 << 20
+
+
+def unpack_rows(data: torch.Tensor, ggml_type: Any, shape: tuple[int, int]) -> torch.Tensor:
+    """uint8 rows as a file stores them (BF16, F16, F32 or ggml blocks) -> float32 ``shape``, exactly."""
+    name = getattr(ggml_type, "name", str(ggml_type))
+    data = data.contiguous()
+    if name in ("BF16", "F16", "F32"):
+        view = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}[name]
+        return data.view(view).reshape(shape).to(torch.float32)
+    if data.device.type != "cpu":  # dequantize on the device itself
+        try:
+            from ..kernels import dequantize_torch
+            from ..kernels.reference import TORCH_DEQUANT
+
+            if ggml_type in TORCH_DEQUANT:
+                return dequantize_torch(data, ggml_type, shape)
+        except ImportError:
+            pass
+    # on the CPU the numba dequantizers are several times faster than torch's (same values: both equal
+    # gguf.quants.dequantize bit for bit)
+    from ..codecs import to_float32
+
+    return torch.from_numpy(to_float32(data.cpu().numpy(), name, shape)).to(data.device)
 
 
 class RMSNorm(nn.Module):
@@ -366,21 +422,25 @@ class DecoderLayer(nn.Module):
 class TargetHead(nn.Module):
     """What a drafter borrows from its target: ``embed_tokens`` (noise embedding) and ``lm_head``."""
 
-    def __init__(self, embed_tokens: torch.Tensor, lm_head: Linear, *, source: str = "") -> None:
+    def __init__(self, embed_tokens: torch.Tensor | Linear, lm_head: Linear, *, source: str = "") -> None:
         super().__init__()
-        self.register_buffer("embed_tokens", embed_tokens)
+        # a packed Linear as the table: rows are unpacked on lookup (embed_tokens is then None)
+        self.embed_table = embed_tokens if isinstance(embed_tokens, Linear) else None
+        self.register_buffer("embed_tokens", None if isinstance(embed_tokens, Linear) else embed_tokens)
         self.lm_head = lm_head
         self.source = source
 
     @property
     def vocab_size(self) -> int:
-        return int(self.embed_tokens.shape[0])
+        return self.embed_table.out_features if self.embed_table is not None else int(self.embed_tokens.shape[0])
 
     @property
     def hidden_size(self) -> int:
-        return int(self.embed_tokens.shape[1])
+        return self.embed_table.in_features if self.embed_table is not None else int(self.embed_tokens.shape[1])
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.embed_table is not None:
+            return self.embed_table.rows(ids)
         return F.embedding(ids, self.embed_tokens)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,7 @@ import torch
 
 from ..codecs import to_float32
 from ..errors import DFlashError, UsageError
-from ..drafters import DrafterFile, open_drafter
+from ..drafters import DrafterFile, open_drafter, release_pages
 from ..spec_checks import check_runnable
 from ..spec import DrafterSpec
 from ..families import expected_tensors, family_for_spec
@@ -129,8 +129,12 @@ def load_drafter(
     device: str | torch.device = "cpu",
     dtype: str | torch.dtype = "float32",
     keep_quantized: bool = False,
+    packed: bool = False,
 ) -> DFlashDraftModel:
-    """A ready-to-run drafter (eval mode) from an HF dir or a GGUF; ``model.load_info`` says how."""
+    """A ready-to-run drafter (eval mode) from an HF dir or a GGUF; ``model.load_info`` says how.
+
+    ``packed`` (float32 only): matrices stay in the file's 16-bit or ggml type and are unpacked at each
+    matmul (`Linear.set_packed`) — the same results at a fraction of the memory (dflash-parity)."""
     dev, dt = resolve_device(device), resolve_dtype(dtype)
     if is_zoo_checkpoint(path):  # speculators layouts: read through runtime.config (runtime/zoo.py)
         return _load_zoo(path, dev, dt)
@@ -149,7 +153,7 @@ def load_drafter(
         notes = reference_notes(spec)
         if keep_quantized and not quantized:
             notes.append("--keep-quantized: dflashkit.kernels is not available; weights were dequantized")
-        _fill(model, f, dev, dt, quantized, notes, extras)
+        _fill(model, f, dev, dt, quantized, notes, extras, packed=packed and dt == torch.float32)
         types: dict[str, int] = {}
         for ref in f.tensors.values():
             types[ref.type_name] = types.get(ref.type_name, 0) + 1
@@ -207,6 +211,13 @@ def _dequantize(raw: np.ndarray, ggml_type: Any, shape: tuple[int, ...], dev: to
     return torch.from_numpy(to_float32(raw, ggml_type.name, shape)).to(device=dev, dtype=dt)
 
 
+def _packed_bytes(raw: np.ndarray, rows: int) -> torch.Tensor:
+    """A tensor's stored bytes as uint8 [rows, row_bytes] (a copy: the memmap is read-only)."""
+    data = torch.from_numpy(np.array(raw).view(np.uint8).reshape(rows, -1))
+    release_pages(raw)
+    return data
+
+
 def _qmatmul_path(model: DFlashDraftModel, dev: torch.device) -> str:
     from ..kernels import QuantizedWeight, qmatmul_path
 
@@ -219,7 +230,7 @@ def _dtype_name(dt: torch.dtype) -> str:
 
 
 def _fill(model: DFlashDraftModel, f: DrafterFile, dev: torch.device, dt: torch.dtype, quantized: bool, notes: list[str],
-          extras: Mapping[str, torch.Tensor] | None = None) -> None:
+          extras: Mapping[str, torch.Tensor] | None = None, *, packed: bool = False) -> None:
     spec = model.spec
     expected = expected_tensors(spec, vocab_size=spec.vocab_size)
     missing = [n for n in expected if n not in f.tensors]
@@ -247,6 +258,10 @@ def _fill(model: DFlashDraftModel, f: DrafterFile, dev: torch.device, dt: torch.
         if isinstance(module, Linear) and attr == "weight" and quantized and ref.ggml_type in _kernel_types():
             data = torch.from_numpy(np.array(f.read_raw(canonical), dtype=np.uint8)).to(dev)
             module.set_quantized(data, ref.ggml_type)
+            continue
+        if (isinstance(module, Linear) and attr == "weight" and packed and ref.type_name != "F32" and len(ref.shape) == 2
+                and not (f.kind == "hf" and f.family is not None and f.family.transforms_data)):  # sanitize needs float32
+            module.set_packed(_packed_bytes(f.read_raw(canonical), ref.shape[0]).to(dev), ref.ggml_type or ref.type_name)
             continue
         if ref.ggml_type is not None and ref.type_name not in _FLOAT_TYPES:
             tensor = _dequantize(f.read_raw(canonical), ref.ggml_type, ref.shape, dev, dt)
@@ -278,6 +293,7 @@ def load_target_head(
     device: str | torch.device = "cpu",
     dtype: str | torch.dtype = "float32",
     keep_quantized: bool = False,
+    packed: bool = False,
 ) -> TargetHead:
     """``embed_tokens`` and ``lm_head`` of a target GGUF (``token_embd`` / ``output``) or HF directory.
 
@@ -289,7 +305,7 @@ def load_target_head(
     if p.is_dir():
         embed, head, bias = _hf_head(p)
     elif p.is_file():
-        return _gguf_head(p, dev, dt, keep_quantized)
+        return _gguf_head(p, dev, dt, keep_quantized, packed=packed and dt == torch.float32 and not keep_quantized)
     else:
         raise DFlashError(f"target {p}: no such file or directory")
     lm = Linear(embed.shape[1], head.shape[0])
@@ -299,12 +315,29 @@ def load_target_head(
     return TargetHead(torch.from_numpy(embed).to(device=dev, dtype=dt), lm, source=str(p))
 
 
-def _gguf_head(path: Path, dev: torch.device, dt: torch.dtype, keep_quantized: bool) -> TargetHead:
+def _gguf_head(path: Path, dev: torch.device, dt: torch.dtype, keep_quantized: bool, *, packed: bool = False) -> TargetHead:
     from ..io.gguf_reader import open_gguf
 
     with open_gguf(path) as g:
         if "token_embd.weight" not in g.tensors:
             raise DFlashError(f"target {path}: no token_embd.weight tensor — not a llama.cpp language-model GGUF")
+        if packed:  # embedding rows unpacked on lookup, the vocabulary projection in row blocks
+
+            def table(name: str) -> Linear:
+                info = g.tensors[name]
+                lin = Linear(info.shape[1], info.shape[0])
+                lin.set_packed(_packed_bytes(g.array(name), info.shape[0]).to(dev), info.ggml_type)
+                return lin
+
+            embed_table = table("token_embd.weight")
+            lm = table("output.weight") if "output.weight" in g.tensors else embed_table
+            if "output.bias" in g.tensors:
+                info = g.tensors["output.bias"]
+                f32 = to_float32(g.array("output.bias"), info.ggml_type.name, info.shape, where=f"{path}: tensor 'output.bias'")
+                if lm is embed_table:
+                    lm = table("token_embd.weight")
+                lm.bias = torch.from_numpy(np.ascontiguousarray(f32)).to(device=dev, dtype=dt)
+            return TargetHead(embed_table, lm, source=str(path))
 
         def read(name: str) -> torch.Tensor:
             info = g.tensors[name]

@@ -1,0 +1,74 @@
+"""Start-up behaviour of the file commands: convert / quantize / inspect / diff never import torch
+(it costs seconds and gigabytes they do not need), only quantizing imports numba (about a second with its
+cached kernels), and numba's kernel cache has a writable home."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from dflashkit import _numba_cache
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Runs one click command in-process (standalone_mode=False: no sys.exit) and prints which heavy
+# modules the command's whole code path imported.
+_PROBE = """
+import json, sys
+from dflashkit import cli
+cmd = getattr(cli, sys.argv[1])
+code = 0
+try:
+    cmd.main(sys.argv[2:], prog_name=sys.argv[1], standalone_mode=False)
+except SystemExit as exc:
+    code = exc.code
+print("EXIT=" + str(code))
+print("MODULES=" + json.dumps(sorted(m for m in ("torch", "transformers", "numba") if m in sys.modules)))
+"""
+
+
+def _modules_after(command: str, *args: str) -> list[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", _PROBE, command, *args], capture_output=True, text=True, env=env,
+                          cwd=ROOT)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("MODULES=")]
+    assert lines, proc.stderr[-2000:]
+    assert "EXIT=0" in proc.stdout.splitlines(), proc.stdout + proc.stderr[-2000:]  # the command ran through
+    return json.loads(lines[-1].split("=", 1)[1])
+
+
+def test_convert_quantize_inspect_diff_never_import_torch_and_only_quantize_imports_numba(drafters, targets, tmp_path):
+    from conftest import target_for
+
+    hf, target = drafters["qwen3-b16"], target_for("qwen3-b16", targets)  # target GGUF: the tokenizer
+    f16, q4 = tmp_path / "d-f16.gguf", tmp_path / "d-q4.gguf"
+    assert _modules_after("convert_command", str(hf), str(f16), "--outtype", "f16", "--target", str(target),
+                          "-q") == []
+    assert f16.exists()
+    assert _modules_after("quantize_command", str(f16), str(q4), "Q4_K_M") == ["numba"]
+    assert q4.exists()
+    assert _modules_after("inspect_command", str(q4)) == []
+    assert _modules_after("diff_command", str(f16), str(q4)) == []
+
+
+def test_numba_cache_moves_to_the_user_cache_when_the_package_is_read_only(tmp_path, monkeypatch):
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    chosen = _numba_cache.configure(tmp_path / "pkg")
+    assert chosen == str(tmp_path / "cache" / "dflashkit" / "numba")
+    assert os.environ["NUMBA_CACHE_DIR"] == chosen
+    assert Path(chosen).is_dir()
+
+
+def test_numba_cache_stays_beside_a_writable_package_and_respects_the_user(tmp_path, monkeypatch):
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    assert _numba_cache.configure(tmp_path) is None
+    assert "NUMBA_CACHE_DIR" not in os.environ
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "mine"))
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    assert _numba_cache.configure(tmp_path) is None
+    assert os.environ["NUMBA_CACHE_DIR"] == str(tmp_path / "mine")
