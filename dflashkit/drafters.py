@@ -173,6 +173,8 @@ def _open_gguf(path: Path) -> DrafterFile:
         except (DFlashError, KeyError, TypeError, ValueError) as exc:
             error = str(exc) if isinstance(exc, DFlashError) else f"bad drafter metadata ({exc})"
     family = family_for_spec(spec) if spec is not None else None
+    if spec is not None and family is not None:
+        spec = family.refine_spec(spec, {c: t.shape for c, t in tensors.items()})
     return DrafterFile(path, "gguf", arch, dialect, spec, error, tensors, unmapped, metadata, family, _gguf=g)
 
 
@@ -225,5 +227,7 @@ def _open_hf(directory: Path, *, strict: bool = False) -> DrafterFile:
             f"{directory}: {len(unmapped)} tensor name(s) dflashkit does not know: {shown} — "
             "refusing to drop weights silently; this drafter variant is not supported yet"
         )
+    if spec is not None and family is not None:
+        spec = family.refine_spec(spec, {c: t.shape for c, t in tensors.items()})
     archs = config.get("architectures") or ["DFlashDraftModel"]
     return DrafterFile(directory, "hf", str(archs[0]), None, spec, error, tensors, unmapped, config, family, _checkpoint=ck)
