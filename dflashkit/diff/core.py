@@ -589,7 +589,7 @@ def _build_report(r: DiffResult, threshold: float | None, allow_missing: bool) -
              for m in r.shape_mismatches],
             level="error", id="shape_mismatches", note="shapes in numpy/HF order (GGUF dims reversed)",
         ),
-        Table(
+        *([Table(
             "Integer tensors (compared exactly)",
             [Column("tensor", "tensor"), Column("name_a", "A name"), Column("name_b", "B name"),
              Column("n", "elements"), Column("different", "different"), Column("first", "first difference")],
@@ -599,7 +599,7 @@ def _build_report(r: DiffResult, threshold: float | None, allow_missing: bool) -
             level="error" if r.exact_differences else "info", id="exact",
             note="token ids: any difference is an error (A's d2t offsets are made absolute first, as conversion does)",
             empty="none",
-        ),
+        )] if r.exact else []),  # only drafters with a d2t have integer tensors
         Table(
             "Unreadable tensors",
             [Column("tensor", "tensor"), Column("error", "error")],
