@@ -64,7 +64,6 @@ def _listing(path: Path) -> dict[str, list]:
 # pinned (no llama.cpp needed)
 
 
-@pytest.mark.xfail(strict=True, reason="TEMP until wip-13a is merged: llama.cpp's key/tensor order and general.*")
 @pytest.mark.parametrize("outtype", OUTTYPES)
 @pytest.mark.parametrize("name", CONVERTED)
 def test_convert_matches_pinned_llama_cpp_output(name: str, outtype: str, zoo, tmp_path: Path) -> None:
