@@ -166,3 +166,16 @@ def test_heads_without_dspark_keys(good, tmp_path: Path) -> None:
         f"{bad}: DSpark head tensors (markov_w1.weight, markov_w2.weight, conf_proj.weight) but no "
         "dflash.has_confidence_head / dflash.sample_from_anchor keys — re-convert with dflash-convert"
     )
+
+
+def test_hf_checkpoint_with_duplicate_d2t(tmp_path_factory: pytest.TempPathFactory) -> None:
+    # what conversion (and llama.cpp's converter: "d2t contains duplicate target ids") refuses, said by inspect
+    pytest.importorskip("dflash.model")
+    root = tmp_path_factory.mktemp("dup")
+    _, made = make_zoo.make_zoo(root, ["qwen3-dspark-d2t-dup", "qwen3-dspark"])
+    f = findings(made["qwen3-dspark-d2t-dup"])
+    assert _ids(f) == {"dspark.checkpoint"}
+    assert f["dspark.checkpoint"][0].message == (
+        f"{made['qwen3-dspark-d2t-dup']}: d2t contains duplicate target ids (target id 1 at rows [0, 1])"
+    )
+    assert _ids(findings(made["qwen3-dspark"])) == set()

@@ -299,3 +299,13 @@ def test_llama_cpp_refuses_the_same_bad_configs(case: str, zoo, tmp_path: Path) 
         _convert(bad, tmp_path / "ours.gguf", target)
     reason = BAD_CONFIGS[case][3].split(": ", 1)[1]
     assert reason.strip("'") in str(ours.value)
+
+
+@pytest.mark.parametrize("name", ["spec-dspark", "gemma4-dspark"])
+def test_translating_a_dspark_gguf_keeps_every_byte(name: str, zoo, tmp_path: Path) -> None:
+    # GGUF -> GGUF (llama.cpp dialect): heads, d2t, rope_freqs and the DSpark keys survive untouched
+    target, made = zoo
+    first = _convert(made[name], tmp_path / "a.gguf", target)
+    again = tmp_path / "b.gguf"
+    convert(first, again, progress=False, warn=lambda _: None)
+    assert again.read_bytes() == first.read_bytes()

@@ -189,3 +189,24 @@ def _check_confidence(ctx: InspectContext, d: DrafterFile) -> Iterator[Finding]:
         yield error("dspark.confidence_without_markov", f"{path}: tensor '{conf.name}' without a Markov head (markov_w1.weight): the loader only reads it with one")
     if bias is not None and tuple(bias.shape) != (1,):
         yield error("dspark.confidence_bias_shape", f"{path}: tensor '{bias.name}' is ne {_ne(bias.shape)}; the loader needs {{1}}")
+
+
+@register_check("drafter.dspark_checkpoint", kinds=("safetensors",), order=210)
+def check_dspark_checkpoint(ctx: InspectContext) -> Iterator[Finding]:
+    """An HF DSpark checkpoint: what conversion would refuse about its heads (d2t present when the draft
+    vocabulary is reduced, its size, range and uniqueness once made absolute), said before converting."""
+    if not ctx.path.is_dir():
+        return
+    d = drafter_of(ctx)
+    if d is None or d.spec is None or d.family is None or d.family.name not in DSPARK_FAMILIES:
+        return
+    from dflashkit.errors import DFlashError
+
+    shapes = {c: t.shape for c, t in d.tensors.items()}
+    try:
+        d.family.check_source(d.spec, shapes, str(ctx.path))
+        for canonical in d.family.final_tensors:
+            if canonical in d.tensors:
+                d.family.finalize_tensor(d.spec, canonical, d.read_raw(canonical), str(ctx.path))
+    except DFlashError as exc:
+        yield error("dspark.checkpoint", str(exc))
