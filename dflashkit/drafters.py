@@ -104,8 +104,8 @@ class DrafterFile:
         ref = self._ref(canonical)
         raw = self.read_raw(canonical)
         out = to_float32(raw, ref.type_name, ref.shape, where=f"{self.path}: tensor '{ref.name}'")
-        if self.kind == "hf" and self.family is not None and self.family.transforms_data:
-            out = self.family.sanitize(canonical, out)
+        if self.kind == "hf" and self.family is not None and self.spec is not None and self.family.rewrites(self.spec, canonical):
+            out = self.family.sanitize_for(self.spec, canonical, out)
         return out
 
     def display_names(self) -> dict[str, str]:

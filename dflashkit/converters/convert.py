@@ -26,6 +26,7 @@ from ..errors import DFlashError, UsageError
 from ..filetypes import CONVERT_OUTTYPES, CONVERT_POLICY_OUTTYPES, outtype_file_type
 from ..io.gguf_writer import TensorToWrite, check_output_path, iter_row_chunks, write_gguf
 from ..io.safetensors_reader import SafetensorsTensor
+from ..spec import DrafterSpec
 from .plan import (
     ConvertResult,
     PlannedTensor,
@@ -175,6 +176,24 @@ def _chunk_producer(t: SafetensorsTensor, out_type: GGMLQuantizationType) -> Cal
     return chunks
 
 
+def _rewritten_producer(
+    drafter: DrafterFile, spec: DrafterSpec, canonical: str, t: SafetensorsTensor, out_type: GGMLQuantizationType
+) -> Callable[[], Iterator[np.ndarray]]:
+    """A tensor whose data the family rewrites (`DrafterFamily.sanitize_for`, e.g. the NeoX permutation
+    of an interleaved-RoPE q/k): read whole, rewritten in its stored dtype (only data moves, so
+    converting afterwards gives llama.cpp's bytes), then converted in row chunks."""
+    assert drafter.family is not None
+    row_elems = t.shape[-1] if t.shape else 1
+
+    def chunks() -> Iterator[np.ndarray]:
+        data = drafter.family.sanitize_for(spec, canonical, np.array(drafter.read_raw(canonical)))  # type: ignore[union-attr]
+        rows = data.reshape(-1, row_elems)
+        for start, stop in iter_row_chunks(rows.shape[0], row_elems * data.dtype.itemsize, CHUNK_BYTES):
+            yield _convert_chunk(rows[start:stop].reshape(-1), t.dtype, out_type, row_elems)
+
+    return chunks
+
+
 def convert(
     src: str | os.PathLike,
     out: str | os.PathLike,
@@ -239,9 +258,8 @@ def _convert_checkpoint(
     warn: Callable[[str], None],
 ) -> ConvertResult:
     spec = apply_overrides(drafter.require_spec(), str(directory), num_target_layers=num_target_layers, mask_token_id=mask_token_id)
-    assert drafter.family is not None
-    if drafter.family.transforms_data:  # the raw streaming below copies stored data as is
-        raise DFlashError(f"{directory}: the {drafter.family.name} family rewrites tensor data; converting it is not supported yet")
+    family = drafter.family
+    assert family is not None
     mapped = {c: drafter.source_tensor(c) for c in drafter.tensors}
     check_dialect_holds(spec, dialect_table, str(directory), hint=" — use --dialect llama.cpp")
     codebook = mapped.get("candidate_selector.predecessor_codebook.weight")
@@ -294,7 +312,14 @@ def _convert_checkpoint(
         out_path,
         arch,
         metadata,
-        [TensorToWrite(p.gguf_name, p.shape, p.ggml_type, _chunk_producer(t, p.ggml_type)) for p, t in zip(plan, sources)],
+        [
+            TensorToWrite(
+                p.gguf_name, p.shape, p.ggml_type,
+                _rewritten_producer(drafter, spec, p.canonical, t, p.ggml_type)
+                if family.rewrites(spec, p.canonical) else _chunk_producer(t, p.ggml_type),
+            )
+            for p, t in zip(plan, sources)
+        ],
         force=force,
         progress=progress,
     )
