@@ -203,6 +203,7 @@ def convert(
     dialect: str = DEFAULT_DIALECT.name,
     num_target_layers: int | None = None,
     mask_token_id: int | None = None,
+    target_layer_ids: Sequence[int] | None = None,
     source_repo: str | None = None,
     source_revision: str | None = None,
     force: bool = False,
@@ -210,7 +211,11 @@ def convert(
     warn: Callable[[str], None] | None = None,
 ) -> ConvertResult:
     """Convert an HF drafter checkpoint (local dir or hub repo id) — or translate a drafter GGUF —
-    to a GGUF file in ``dialect``."""
+    to a GGUF file in ``dialect``.
+
+    ``target_layer_ids`` (HF decoder-layer ids) supplies the taps of a config without them;
+    ``source_repo`` / ``source_revision`` record where a local checkpoint came from (a hub download
+    knows it from its cache path) in gguf-py's ``general.source.*`` keys."""
     warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
     if is_gguf_path(src):
         if source_repo is not None or source_revision is not None:
@@ -222,7 +227,7 @@ def convert(
             )
         return translate_gguf(
             src, out, dialect=dialect, target=target, num_target_layers=num_target_layers,
-            mask_token_id=mask_token_id, force=force, progress=progress, warn=warn,
+            mask_token_id=mask_token_id, target_layer_ids=target_layer_ids, force=force, progress=progress, warn=warn,
         )
     out_path = check_output_path(out, force=force, inputs=[src] + ([target] if target else []))
     dialect_table = get_dialect(dialect)
@@ -234,7 +239,7 @@ def convert(
         directory = resolve_checkpoint_dir(src, revision=source_revision)
         provenance = resolve_provenance(directory, source_repo=source_repo)
     # one reader for every drafter form: config → spec through its family, names → canonical ids
-    with open_drafter(directory, strict=True) as drafter:
+    with open_drafter(directory, strict=True, target_layer_ids=target_layer_ids) as drafter:
         return _convert_checkpoint(
             drafter, directory, out_path, outtype=outtype, target=target, dialect_table=dialect_table,
             num_target_layers=num_target_layers, mask_token_id=mask_token_id, provenance=provenance,

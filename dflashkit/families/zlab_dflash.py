@@ -197,19 +197,22 @@ class ZLabDFlash(DrafterFamily):
         raw_ids = view.get("target_layer_ids")
         defaulted = False
         if raw_ids is None:
-            if num_target_layers is None:
-                raise DFlashError(
-                    f"{path}: neither 'target_layer_ids' nor 'num_target_layers' is set, so the tap layers are unknown "
-                    "— add dflash_config.target_layer_ids"
-                )
-            ids = tuple(build_target_layer_ids(num_target_layers, n_layers))
-            defaulted = True
-        else:
-            if not isinstance(raw_ids, list) or not raw_ids or not all(
-                isinstance(i, int) and not isinstance(i, bool) for i in raw_ids
-            ):
-                raise DFlashError(f"{path}: '{view.where('target_layer_ids')}' must be a non-empty list of integers, got {raw_ids!r}")
-            ids = tuple(raw_ids)
+            # z-lab's old evenly-spaced default rule is wrong for most published checkpoints (z-lab
+            # removed it): the taps must come from the config or the user. The rule only shapes the
+            # example of the flag's syntax.
+            example = (
+                build_target_layer_ids(num_target_layers, n_layers) if num_target_layers else [1, 9, 17, 25, 33]
+            )
+            raise DFlashError(
+                f"{path}: no target_layer_ids (dflash_config or top level), so the target layers this drafter "
+                f"taps are unknown — pass them from its model card or training config: --target-layer-ids "
+                f"{','.join(str(i) for i in example)}"
+            )
+        if not isinstance(raw_ids, list) or not raw_ids or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in raw_ids
+        ):
+            raise DFlashError(f"{path}: '{view.where('target_layer_ids')}' must be a non-empty list of integers, got {raw_ids!r}")
+        ids = tuple(raw_ids)
         if any(i < 0 for i in ids):
             raise DFlashError(f"{path}: '{view.where('target_layer_ids')}' has a negative id: {list(ids)}")
         if list(ids) != sorted(set(ids)):
