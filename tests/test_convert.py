@@ -499,6 +499,30 @@ def test_hub_repo_id_from_offline_cache(drafters, tmp_path: Path, monkeypatch) -
     convert(drafters["qwen3-b16"], direct, outtype="f32", progress=False, warn=lambda m: None)
     assert tensor_bytes(out) == tensor_bytes(direct)
     _expect_error("z-lab/Not-Cached", tmp_path / "o.gguf", "z-lab/Not-Cached: not in the local Hugging Face cache and HF_HUB_OFFLINE is set")
+    # provenance (issue 13): repo id and commit from the cache path, in gguf-py's general.source.* keys;
+    # general.name is the repo id, as llama.cpp names a --remote conversion
+    fields = read_fields(out)
+    assert fields["general.name"][1] == "z-lab/Tiny-DFlash-b16"
+    assert fields["general.source.url"] == (
+        [V.STRING], "https://huggingface.co/z-lab/Tiny-DFlash-b16/tree/0123456789abcdef0123456789abcdef01234567"
+    )
+    assert fields["general.source.repo_url"] == ([V.STRING], "https://huggingface.co/z-lab/Tiny-DFlash-b16")
+    keys = list(fields)
+    assert keys.index("general.size_label") < keys.index("general.source.url") < keys.index("general.source.repo_url") < keys.index("dflash.block_count")
+
+
+def test_source_flags_record_provenance_of_a_local_dir(drafters, tmp_path: Path) -> None:
+    out = tmp_path / "p.gguf"
+    convert(drafters["qwen3-b16"], out, outtype="f32", source_repo="z-lab/Qwen3-8B-DFlash-b16", source_revision="v1.0", progress=False, warn=lambda m: None)
+    fields = read_fields(out)
+    assert fields["general.name"][1] == "Qwen3 B16"  # llama.cpp's heuristic name of the directory
+    assert fields["general.source.url"][1] == "https://huggingface.co/z-lab/Qwen3-8B-DFlash-b16/tree/v1.0"
+    assert fields["general.source.repo_url"][1] == "https://huggingface.co/z-lab/Qwen3-8B-DFlash-b16"
+    plain = tmp_path / "plain.gguf"
+    convert(drafters["qwen3-b16"], plain, outtype="f32", progress=False, warn=lambda m: None)
+    assert not any(k.startswith("general.source") for k in read_fields(plain))  # what llama.cpp writes
+    _expect_error(drafters["qwen3-b16"], tmp_path / "o.gguf", "--source-revision needs --source-repo", source_revision="v1.0")
+    _expect_error(drafters["qwen3-b16"], tmp_path / "o.gguf", "--source-repo 'nope' is not a hub repo id (owner/name)", source_repo="nope")
 
 
 # ---- CLI: exit codes and one-line errors ------------------------------------------------------

@@ -36,10 +36,12 @@ from .plan import (
     check_mask_in_vocab,
     check_spec,
     check_tensors,
+    converter_layout,
     ordered_canonical,
     spec_with_target,
 )
 from .general import Provenance, general_metadata, resolve_provenance
+from .mask_embedding import MASK_EMBEDDING_FILE, mask_embedding_tensors
 from .source import is_gguf_path, resolve_checkpoint_dir
 from .target import TargetInfo, load_target
 from .translate import translate_gguf
@@ -194,6 +196,18 @@ def _rewritten_producer(
     return chunks
 
 
+def _array_producer(data: np.ndarray, tag: str, out_type: GGMLQuantizationType) -> Callable[[], Iterator[np.ndarray]]:
+    """An in-memory tensor (stored dtype ``tag``; BF16 as uint16) converted in row chunks."""
+    row_elems = data.shape[-1] if data.shape else 1
+
+    def chunks() -> Iterator[np.ndarray]:
+        rows = data.reshape(-1, row_elems)
+        for start, stop in iter_row_chunks(rows.shape[0], row_elems * data.dtype.itemsize, CHUNK_BYTES):
+            yield _convert_chunk(rows[start:stop].reshape(-1), tag, out_type, row_elems)
+
+    return chunks
+
+
 def convert(
     src: str | os.PathLike,
     out: str | os.PathLike,
@@ -286,11 +300,21 @@ def _convert_checkpoint(
     check_mask_in_vocab(spec, str(directory))
 
     outtype = resolve_outtype(outtype, mapped)
+    # tensors llama.cpp's converter generates (MiMo's mask_embedding.pt): written first
+    extra = mask_embedding_tensors(directory, spec, mapped, target, drafter.read_raw)
+    generated, replaced = extra if extra is not None else ([], [])
+    for canonical in replaced:
+        mapped.pop(canonical)
     order = ordered_canonical(
         mapped, dialect_table, file_type=outtype_file_type(outtype).file_type,
         source_order=lambda c: (Path(mapped[c].file).name, mapped[c].name),
     )
-    shapes = [tuple(int(d) for d in mapped[c].shape) for c in order]
+    if not converter_layout(outtype_file_type(outtype).file_type):  # llama-quantize's loader order for all
+        order = ordered_canonical([*order, *(g.canonical for g in generated)], dialect_table, file_type=outtype_file_type(outtype).file_type)
+    else:
+        order = [g.canonical for g in generated] + order
+    made = {g.canonical: g for g in generated}
+    shapes = [tuple(int(d) for d in (made[c].shape if c in made else mapped[c].shape)) for c in order]
     file_type, types = plan_tensor_types(
         [(c, dialect_table.gguf_name(c), shape) for c, shape in zip(order, shapes)], outtype, spec.n_layers
     )
@@ -302,11 +326,22 @@ def _convert_checkpoint(
     metadata = build_metadata(spec, dialect_table, arch, file_type=file_type, tokenizer=tokenizer, general=general)
 
     plan: list[PlannedTensor] = []
-    sources: list[SafetensorsTensor] = []
+    producers: list[Callable[[], Iterator[np.ndarray]]] = []
     for canonical, shape, (ggml_type, note) in zip(order, shapes, types):
+        g = made.get(canonical)
+        if g is not None:
+            source_name = g.source.name if g.source is not None else MASK_EMBEDDING_FILE
+            plan.append(PlannedTensor(canonical, dialect_table.gguf_name(canonical), source_name, shape, ggml_type, g.dtype, note))
+            producers.append(
+                _chunk_producer(g.source, ggml_type) if g.source is not None else _array_producer(g.data, g.dtype, ggml_type)  # type: ignore[arg-type]
+            )
+            continue
         t = mapped[canonical]
         plan.append(PlannedTensor(canonical, dialect_table.gguf_name(canonical), t.name, shape, ggml_type, t.dtype, note))
-        sources.append(t)
+        producers.append(
+            _rewritten_producer(drafter, spec, canonical, t, ggml_type)
+            if family.rewrites(spec, canonical) else _chunk_producer(t, ggml_type)
+        )
     for p in plan:
         if p.note:
             warnings.append(f"{p.gguf_name}: {p.note}")
@@ -317,14 +352,7 @@ def _convert_checkpoint(
         out_path,
         arch,
         metadata,
-        [
-            TensorToWrite(
-                p.gguf_name, p.shape, p.ggml_type,
-                _rewritten_producer(drafter, spec, p.canonical, t, p.ggml_type)
-                if family.rewrites(spec, p.canonical) else _chunk_producer(t, p.ggml_type),
-            )
-            for p, t in zip(plan, sources)
-        ],
+        [TensorToWrite(p.gguf_name, p.shape, p.ggml_type, producer) for p, producer in zip(plan, producers)],
         force=force,
         progress=progress,
     )
