@@ -77,12 +77,29 @@ _LLAMA_CPP_TENSORS: dict[str, str] = {
     "candidate_selector.predecessor_codebook.weight": "selector_predecessor.weight",
     "candidate_selector.successor_codebook.weight": "selector_successor.weight",
     "candidate_selector.hidden_projection.weight": "selector_hidden.weight",
+    # attention sinks (llama.cpp's gguf-py: attn_sinks, F32 {n_head})
+    "layers.{bid}.self_attn.sinks": "blk.{bid}.attn_sinks.weight",
+}
+#: DSpark heads and the Gemma-4 DSpark backbone (llama.cpp only; families/dspark.py, gemma4_dspark.py)
+_LLAMA_CPP_DSPARK_TENSORS: dict[str, str] = {
+    "markov_head.markov_w1.weight": "markov_w1.weight",
+    "markov_head.markov_w2.weight": "markov_w2.weight",
+    "markov_head.markov_w2.scale": "markov_w2.scale",
+    "confidence_head.proj.weight": "conf_proj.weight",
+    "confidence_head.proj.bias": "conf_proj.bias",
+    "d2t": "d2t",
+    "rope_freqs.weight": "rope_freqs.weight",
+    "layers.{bid}.post_attention_norm.weight": "blk.{bid}.post_attention_norm.weight",
+    "layers.{bid}.post_feedforward_layernorm.weight": "blk.{bid}.post_ffw_norm.weight",
+    "layers.{bid}.layer_scalar.weight": "blk.{bid}.layer_output_scale.weight",
 }
 
 CANONICAL_TENSORS: tuple[str, ...] = tuple(_LLAMA_CPP_TENSORS)
 DFLASH2_TENSORS: frozenset[str] = frozenset(
     k for k in CANONICAL_TENSORS if "conv" in k or k.startswith("candidate_selector.")
 )
+#: tensors only llama.cpp's loader has names for (the Luce and dflash-draft loaders have none)
+LLAMA_CPP_ONLY_TENSORS: frozenset[str] = DFLASH2_TENSORS | {"layers.{bid}.self_attn.sinks"}
 def _template_regex(template: str) -> re.Pattern[str]:
     return re.compile("^" + re.escape(template).replace(r"\{bid\}", r"(?P<bid>\d+)") + "$")
 
@@ -99,6 +116,9 @@ class KeySpec:
     # Not read by that runtime's loader (it ignores unknown keys); written so that translating
     # between dialects never loses what the drafter means.
     extension: bool = False
+    # Read by the table, written only by the families that own the key (`DrafterFamily.extra_metadata`,
+    # in llama.cpp's position for that family): e.g. hidden_activation is Gemma-4 DSpark's, not DFlash's.
+    family_only: bool = False
 
 
 #: DFlash semantics a dialect has no key of its own for, stored under its arch prefix.
@@ -123,6 +143,9 @@ class Dialect:
     target_count_architectures: tuple[str, ...] = ()
     #: the architecture string the writer uses for a spec
     architecture_for: Callable[[DrafterSpec], str] | None = field(default=None, compare=False)
+    #: the key (template) after which ``general.file_type`` is written in a converted file; None:
+    #: after the dialect's own keys
+    file_type_after: str | None = None
 
     # ---- taps -----------------------------------------------------------------------------
     @property
@@ -172,6 +195,10 @@ class Dialect:
     def pick_architecture(self, spec: DrafterSpec) -> str:
         return self.architecture_for(spec) if self.architecture_for is not None else self.architectures[0]
 
+    def keys_field(self, field_name: str) -> bool:
+        """Whether this dialect's table has a key for ``field_name``."""
+        return any(ks.field == field_name for ks in self.keys)
+
     def key_for_field(self, field_name: str, arch: str) -> str | None:
         """The GGUF key carrying ``field_name`` in this dialect (None when it has none)."""
         for ks in self.keys:
@@ -204,6 +231,20 @@ _COMMON_HPARAMS = (
     KeySpec("rope_theta", "{arch}.rope.freq_base", T.FLOAT32, required=True),
 )
 
+#: RoPE scaling as llama.cpp's converter writes it (``conversion/base.py`` ``set_gguf_parameters``), from
+#: the spec's ``rope_scaling`` pairs (see `_derived_value`).
+_ROPE_SCALING = (
+    KeySpec("rope_scaling.type", "{arch}.rope.scaling.type", T.STRING),
+    KeySpec("rope_scaling.factor", "{arch}.rope.scaling.factor", T.FLOAT32),
+    KeySpec("rope_scaling.original_context_length", "{arch}.rope.scaling.original_context_length", T.UINT32),
+    KeySpec("rope_scaling.ext_factor", "{arch}.rope.scaling.yarn_ext_factor", T.FLOAT32),
+    KeySpec("rope_scaling.attn_factor", "{arch}.rope.scaling.yarn_attn_factor", T.FLOAT32),
+    KeySpec("rope_scaling.beta_fast", "{arch}.rope.scaling.yarn_beta_fast", T.FLOAT32),
+    KeySpec("rope_scaling.beta_slow", "{arch}.rope.scaling.yarn_beta_slow", T.FLOAT32),
+)
+
+# The llama.cpp dialect's keys in the order llama.cpp's converter writes them (TextModel's hparams,
+# then DFlashModel's own; general.file_type goes after value_length, see `Dialect.file_type_after`).
 LLAMA_CPP = Dialect(
     name="llama.cpp",
     architectures=("dflash",),
@@ -211,25 +252,48 @@ LLAMA_CPP = Dialect(
     tap_offset=1,
     supports_dflash2=True,
     needs_tokenizer=True,
-    tensor_names=_LLAMA_CPP_TENSORS,
-    keys=_COMMON_HPARAMS
+    tensor_names={**_LLAMA_CPP_TENSORS, **_LLAMA_CPP_DSPARK_TENSORS},
+    file_type_after="{arch}.attention.value_length",
+    keys=(
+        KeySpec("n_layers", "{arch}.block_count", T.UINT32, required=True),
+        KeySpec("context_length", "{arch}.context_length", T.UINT32, required=True),
+        KeySpec("hidden_size", "{arch}.embedding_length", T.UINT32, required=True),
+        KeySpec("intermediate_size", "{arch}.feed_forward_length", T.UINT32, required=True),
+        KeySpec("n_heads", "{arch}.attention.head_count", T.UINT32, required=True),
+        KeySpec("n_kv_heads", "{arch}.attention.head_count_kv", T.UINT32, required=True),
+        # llama.cpp's TextModel writes a False `is_causal` here; DFlashModel's later write of the same key
+        # keeps this position (gguf-py overwrites a duplicated key in place). True is written below.
+        KeySpec("causal_false", "{arch}.attention.causal", T.BOOL),
+    )
+    + _ROPE_SCALING
     + (
-        KeySpec("block_size", "{arch}.block_size", T.UINT32, required=True),
-        KeySpec("target_layer_ids", "{arch}.target_layers", T.ARRAY, T.INT32, required=True),
-        KeySpec("mask_token_id", "tokenizer.ggml.mask_token_id", T.UINT32, required=True),
-        KeySpec("sliding_window", "{arch}.attention.sliding_window", T.UINT32),
-        KeySpec("sliding_window_pattern", "{arch}.attention.sliding_window_pattern", T.ARRAY, T.BOOL),
-        KeySpec("causal", "{arch}.attention.causal", T.BOOL),
-        KeySpec("final_logit_softcapping", "{arch}.final_logit_softcapping", T.FLOAT32),
-        KeySpec("embedding_scale", "{arch}.embedding_scale", T.FLOAT32),
-        KeySpec("logit_scale", "{arch}.logit_scale", T.FLOAT32),
-        KeySpec("attention_value_scale", "{arch}.attention.value_scale", T.FLOAT32),
+        KeySpec("rope_theta", "{arch}.rope.freq_base", T.FLOAT32, required=True),
+        KeySpec("rms_norm_eps", "{arch}.attention.layer_norm_rms_epsilon", T.FLOAT32, required=True),
+        KeySpec("head_dim", "{arch}.attention.key_length", T.UINT32, required=True),
+        KeySpec("head_dim", "{arch}.attention.value_length", T.UINT32, required=True),
         KeySpec("rope_dimension_count", "{arch}.rope.dimension_count", T.UINT32),
-        KeySpec("rope_dimension_sections", "{arch}.rope.dimension_sections", T.ARRAY, T.INT32),
+        KeySpec("attention_value_scale", "{arch}.attention.value_scale", T.FLOAT32),
+        KeySpec("block_size", "{arch}.block_size", T.UINT32, required=True),
         KeySpec("conv_kernel_size", "{arch}.conv_kernel_size", T.UINT32),
         KeySpec("conv_group_size", "{arch}.conv_group_size", T.UINT32),
         KeySpec("selector_rank", "{arch}.selector_rank", T.UINT32),
         KeySpec("selector_top_k", "{arch}.selector_top_k", T.UINT32),
+        KeySpec("logit_scale", "{arch}.logit_scale", T.FLOAT32),
+        KeySpec("final_logit_softcapping", "{arch}.final_logit_softcapping", T.FLOAT32),
+        KeySpec("embedding_scale", "{arch}.embedding_scale", T.FLOAT32),
+        KeySpec("target_layer_ids", "{arch}.target_layers", T.ARRAY, T.INT32, required=True),
+        KeySpec("sliding_window", "{arch}.attention.sliding_window", T.UINT32),
+        KeySpec("sliding_window_pattern", "{arch}.attention.sliding_window_pattern", T.ARRAY, T.BOOL),
+        KeySpec("causal", "{arch}.attention.causal", T.BOOL),
+        KeySpec("rope_dimension_sections", "{arch}.rope.dimension_sections", T.ARRAY, T.INT32),
+        # read by llama.cpp's loader (default SiLU); its converter writes it for Gemma-4 DSpark only
+        KeySpec("hidden_act", "{arch}.hidden_activation", T.STRING),
+        # DSpark / Gemma-4 DSpark (13B): written by those families in llama.cpp's order (`extra_metadata`)
+        KeySpec("sample_from_anchor", "{arch}.sample_from_anchor", T.BOOL, family_only=True),
+        KeySpec("has_confidence_head", "{arch}.has_confidence_head", T.BOOL, family_only=True),
+        KeySpec("attention_scale", "{arch}.attention.scale", T.FLOAT32, family_only=True),
+        # written after the tokenizer (llama.cpp's DFlashModel.set_vocab adds it last)
+        KeySpec("mask_token_id", "tokenizer.ggml.mask_token_id", T.UINT32, required=True),
     ),
 )
 
@@ -242,7 +306,7 @@ LUCE = Dialect(
     target_count_architectures=("gemma4-dflash-draft",),
     architecture_for=lambda spec: _luce_arch(spec),
     tensor_names={
-        **{k: v for k, v in _LLAMA_CPP_TENSORS.items() if k not in DFLASH2_TENSORS},
+        **{k: v for k, v in _LLAMA_CPP_TENSORS.items() if k not in LLAMA_CPP_ONLY_TENSORS},
         "fc.weight": "dflash.fc.weight",
         "hidden_norm.weight": "dflash.hidden_norm.weight",
     },
@@ -270,6 +334,8 @@ LUCE = Dialect(
         ("attention_value_scale", "{arch}.attention.value_scale", T.FLOAT32),
         ("rope_dimension_count", "{arch}.rope.dimension_count", T.UINT32),
         ("rope_dimension_sections", "{arch}.rope.dimension_sections", T.ARRAY, T.INT32),
+        ("hidden_act", "{arch}.hidden_activation", T.STRING),
+        *((ks.field, ks.key, ks.type) for ks in _ROPE_SCALING),
     ),
 )
 
@@ -280,7 +346,7 @@ DFLASH_DRAFT = Dialect(
     tap_offset=0,
     supports_dflash2=False,
     tensor_names={
-        **{k: v for k, v in _LLAMA_CPP_TENSORS.items() if k not in DFLASH2_TENSORS},
+        **{k: v for k, v in _LLAMA_CPP_TENSORS.items() if k not in LLAMA_CPP_ONLY_TENSORS},
         "fc.weight": "dflash_fc.weight",
         "hidden_norm.weight": "dflash_hidden_norm.weight",
         "layers.{bid}.post_attention_layernorm.weight": "blk.{bid}.post_attention_norm.weight",
@@ -302,6 +368,8 @@ DFLASH_DRAFT = Dialect(
         ("attention_value_scale", "{arch}.attention.value_scale", T.FLOAT32),
         ("rope_dimension_count", "{arch}.rope.dimension_count", T.UINT32),
         ("rope_dimension_sections", "{arch}.rope.dimension_sections", T.ARRAY, T.INT32),
+        ("hidden_act", "{arch}.hidden_activation", T.STRING),
+        *((ks.field, ks.key, ks.type) for ks in _ROPE_SCALING),
     ),
 )
 
@@ -337,6 +405,12 @@ def detect_dialect(architecture: str | None) -> Dialect | None:
 
 
 def _derived_value(field_name: str, spec: DrafterSpec, arch: str, dialect: Dialect) -> Any:
+    if field_name == "causal_false":  # llama.cpp's early position of a False causal flag
+        return False if spec.causal is False else None
+    if field_name == "causal" and dialect.keys_field("causal_false"):
+        return True if spec.causal else None
+    if field_name.startswith("rope_scaling."):
+        return dict(spec.rope_scaling).get(field_name.split(".", 1)[1]) if spec.rope_scaling else None
     if field_name == "n_target_features":
         return spec.fc_input_width
     if field_name == "luce_n_target_layers":
@@ -345,14 +419,20 @@ def _derived_value(field_name: str, spec: DrafterSpec, arch: str, dialect: Diale
     return getattr(spec, field_name)
 
 
-def encode_metadata(spec: DrafterSpec, dialect: Dialect, arch: str | None = None) -> list[MetadataEntry]:
+def encode_metadata(
+    spec: DrafterSpec, dialect: Dialect, arch: str | None = None, *, skip: Iterable[str] = ()
+) -> list[MetadataEntry]:
     """The dialect's metadata entries for ``spec`` (architecture and general.* not included).
 
+    ``skip``: spec fields left out (the drafter's family writes them itself, `DrafterFamily.metadata_fields`).
     Raises a DFlashError naming the key when a required value is unknown.
     """
     arch = arch or dialect.pick_architecture(spec)
+    skipped = frozenset(skip)
     entries: list[MetadataEntry] = []
     for ks in dialect.keys:
+        if ks.field in skipped or ks.family_only:
+            continue
         value = _derived_value(ks.field, spec, arch, dialect)
         key = dialect.key(ks, arch)
         if value is None:
@@ -367,6 +447,8 @@ def encode_metadata(spec: DrafterSpec, dialect: Dialect, arch: str | None = None
             value = float(value)
         elif ks.type == T.BOOL:
             value = bool(value)
+        elif ks.type == T.STRING:
+            value = str(value)
         else:
             value = int(value)
         entries.append(MetadataEntry(key, value, ks.type, ks.sub_type))
@@ -449,6 +531,12 @@ def spec_from_gguf_metadata(kvs: Mapping[str, Any], dialect: Dialect, arch: str,
         selector_rank=fields_.get("selector_rank"),
         selector_top_k=fields_.get("selector_top_k"),
         name=name,
+        rope_scaling=tuple((k.split(".", 1)[1], v) for k, v in fields_.items() if k.startswith("rope_scaling.")) or None,
+        # DSpark (heads and draft vocabulary come from the tensors: `DrafterFamily.refine_spec`)
+        sample_from_anchor=fields_.get("sample_from_anchor"),
+        has_confidence_head=fields_.get("has_confidence_head"),
+        attention_scale=fields_.get("attention_scale"),
+        hidden_act=fields_.get("hidden_act"),
     )
     return spec
 

@@ -16,7 +16,7 @@ import mmap
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 from gguf import GGMLQuantizationType
@@ -108,8 +108,8 @@ class DrafterFile:
         ref = self._ref(canonical)
         raw = self.read_raw(canonical)
         out = to_float32(raw, ref.type_name, ref.shape, where=f"{self.path}: tensor '{ref.name}'")
-        if self.kind == "hf" and self.family is not None and self.family.transforms_data:
-            out = self.family.sanitize(canonical, out)
+        if self.kind == "hf" and self.family is not None and self.spec is not None and self.family.rewrites(self.spec, canonical):
+            out = self.family.sanitize_for(self.spec, canonical, out)
         release_pages(raw)  # `out` is a copy: the mapped pages need not stay in this process
         return out
 
@@ -137,7 +137,10 @@ class DrafterFile:
         n_rows = int(np.prod(ref.shape[:-1], dtype=np.int64)) if len(ref.shape) > 1 else 1
         unit = align // math.gcd(ne0, align)  # rows per aligned step
         step = max(unit, piece_elements // max(ne0, 1) // unit * unit)
-        sanitized = self.kind == "hf" and self.family is not None and self.family.transforms_data
+        sanitized = (
+            self.kind == "hf" and self.family is not None and self.spec is not None
+            and self.family.rewrites(self.spec, canonical)
+        )
         if n_rows <= step or raw.ndim == 0 or sanitized:  # a family's sanitize sees the whole tensor
             yield self.read_f32(canonical).reshape(-1)
             return
@@ -179,15 +182,19 @@ def is_drafter_path(path: str | os.PathLike) -> bool:
     return p.suffix.lower() == ".gguf" or p.is_dir()
 
 
-def open_drafter(path: str | os.PathLike, *, strict: bool = False) -> DrafterFile:
+def open_drafter(
+    path: str | os.PathLike, *, strict: bool = False, target_layer_ids: Sequence[int] | None = None
+) -> DrafterFile:
     """Open an HF drafter directory or a drafter GGUF (llama.cpp, luce or dflash-draft dialect).
 
     ``strict`` (the converter's mode, HF directories): an invalid config, an unknown tensor name or
     two names for one weight raise at once instead of being reported in ``spec_error`` / ``unmapped``.
+    ``target_layer_ids`` (HF ids; ``--target-layer-ids``) supplies the taps of a config that lacks
+    them; contradicting the config's own is an error.
     """
     p = Path(path)
     if p.is_dir():
-        return _open_hf(p, strict=strict)
+        return _open_hf(p, strict=strict, target_layer_ids=target_layer_ids)
     if not p.exists():
         raise DFlashError(f"{p}: no such file or directory")
     return _open_gguf(p)
@@ -220,6 +227,8 @@ def _open_gguf(path: Path) -> DrafterFile:
             spec = None
             error = str(exc) if isinstance(exc, DFlashError) else f"bad drafter metadata ({exc})"
     family = family_for_spec(spec) if spec is not None else None
+    if spec is not None and family is not None:
+        spec = family.refine_spec(spec, {c: t.shape for c, t in tensors.items()})
     return DrafterFile(path, "gguf", arch, dialect, spec, error, tensors, unmapped, metadata, family, _gguf=g)
 
 
@@ -237,9 +246,23 @@ def _fill_vocab(spec: DrafterSpec, metadata: dict[str, Any], tensors: dict[str, 
     return spec
 
 
-def _open_hf(directory: Path, *, strict: bool = False) -> DrafterFile:
+def with_target_layer_ids(config: dict[str, Any], ids: Sequence[int], path: str) -> dict[str, Any]:
+    """``config`` with ``dflash_config.target_layer_ids`` = ``ids`` (a copy; the file is never touched)."""
+    nested = config.get("dflash_config") or {}
+    current = nested.get("target_layer_ids", config.get("target_layer_ids")) if isinstance(nested, dict) else None
+    flag = ",".join(str(i) for i in ids)
+    if current is not None and list(current) != list(ids):
+        raise DFlashError(f"{path}: --target-layer-ids {flag} contradicts the config's target_layer_ids {current}")
+    if not isinstance(nested, dict):
+        return config  # the family names the bad dflash_config
+    return {**config, "dflash_config": {**nested, "target_layer_ids": [int(i) for i in ids]}}
+
+
+def _open_hf(directory: Path, *, strict: bool = False, target_layer_ids: Sequence[int] | None = None) -> DrafterFile:
     config = read_config_json(directory)
     config_path = directory / "config.json"
+    if target_layer_ids is not None:
+        config = with_target_layer_ids(config, target_layer_ids, str(config_path))
     spec: DrafterSpec | None = None
     error: str | None = None
     family: DrafterFamily | None = None
@@ -267,11 +290,13 @@ def _open_hf(directory: Path, *, strict: bool = False) -> DrafterFile:
         tensors[canonical] = TensorRef(canonical, t.name, tuple(t.shape), t.dtype, t.nbytes)
     if strict and unmapped:
         ck.close()
-        shown = ", ".join(unmapped[:10]) + (f" (+{len(unmapped) - 10} more)" if len(unmapped) > 10 else "")
+        shown = ", ".join(bounds.escape_name(n) for n in unmapped[:10]) + (f" (+{len(unmapped) - 10} more)" if len(unmapped) > 10 else "")
         raise DFlashError(
             f"{directory}: {len(unmapped)} tensor name(s) dflashkit does not know: {shown} — "
             "refusing to drop weights silently; this drafter variant is not supported yet"
         )
+    if spec is not None and family is not None:
+        spec = family.refine_spec(spec, {c: t.shape for c, t in tensors.items()})
     try:
         architecture = architecture_of(config, str(config_path))
     except DFlashError:  # already in spec_error; shown as given, one line

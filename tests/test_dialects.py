@@ -50,6 +50,20 @@ FACT_KEYS = {
         "{arch}.conv_group_size": (V.UINT32, None),
         "{arch}.selector_rank": (V.UINT32, None),
         "{arch}.selector_top_k": (V.UINT32, None),
+        # DSpark (conversion/qwen.py DSparkModel, conversion/gemma.py Gemma4DSparkModel; gguf-py Keys.LLM
+        # SAMPLE_FROM_ANCHOR / HAS_CONFIDENCE_HEAD / HIDDEN_ACT, Keys.Attention.SCALE)
+        "{arch}.sample_from_anchor": (V.BOOL, None),
+        "{arch}.has_confidence_head": (V.BOOL, None),
+        "{arch}.attention.scale": (V.FLOAT32, None),
+        # issue 13 (../shared/zoo.md §2, llama.cpp's conversion/base.py and src/models/dflash.cpp)
+        "{arch}.rope.scaling.type": (V.STRING, None),
+        "{arch}.rope.scaling.factor": (V.FLOAT32, None),
+        "{arch}.rope.scaling.original_context_length": (V.UINT32, None),
+        "{arch}.rope.scaling.yarn_ext_factor": (V.FLOAT32, None),
+        "{arch}.rope.scaling.yarn_attn_factor": (V.FLOAT32, None),
+        "{arch}.rope.scaling.yarn_beta_fast": (V.FLOAT32, None),
+        "{arch}.rope.scaling.yarn_beta_slow": (V.FLOAT32, None),
+        "{arch}.hidden_activation": (V.STRING, None),
     },
     "luce": {
         "{arch}.context_length": (V.UINT32, None),
@@ -97,7 +111,11 @@ FACT_TENSORS = {
     "llama.cpp": {"fc.weight": "fc.weight", "hidden_norm.weight": "enc.output_norm.weight",
                   "layers.3.post_attention_layernorm.weight": "blk.3.ffn_norm.weight",
                   "layers.0.attention_conv.base_kernel": "blk.0.attn_conv_base",
-                  "candidate_selector.predecessor_codebook.weight": "selector_predecessor.weight"},
+                  "candidate_selector.predecessor_codebook.weight": "selector_predecessor.weight",
+                  # DSpark heads and Gemma-4 DSpark norms (gguf-py MODEL_TENSOR names, llama.cpp's converter output)
+                  "markov_head.markov_w1.weight": "markov_w1.weight", "confidence_head.proj.bias": "conf_proj.bias",
+                  "d2t": "d2t", "layers.1.post_feedforward_layernorm.weight": "blk.1.post_ffw_norm.weight",
+                  "layers.0.layer_scalar.weight": "blk.0.layer_output_scale.weight"},
     "luce": {"fc.weight": "dflash.fc.weight", "hidden_norm.weight": "dflash.hidden_norm.weight",
              "layers.3.post_attention_layernorm.weight": "blk.3.ffn_norm.weight"},
     "dflash-draft": {"fc.weight": "dflash_fc.weight", "hidden_norm.weight": "dflash_hidden_norm.weight",

@@ -25,8 +25,16 @@ from ..dialects import DEFAULT_DIALECT, Dialect, get_dialect
 from ..drafters import DrafterFile, open_drafter
 from ..errors import DFlashError, UsageError
 from ..filetypes import CONVERT_OUTTYPES, CONVERT_POLICY_OUTTYPES, outtype_file_type
-from ..io.gguf_writer import TensorToWrite, check_output_path, iter_row_chunks, write_gguf
+from ..io.gguf_writer import (
+    TensorToWrite,
+    check_output_path,
+    ggml_n_dims_shape,
+    iter_row_chunks,
+    llama_tensor_order_key,
+    write_gguf,
+)
 from ..io.safetensors_reader import SafetensorsTensor
+from ..spec import DrafterSpec
 from ..spec_checks import check_spec, require_mask_in_vocab
 from .plan import (
     ConvertResult,
@@ -35,9 +43,12 @@ from .plan import (
     build_metadata,
     check_dialect_holds,
     check_tensors,
+    converter_layout,
     ordered_canonical,
     spec_with_target,
 )
+from .general import Provenance, general_metadata, resolve_provenance
+from .mask_embedding import MASK_EMBEDDING_FILE, mask_embedding_tensors
 from .source import is_gguf_path, resolve_checkpoint_dir
 from .target import TargetInfo, load_target
 from .translate import translate_gguf
@@ -178,6 +189,43 @@ def _chunk_producer(t: SafetensorsTensor, out_type: GGMLQuantizationType) -> Cal
     return chunks
 
 
+def _ids_producer(array: np.ndarray) -> Callable[[], Iterator[np.ndarray]]:
+    """An in-memory integer tensor (DSpark's d2t, I64) written as is."""
+
+    def chunks() -> Iterator[np.ndarray]:
+        yield np.ascontiguousarray(array)
+
+    return chunks
+
+
+def _rewritten_producer(
+    drafter: DrafterFile, spec: DrafterSpec, canonical: str, t: SafetensorsTensor, out_type: GGMLQuantizationType
+) -> Callable[[], Iterator[np.ndarray]]:
+    """A tensor whose data the family rewrites (`DrafterFamily.sanitize_for`, e.g. the NeoX permutation
+    of an interleaved-RoPE q/k): read whole, rewritten in its stored dtype (only data moves, so
+    converting afterwards gives llama.cpp's bytes), then converted in row chunks."""
+    family = drafter.family
+    assert family is not None
+
+    def chunks() -> Iterator[np.ndarray]:
+        data = family.sanitize_for(spec, canonical, np.array(drafter.read_raw(canonical)))
+        yield from _array_producer(data, t.dtype, out_type)()
+
+    return chunks
+
+
+def _array_producer(data: np.ndarray, tag: str, out_type: GGMLQuantizationType) -> Callable[[], Iterator[np.ndarray]]:
+    """An in-memory tensor (stored dtype ``tag``; BF16 as uint16) converted in row chunks."""
+    row_elems = data.shape[-1] if data.shape else 1
+
+    def chunks() -> Iterator[np.ndarray]:
+        rows = data.reshape(-1, row_elems)
+        for start, stop in iter_row_chunks(rows.shape[0], row_elems * data.dtype.itemsize, CHUNK_BYTES):
+            yield _convert_chunk(rows[start:stop].reshape(-1), tag, out_type, row_elems)
+
+    return chunks
+
+
 def convert(
     src: str | os.PathLike,
     out: str | os.PathLike,
@@ -187,14 +235,23 @@ def convert(
     dialect: str = DEFAULT_DIALECT.name,
     num_target_layers: int | None = None,
     mask_token_id: int | None = None,
+    target_layer_ids: Sequence[int] | None = None,
+    source_repo: str | None = None,
+    source_revision: str | None = None,
     force: bool = False,
     progress: bool = True,
     warn: Callable[[str], None] | None = None,
 ) -> ConvertResult:
     """Convert an HF drafter checkpoint (local dir or hub repo id) — or translate a drafter GGUF —
-    to a GGUF file in ``dialect``."""
+    to a GGUF file in ``dialect``.
+
+    ``target_layer_ids`` (HF decoder-layer ids) supplies the taps of a config without them;
+    ``source_repo`` / ``source_revision`` record where a local checkpoint came from (a hub download
+    knows it from its cache path) in gguf-py's ``general.source.*`` keys."""
     warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
     if is_gguf_path(src):
+        if source_repo is not None or source_revision is not None:
+            raise UsageError(f"{src}: --source-repo / --source-revision describe an HF checkpoint; a GGUF keeps its own general.* keys")
         if outtype != "auto":
             raise UsageError(
                 f"{src}: translating a GGUF copies its tensors untouched; --outtype does not apply "
@@ -202,17 +259,23 @@ def convert(
             )
         return translate_gguf(
             src, out, dialect=dialect, target=target, num_target_layers=num_target_layers,
-            mask_token_id=mask_token_id, force=force, progress=progress, warn=warn,
+            mask_token_id=mask_token_id, target_layer_ids=target_layer_ids, force=force, progress=progress, warn=warn,
         )
     out_path = check_output_path(out, force=force, inputs=[src] + ([target] if target else []))
     dialect_table = get_dialect(dialect)
 
-    directory = resolve_checkpoint_dir(src)
+    if Path(src).exists():
+        directory = resolve_checkpoint_dir(src)
+        provenance = resolve_provenance(directory, source_repo=source_repo, source_revision=source_revision)
+    else:  # a hub repo id: --source-revision picks the revision to fetch, the cache path tells the commit
+        directory = resolve_checkpoint_dir(src, revision=source_revision)
+        provenance = resolve_provenance(directory, source_repo=source_repo)
     # one reader for every drafter form: config → spec through its family, names → canonical ids
-    with open_drafter(directory, strict=True) as drafter:
+    with open_drafter(directory, strict=True, target_layer_ids=target_layer_ids) as drafter:
         return _convert_checkpoint(
             drafter, directory, out_path, outtype=outtype, target=target, dialect_table=dialect_table,
-            num_target_layers=num_target_layers, mask_token_id=mask_token_id, force=force, progress=progress, warn=warn,
+            num_target_layers=num_target_layers, mask_token_id=mask_token_id, provenance=provenance,
+            force=force, progress=progress, warn=warn,
         )
 
 
@@ -226,21 +289,33 @@ def _convert_checkpoint(
     dialect_table: Dialect,
     num_target_layers: int | None,
     mask_token_id: int | None,
+    provenance: Provenance,
     force: bool,
     progress: bool,
     warn: Callable[[str], None],
 ) -> ConvertResult:
     spec = apply_overrides(drafter.require_spec(), str(directory), num_target_layers=num_target_layers, mask_token_id=mask_token_id)
-    assert drafter.family is not None
-    if drafter.family.transforms_data:  # the raw streaming below copies stored data as is
-        raise DFlashError(f"{directory}: the {drafter.family.name} family rewrites tensor data; converting it is not supported yet")
+    family = drafter.family
+    assert family is not None
     mapped = {c: drafter.source_tensor(c) for c in drafter.tensors}
     check_dialect_holds(spec, dialect_table, str(directory), hint=" — use --dialect llama.cpp")
     codebook = mapped.get("candidate_selector.predecessor_codebook.weight")
     if codebook is not None and spec.vocab_size is None:
         spec = replace(spec, vocab_size=codebook.shape[0])
     check_spec(spec, str(directory))
-    check_tensors(spec, {c: tuple(t.shape) for c, t in mapped.items()}, str(directory), {c: t.name for c, t in mapped.items()})
+    source_shapes = {c: tuple(t.shape) for c, t in mapped.items()}
+    family.check_source(spec, source_shapes, str(directory))  # first: names the family's key (d2t, lm_head)
+    check_tensors(spec, source_shapes, str(directory), {c: t.name for c, t in mapped.items()})
+    # family-level tensor changes (DSpark / Gemma-4 DSpark): tensors llama.cpp's converter drops,
+    # rewrites and writes last (d2t → absolute I64 ids), or generates and writes first (rope_freqs)
+    finals = {
+        c: family.finalize_tensor(spec, c, drafter.read_raw(c), str(directory))
+        for c in family.final_tensors
+        if c in mapped
+    }
+    family_generated = family.generated_tensors(spec)
+    dropped = family.dropped_on_convert(spec)
+    mapped = {c: t for c, t in mapped.items() if c not in dropped and c not in finals}
 
     warnings: list[str] = []
     target_info: TargetInfo | None = None
@@ -255,21 +330,73 @@ def _convert_checkpoint(
     require_mask_in_vocab(spec, str(directory / "config.json"))  # the value came from the config
 
     outtype = resolve_outtype(outtype, mapped)
-    order = ordered_canonical(mapped, dialect_table)
-    shapes = [tuple(int(d) for d in mapped[c].shape) for c in order]
+    # tensors llama.cpp's converter generates (MiMo's mask_embedding.pt): written first
+    extra = mask_embedding_tensors(directory, spec, mapped, target, drafter.read_raw)
+    generated, replaced = extra if extra is not None else ([], [])
+    for canonical in replaced:
+        mapped.pop(canonical)
+    order = ordered_canonical(
+        mapped, dialect_table, file_type=outtype_file_type(outtype).file_type,
+        source_order=lambda c: (Path(mapped[c].file).name, mapped[c].name),
+    )
+    if not converter_layout(outtype_file_type(outtype).file_type):  # llama-quantize's loader order for all
+        order = ordered_canonical([*order, *(g.canonical for g in generated)], dialect_table, file_type=outtype_file_type(outtype).file_type)
+    else:
+        order = [g.canonical for g in generated] + order
+    made = {g.canonical: g for g in generated}
+    shapes = [tuple(int(d) for d in (made[c].shape if c in made else mapped[c].shape)) for c in order]
     file_type, types = plan_tensor_types(
         [(c, dialect_table.gguf_name(c), shape) for c, shape in zip(order, shapes)], outtype, spec.n_layers
     )
     arch = dialect_table.pick_architecture(spec)
     tokenizer = list(target_info.tokenizer.entries) if target_info and target_info.tokenizer else []
-    metadata = build_metadata(spec, dialect_table, arch, file_type=file_type, tokenizer=tokenizer)
+    general = general_metadata(
+        directory, [(dialect_table.gguf_name(c), shape) for c, shape in zip(order, shapes)], provenance=provenance
+    )
+    metadata = build_metadata(spec, dialect_table, arch, file_type=file_type, tokenizer=tokenizer, general=general)
 
     plan: list[PlannedTensor] = []
-    sources: list[SafetensorsTensor] = []
+    producers: list[Callable[[], Iterator[np.ndarray]]] = []
+    # kernel copies (TensorToWrite.source): only a checkpoint tensor written with its stored bytes
+    # unchanged — never one the family rewrites, generates or re-types (d2t), never a re-shaped one
+    copies: list[tuple[Path, int] | None] = []
+
+    def copy_of(t: SafetensorsTensor, ggml_type: GGMLQuantizationType) -> tuple[Path, int] | None:
+        return (Path(t.file), t.offset) if (t.dtype, ggml_type) in _SAME_BYTES and t.nbytes else None
+    for canonical, array in family_generated.items():  # written first, as llama.cpp's generate_extra_tensors
+        ggml_type, note = convert_tensor_type(canonical, array.shape, OUTTYPES.get(outtype, (0, Q.F32))[1])
+        plan.append(PlannedTensor(canonical, dialect_table.gguf_name(canonical), "(generated)", array.shape, ggml_type, "F32", note))
+        producers.append(_array_producer(array, "F32", ggml_type))
+        copies.append(None)
     for canonical, shape, (ggml_type, note) in zip(order, shapes, types):
+        g = made.get(canonical)
+        if g is not None:
+            source_name = g.source.name if g.source is not None else MASK_EMBEDDING_FILE
+            plan.append(PlannedTensor(canonical, dialect_table.gguf_name(canonical), source_name, shape, ggml_type, g.dtype, note))
+            producers.append(
+                _chunk_producer(g.source, ggml_type) if g.source is not None else _array_producer(g.data, g.dtype, ggml_type)  # type: ignore[arg-type]
+            )
+            copies.append(copy_of(g.source, ggml_type) if g.source is not None else None)
+            continue
         t = mapped[canonical]
         plan.append(PlannedTensor(canonical, dialect_table.gguf_name(canonical), t.name, shape, ggml_type, t.dtype, note))
-        sources.append(t)
+        rewritten = family.rewrites(spec, canonical)
+        producers.append(
+            _rewritten_producer(drafter, spec, canonical, t, ggml_type) if rewritten else _chunk_producer(t, ggml_type)
+        )
+        copies.append(None if rewritten else copy_of(t, ggml_type))
+    for canonical, (array, ggml_type) in finals.items():  # written last, as llama.cpp's prepare_tensors
+        stored = drafter.tensors[canonical]
+        plan.append(PlannedTensor(canonical, dialect_table.gguf_name(canonical), stored.name, array.shape, ggml_type, stored.type_name))
+        producers.append(_ids_producer(array))
+        copies.append(None)
+    if not converter_layout(file_type):
+        # what llama-quantize writes: its loader order (the family's generated and rewritten tensors
+        # included) and ggml_n_dims shapes
+        # (ggml_n_dims_shape only drops leading 1-dims of the header: the bytes, and so a kernel copy, are unchanged)
+        triples = sorted(zip(plan, producers, copies), key=lambda pp: llama_tensor_order_key(pp[0].gguf_name))
+        plan = [replace(p, shape=ggml_n_dims_shape(p.shape)) for p, _, _ in triples]
+        producers, copies = [q for _, q, _ in triples], [c for _, _, c in triples]
     for p in plan:
         if p.note:
             warnings.append(f"{p.gguf_name}: {p.note}")
@@ -280,9 +407,7 @@ def _convert_checkpoint(
         out_path,
         arch,
         metadata,
-        [TensorToWrite(p.gguf_name, p.shape, p.ggml_type, _chunk_producer(t, p.ggml_type),
-                       (t.file, t.offset) if (t.dtype, p.ggml_type) in _SAME_BYTES else None)  # kernel copy
-         for p, t in zip(plan, sources)],
+        [TensorToWrite(p.gguf_name, p.shape, p.ggml_type, producer, copy) for p, producer, copy in zip(plan, producers, copies)],
         force=force,
         progress=progress,
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 from gguf import GGUFValueType
@@ -27,7 +27,6 @@ from .plan import (
     build_metadata,
     check_dialect_holds,
     check_tensors,
-    ordered_canonical,
     spec_with_target,
 )
 from .target import TargetInfo, load_target
@@ -61,6 +60,7 @@ def translate_gguf(
     target: str | os.PathLike | None = None,
     num_target_layers: int | None = None,
     mask_token_id: int | None = None,
+    target_layer_ids: Sequence[int] | None = None,
     force: bool = False,
     progress: bool = True,
     warn: Callable[[str], None] | None = None,
@@ -82,6 +82,11 @@ def translate_gguf(
             )
         check_dialect_holds(spec, table, str(src))
         spec = apply_overrides(spec, str(src), num_target_layers=num_target_layers, mask_token_id=mask_token_id)
+        if target_layer_ids is not None and list(target_layer_ids) != list(spec.target_layer_ids):
+            raise DFlashError(
+                f"{src}: --target-layer-ids {','.join(str(i) for i in target_layer_ids)} contradicts the file's "
+                f"target layers {list(spec.target_layer_ids)} (HF ids) — a GGUF keeps its own taps"
+            )
         # the same spec and tensor-set checks a conversion runs
         check_spec(spec, str(src))
         check_tensors(spec, {c: t.shape for c, t in drafter.tensors.items()}, str(src), drafter.display_names())
@@ -103,7 +108,13 @@ def translate_gguf(
 
         arch = table.pick_architecture(spec)
         file_type = bounds.int_value(drafter.metadata.get("general.file_type", 0), "general.file_type", str(src))
-        metadata = build_metadata(spec, table, arch, file_type=file_type, tokenizer=tokenizer)
+        # the source's general.* block (type, name, size label, provenance ...) is kept as it is
+        general = [
+            MetadataEntry(kv.key, kv.value, kv.type, kv.sub_type)
+            for kv in drafter._gguf.kvs.values()  # type: ignore[union-attr]
+            if kv.key.startswith("general.")
+        ]
+        metadata = build_metadata(spec, table, arch, file_type=file_type, tokenizer=tokenizer, general=general)
         qv = drafter.metadata.get("general.quantization_version")
         if qv is not None:
             metadata = [
@@ -114,7 +125,9 @@ def translate_gguf(
 
         plan = []
         tensors = []
-        for canonical in ordered_canonical(drafter.tensors, table):
+        # tensors keep the source's order: a translation is a copy (and HF -> A -> B -> llama.cpp then
+        # equals HF -> llama.cpp whatever the checkpoint's shard layout was)
+        for canonical in drafter.tensors:
             ref = drafter.tensors[canonical]
             name = table.gguf_name(canonical)
             assert ref.ggml_type is not None

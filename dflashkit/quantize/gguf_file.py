@@ -27,6 +27,7 @@ from dflashkit.io.gguf_writer import (
     MetadataEntry,
     TensorToWrite,
     check_output_path,
+    ggml_n_dims_shape,
     iter_row_chunks,
     llama_tensor_order_key,
     write_gguf,
@@ -250,7 +251,9 @@ def quantize_gguf(
         for w in warnings:
             warn(w)
 
-        plan = [TensorToWrite(t.name, t.shape, c.new_type, _producer(gf, t, c.new_type),
+        # ggml_n_dims_shape only drops leading 1-dims from the header (same bytes), so a same-type tensor
+        # is still a kernel copy of the source's bytes
+        plan = [TensorToWrite(t.name, ggml_n_dims_shape(t.shape), c.new_type, _producer(gf, t, c.new_type),
                               (src_path, t.offset) if t.ggml_type == c.new_type and t.nbytes else None)  # kernel copy
                 for t, c in zip(infos, choices)]
         size = write_gguf(out_path, arch, _metadata(gf, ft), plan, force=force, progress=progress,
