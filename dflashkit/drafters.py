@@ -102,13 +102,15 @@ class DrafterFile:
         assert self._checkpoint is not None
         return self._checkpoint.array(ref.name)
 
-    def read_f32(self, canonical: str) -> np.ndarray:
+    def read_f32(self, canonical: str, *, sanitize: bool = True) -> np.ndarray:
         """The tensor as float32 in numpy/HF shape (dequantized when stored quantized; an HF
-        checkpoint's data passes its family's `sanitize`)."""
+        checkpoint's data passes its family's `sanitize_for` unless ``sanitize`` is false — the runtime
+        runs an interleaved-RoPE checkpoint in its stored layout)."""
         ref = self._ref(canonical)
         raw = self.read_raw(canonical)
         out = to_float32(raw, ref.type_name, ref.shape, where=f"{self.path}: tensor '{ref.name}'")
-        if self.kind == "hf" and self.family is not None and self.spec is not None and self.family.rewrites(self.spec, canonical):
+        if (sanitize and self.kind == "hf" and self.family is not None and self.spec is not None
+                and self.family.rewrites(self.spec, canonical)):
             out = self.family.sanitize_for(self.spec, canonical, out)
         release_pages(raw)  # `out` is a copy: the mapped pages need not stay in this process
         return out

@@ -57,6 +57,16 @@ def spec_problems(spec: DrafterSpec) -> list[str]:
         problems.append(f"rope dimension count {spec.rope_dimension_count} must lie in 1 .. head_dim ({spec.head_dim})")
     if not spec.rms_norm_eps > 0:
         problems.append(f"RMS norm epsilon must be > 0, got {spec.rms_norm_eps}")
+    # DSpark heads (issue 13): the same rules a DSpark config is held to (families/dspark.py)
+    if spec.draft_vocab_size is not None and spec.vocab_size is not None and spec.draft_vocab_size > spec.vocab_size:
+        problems.append(
+            f"draft vocabulary ({spec.draft_vocab_size} rows) exceeds the vocabulary ({spec.vocab_size} tokens) — "
+            "a draft vocabulary is a subset of the target's"
+        )
+    if spec.markov_head_type not in (None, "vanilla"):
+        problems.append(f"unsupported Markov head type {spec.markov_head_type!r} (only 'vanilla' is supported)")
+    if spec.markov_rank is not None and spec.markov_rank < 1:
+        problems.append(f"Markov rank must be >= 1, got {spec.markov_rank}")
     return problems
 
 

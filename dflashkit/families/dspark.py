@@ -71,7 +71,7 @@ def dspark_hf_to_canonical(hf_name: str) -> str | None:
 class DSpark(ZLabDFlash):
     name = "dspark"
     architectures = DSPARK_ARCHITECTURES
-    runtime_module = "dspark"  # no runtime yet: `runtime.load` refuses it by name
+    runtime_module = "dspark"  # runtime/dspark.py (runtime.load lifts the spec to a RuntimeConfig)
     metadata_fields = frozenset({"sample_from_anchor", "has_confidence_head"})
     final_tensors = (D2T,)
     #: the checkpoint layout this family reads (DrafterSpec.layout)

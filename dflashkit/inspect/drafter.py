@@ -169,7 +169,12 @@ def _config_refused(ctx: InspectContext) -> Iterable[Finding]:
 
 
 def _dtypes_refused(drafter: DrafterFile) -> Iterable[Finding]:
-    for ref in drafter.tensors.values():
+    # integer tensors a family converts itself (DSpark's d2t → I64 ids) or drops (t2d) are not weights
+    family, spec = drafter.family, drafter.spec
+    own = set(family.final_tensors) | set(family.dropped_on_convert(spec)) if family is not None and spec is not None else set()
+    for canonical, ref in drafter.tensors.items():
+        if canonical in own:
+            continue
         if ref.type_name not in CONVERTIBLE_DTYPES:
             yield error(
                 "drafter.dtype",

@@ -25,7 +25,7 @@ from ..spec import DrafterSpec
 from ..families import expected_tensors, family_for_spec
 from .dflash import DFlashDraftModel, Embedding, Linear, RMSNorm, TargetHead
 from .dflash2 import DFlash2DraftModel
-from .config import RuntimeConfig, runtime_config_from_gguf, with_hf_variants
+from .config import UNSUPPORTED, RuntimeConfig, runtime_config_from_gguf, with_hf_variants
 from .zoo import assign_tensors, gguf_zoo_canonical, gguf_zoo_tensors, is_zoo_checkpoint, load_hf_zoo, model_class_for
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -141,11 +141,20 @@ def load_drafter(
     with open_drafter(path) as f:
         spec = f.require_spec()
         extras: dict[str, torch.Tensor] = {}
-        if f.kind == "hf":  # gelu / RoPE scaling / interleaved RoPE until the families fill these spec fields
+        if spec.architecture in UNSUPPORTED:  # e.g. a Gemma-4 DSpark GGUF: a backbone this runtime lacks
+            raise DFlashError(f"{path}: {spec.architecture} is {UNSUPPORTED[spec.architecture]}, which dflashkit's "
+                              "runtime does not run")
+        if f.kind == "hf":  # gelu / RoPE scaling / interleaved RoPE as the runtime computes with them
+            # (an interleaved-RoPE checkpoint runs interleaved: `_fill` reads its q/k as stored, without the
+            # NeoX permutation the converter applies)
             spec = with_hf_variants(spec, f.metadata, str(Path(path) / "config.json"))
-        elif any(gguf_zoo_canonical(n) for n in f.unmapped):  # DSpark heads, d2t, sinks (io maps them later)
-            shapes, extras = gguf_zoo_tensors(path, list(f.unmapped))
-            spec = runtime_config_from_gguf(spec, f.metadata, shapes, arch=f.architecture, path=str(path))
+        else:
+            # DSpark heads, d2t, sinks: whether the GGUF dialect maps them (issue 13's families) or not
+            zoo = [r.name for r in f.tensors.values() if gguf_zoo_canonical(r.name)]
+            zoo += [n for n in f.unmapped if gguf_zoo_canonical(n)]
+            if zoo:
+                shapes, extras = gguf_zoo_tensors(path, zoo)
+                spec = runtime_config_from_gguf(spec, f.metadata, shapes, arch=f.architecture, path=str(path))
         # same rules as convert, and shapes before allocating (after the lift: a d2t sets the own head's rows)
         check_runnable(spec, f.tensors, f.path)
         model = (model_class_for(spec) if isinstance(spec, RuntimeConfig) else model_class(spec))(spec)
@@ -233,6 +242,9 @@ def _fill(model: DFlashDraftModel, f: DrafterFile, dev: torch.device, dt: torch.
           extras: Mapping[str, torch.Tensor] | None = None, *, packed: bool = False) -> None:
     spec = model.spec
     expected = expected_tensors(spec, vocab_size=spec.vocab_size)
+    # an HF interleaved-RoPE checkpoint runs in its own layout (RuntimeConfig.rope_interleaved): its q/k are
+    # read as stored, not NeoX-permuted as `open_drafter` gives them to the converter
+    as_stored = isinstance(spec, RuntimeConfig) and spec.rope_interleaved
     missing = [n for n in expected if n not in f.tensors]
     if missing:
         shown = ", ".join(missing[:6]) + (f" (+{len(missing) - 6} more)" if len(missing) > 6 else "")
@@ -241,6 +253,8 @@ def _fill(model: DFlashDraftModel, f: DrafterFile, dev: torch.device, dt: torch.
     if ignored:
         notes.append(f"ignored {len(ignored)} tensor(s) with no DFlash meaning: {', '.join(ignored[:4])}")
     for canonical, ref in f.tensors.items():
+        if extras and f.kind == "gguf" and gguf_zoo_canonical(ref.name) in extras:
+            continue  # read through runtime/zoo.py (its canonical ids), assigned below
         if canonical in _UNUSED and getattr(model, canonical.split(".")[0], None) is None:
             notes.append(f"the drafter's own {canonical} is ignored: the reference uses the target's")
             continue
@@ -260,13 +274,14 @@ def _fill(model: DFlashDraftModel, f: DrafterFile, dev: torch.device, dt: torch.
             module.set_quantized(data, ref.ggml_type)
             continue
         if (isinstance(module, Linear) and attr == "weight" and packed and ref.type_name != "F32" and len(ref.shape) == 2
-                and not (f.kind == "hf" and f.family is not None and f.family.transforms_data)):  # sanitize needs float32
+                and (as_stored or not (f.kind == "hf" and f.family is not None and f.spec is not None
+                                       and f.family.rewrites(f.spec, canonical)))):  # sanitize needs float32
             module.set_packed(_packed_bytes(f.read_raw(canonical), ref.shape[0]).to(dev), ref.ggml_type or ref.type_name)
             continue
         if ref.ggml_type is not None and ref.type_name not in _FLOAT_TYPES:
             tensor = _dequantize(f.read_raw(canonical), ref.ggml_type, ref.shape, dev, dt)
         else:
-            tensor = torch.from_numpy(np.ascontiguousarray(f.read_f32(canonical))).to(device=dev, dtype=dt)
+            tensor = torch.from_numpy(np.ascontiguousarray(f.read_f32(canonical, sanitize=not as_stored))).to(device=dev, dtype=dt)
         if isinstance(module, Linear) and attr == "weight":
             module.set_weight(tensor)
         elif isinstance(module, (Linear, RMSNorm, Embedding)) or attr in module._buffers:  # base_kernel, sinks, ...
