@@ -69,7 +69,7 @@ def _layer_ids(value: str) -> list[int]:
         ids = [int(v) for v in value.replace(" ", "").split(",") if v != ""]
     except ValueError:
         raise UsageError(f"--target-layer-ids: expected integers separated by commas (e.g. 1,9,17,25,33), got {value!r}") from None
-    if not ids or any(i < 0 for i in ids) or ids != sorted(set(ids)):
+    if not ids or any(i < 0 or i >= MAX_LAYERS for i in ids) or ids != sorted(set(ids)):
         raise UsageError(f"--target-layer-ids: give sorted, unique, non-negative layer ids (e.g. 1,9,17,25,33), got {value!r}")
     return ids
 

@@ -253,8 +253,8 @@ def with_target_layer_ids(config: dict[str, Any], ids: Sequence[int], path: str)
     nested = config.get("dflash_config") or {}
     current = nested.get("target_layer_ids", config.get("target_layer_ids")) if isinstance(nested, dict) else None
     flag = ",".join(str(i) for i in ids)
-    if current is not None and list(current) != list(ids):
-        raise DFlashError(f"{path}: --target-layer-ids {flag} contradicts the config's target_layer_ids {current}")
+    if current is not None and current != [int(i) for i in ids]:
+        raise DFlashError(f"{path}: --target-layer-ids {flag} contradicts the config's target_layer_ids {bounds.quote(current)}")
     if not isinstance(nested, dict):
         return config  # the family names the bad dflash_config
     return {**config, "dflash_config": {**nested, "target_layer_ids": [int(i) for i in ids]}}

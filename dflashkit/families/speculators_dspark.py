@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from .. import bounds
 from ..errors import DFlashError
 from ..spec import ConfigView, DrafterSpec
 from .dspark import DSpark
@@ -55,8 +56,9 @@ class SpeculatorsDSpark(DSpark):
                 f"{path}: 'aux_hidden_state_layer_ids' is missing — the speculators layout names the target layers "
                 "the drafter reads there (HF decoder-layer ids + 1)"
             )
-        if not isinstance(aux, list) or not aux or not all(isinstance(i, int) and not isinstance(i, bool) for i in aux):
-            raise DFlashError(f"{path}: 'aux_hidden_state_layer_ids' must be a non-empty list of integers, got {aux!r}")
+        if not isinstance(aux, list) or not aux or not all(isinstance(i, int) and not isinstance(i, bool) for i in aux) \
+                or len(aux) > bounds.MAX_LAYERS:
+            raise DFlashError(f"{path}: 'aux_hidden_state_layer_ids' must be a non-empty list of integers, got {bounds.quote(aux)}")
         if min(aux) < 1:
             raise DFlashError(
                 f"{path}: 'aux_hidden_state_layer_ids' has {min(aux)}, but speculators counts the embedding output "
