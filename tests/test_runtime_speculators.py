@@ -378,6 +378,26 @@ def test_unsupported_dspark_backbones_are_refused_by_name(tmp_path: Path, archit
 
 
 @pytest.mark.parametrize("layout", ["speculators", "specforge"])
+def test_dflash_convert_dspark_gguf_equals_speculators(zoo: dict[str, Path], targets: dict, tmp_path: Path,
+                                                        layout: str) -> None:
+    """dflash-convert's GGUF of the DSpark checkpoint (the llama.cpp dialect maps the Markov / confidence heads
+    and d2t to canonical ids) drafts in the runtime what speculators' own model drafts from the HF checkpoint.
+    Needs no llama.cpp source (the oracle test above checks the same with llama.cpp's converter)."""
+    from dflashkit.converters.convert import convert
+
+    src = zoo["dspark"] if layout == "speculators" else as_specforge(zoo["dspark"], tmp_path / "sf", "Qwen3DSparkModel")
+    gguf_path = tmp_path / "dspark.gguf"
+    convert(src, gguf_path, outtype="f32", target=targets[64]["hf"], progress=False, warn=lambda _: None)
+    worst = run_rounds(f"dflash-convert gguf {layout}", gguf_path, targets[64]["hf"], ANCHORS_3,
+                       reference_dir=zoo["dspark"])
+    model = load_drafter(gguf_path)
+    assert (model.spec.family, model.spec.sample_from_anchor, model.spec.markov_rank) == ("dspark", True, 16)
+    assert model.load_info.family_name == "DSpark (llama.cpp GGUF)"
+    assert not any("ignored" in n for n in model.load_info.notes), model.load_info.notes
+    print(f"\ndflash-convert GGUF of the {layout} DSpark, 3 rounds: max relative difference {worst:.3g}")
+
+
+@pytest.mark.parametrize("layout", ["speculators", "specforge"])
 def test_llama_cpp_dspark_gguf_equals_speculators(zoo: dict[str, Path], targets: dict, tmp_path: Path,
                                                    layout: str) -> None:
     """The GGUF llama.cpp's own converter (conversion/qwen.py DSparkModel) writes from the DSpark checkpoint
