@@ -76,12 +76,16 @@ _LLAMA_CPP_TENSORS: dict[str, str] = {
     "candidate_selector.predecessor_codebook.weight": "selector_predecessor.weight",
     "candidate_selector.successor_codebook.weight": "selector_successor.weight",
     "candidate_selector.hidden_projection.weight": "selector_hidden.weight",
+    # reduced draft vocabulary (speculators / DSpark): draft row → absolute target id, I64
+    "d2t": "d2t",
 }
 
 CANONICAL_TENSORS: tuple[str, ...] = tuple(_LLAMA_CPP_TENSORS)
 DFLASH2_TENSORS: frozenset[str] = frozenset(
     k for k in CANONICAL_TENSORS if "conv" in k or k.startswith("candidate_selector.")
 )
+#: tensors only the llama.cpp dialect has names for (beside the DFlash 2 ones)
+_LLAMA_CPP_ONLY: frozenset[str] = frozenset({"d2t"})
 def _template_regex(template: str) -> re.Pattern[str]:
     return re.compile("^" + re.escape(template).replace(r"\{bid\}", r"(?P<bid>\d+)") + "$")
 
@@ -229,6 +233,8 @@ LLAMA_CPP = Dialect(
         KeySpec("conv_group_size", "{arch}.conv_group_size", T.UINT32),
         KeySpec("selector_rank", "{arch}.selector_rank", T.UINT32),
         KeySpec("selector_top_k", "{arch}.selector_top_k", T.UINT32),
+        # which block slots predict; the loader reads a missing key as true (speculators DFlash: false)
+        KeySpec("sample_from_anchor", "{arch}.sample_from_anchor", T.BOOL),
     ),
 )
 
@@ -241,7 +247,7 @@ LUCE = Dialect(
     target_count_architectures=("gemma4-dflash-draft",),
     architecture_for=lambda spec: _luce_arch(spec),
     tensor_names={
-        **{k: v for k, v in _LLAMA_CPP_TENSORS.items() if k not in DFLASH2_TENSORS},
+        **{k: v for k, v in _LLAMA_CPP_TENSORS.items() if k not in DFLASH2_TENSORS | _LLAMA_CPP_ONLY},
         "fc.weight": "dflash.fc.weight",
         "hidden_norm.weight": "dflash.hidden_norm.weight",
     },
@@ -279,7 +285,7 @@ DFLASH_DRAFT = Dialect(
     tap_offset=0,
     supports_dflash2=False,
     tensor_names={
-        **{k: v for k, v in _LLAMA_CPP_TENSORS.items() if k not in DFLASH2_TENSORS},
+        **{k: v for k, v in _LLAMA_CPP_TENSORS.items() if k not in DFLASH2_TENSORS | _LLAMA_CPP_ONLY},
         "fc.weight": "dflash_fc.weight",
         "hidden_norm.weight": "dflash_hidden_norm.weight",
         "layers.{bid}.post_attention_layernorm.weight": "blk.{bid}.post_attention_norm.weight",
@@ -447,6 +453,7 @@ def spec_from_gguf_metadata(kvs: Mapping[str, Any], dialect: Dialect, arch: str,
         conv_group_size=fields_.get("conv_group_size"),
         selector_rank=fields_.get("selector_rank"),
         selector_top_k=fields_.get("selector_top_k"),
+        sample_from_anchor=fields_.get("sample_from_anchor"),
         name=name,
     )
     return spec

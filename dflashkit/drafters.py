@@ -66,6 +66,7 @@ class DrafterFile:
     unmapped: list[str]  # stored names with no canonical id
     metadata: dict[str, Any]  # GGUF key → value, or config.json
     family: DrafterFamily | None = None  # None when the spec could not be decoded
+    dropped: list[str] = field(default_factory=list)  # stored names the family drops on purpose (speculators' t2d)
     _gguf: GGUFFile | None = field(default=None, repr=False)
     _checkpoint: SafetensorsCheckpoint | None = field(default=None, repr=False)
 
@@ -179,6 +180,9 @@ def _open_gguf(path: Path) -> DrafterFile:
 def _fill_vocab(spec: DrafterSpec, metadata: dict[str, Any], tensors: dict[str, TensorRef]) -> DrafterSpec:
     from dataclasses import replace
 
+    d2t = tensors.get("d2t")
+    if d2t is not None and spec.draft_vocab_size is None and len(d2t.shape) == 1:
+        spec = replace(spec, draft_vocab_size=d2t.shape[0])  # a reduced draft vocabulary: its row count
     if spec.vocab_size is not None:
         return spec
     tokens = metadata.get("tokenizer.ggml.tokens")
@@ -209,7 +213,11 @@ def _open_hf(directory: Path, *, strict: bool = False) -> DrafterFile:
     naming = family or DEFAULT_FAMILY  # names are still mapped (and reported) when the config is bad
     tensors: dict[str, TensorRef] = {}
     unmapped: list[str] = []
+    dropped: list[str] = []
     for t in ck.tensors.values():
+        if naming.ignores_hf_tensor(t.name):
+            dropped.append(t.name)
+            continue
         canonical = naming.hf_to_canonical(t.name)
         if canonical is None:
             unmapped.append(t.name)
@@ -226,4 +234,4 @@ def _open_hf(directory: Path, *, strict: bool = False) -> DrafterFile:
             "refusing to drop weights silently; this drafter variant is not supported yet"
         )
     archs = config.get("architectures") or ["DFlashDraftModel"]
-    return DrafterFile(directory, "hf", str(archs[0]), None, spec, error, tensors, unmapped, config, family, _checkpoint=ck)
+    return DrafterFile(directory, "hf", str(archs[0]), None, spec, error, tensors, unmapped, config, family, dropped, _checkpoint=ck)

@@ -174,6 +174,14 @@ def _chunk_producer(t: SafetensorsTensor, out_type: GGMLQuantizationType) -> Cal
     return chunks
 
 
+#: numpy dtype of a computed tensor → its GGUF type
+_INT_TYPES = {"<i8": Q.I64, "<i4": Q.I32}
+
+
+def _array_producer(array: np.ndarray) -> Callable[[], Iterator[np.ndarray]]:
+    return lambda: iter([np.ascontiguousarray(array)])
+
+
 def convert(
     src: str | os.PathLike,
     out: str | os.PathLike,
@@ -249,13 +257,18 @@ def _convert_checkpoint(
             "(key not found in model: tokenizer.ggml.model) — re-run with --target TARGET.gguf or --target TARGET_HF_DIR"
         )
     check_mask_in_vocab(spec, str(directory))
+    # data the family computes (speculators' d2t offsets → absolute ids), checked before any write
+    computed = drafter.family.computed_tensors(spec, drafter.read_raw, set(mapped), str(directory))
 
-    outtype = resolve_outtype(outtype, mapped)
-    order = ordered_canonical(mapped, dialect_table)
+    outtype = resolve_outtype(outtype, {c: t for c, t in mapped.items() if c not in computed})
+    # computed tensors go last, where llama.cpp's converter writes d2t (after every checkpoint tensor)
+    order = [c for c in ordered_canonical(mapped, dialect_table) if c not in computed] + list(computed)
     shapes = [tuple(int(d) for d in mapped[c].shape) for c in order]
     file_type, types = plan_tensor_types(
         [(c, dialect_table.gguf_name(c), shape) for c, shape in zip(order, shapes)], outtype, spec.n_layers
     )
+    # a computed tensor keeps its own integer type in every outtype (d2t: I64, as llama.cpp writes it)
+    types = [(_INT_TYPES[computed[c].dtype.str], None) if c in computed else t for c, t in zip(order, types)]
     arch = dialect_table.pick_architecture(spec)
     tokenizer = list(target_info.tokenizer.entries) if target_info and target_info.tokenizer else []
     metadata = build_metadata(spec, dialect_table, arch, file_type=file_type, tokenizer=tokenizer)
@@ -276,7 +289,11 @@ def _convert_checkpoint(
         out_path,
         arch,
         metadata,
-        [TensorToWrite(p.gguf_name, p.shape, p.ggml_type, _chunk_producer(t, p.ggml_type)) for p, t in zip(plan, sources)],
+        [
+            TensorToWrite(p.gguf_name, p.shape, p.ggml_type,
+                          _array_producer(computed[p.canonical]) if p.canonical in computed else _chunk_producer(t, p.ggml_type))
+            for p, t in zip(plan, sources)
+        ],
         force=force,
         progress=progress,
     )

@@ -15,11 +15,15 @@ from typing import Any, Mapping
 
 from ..errors import DFlashError
 from ..spec import ARCH_DFLASH, ConfigView, DrafterSpec, read_config_json
-from . import zlab_dflash, zlab_dflash2
+from . import speculators_dflash, zlab_dflash, zlab_dflash2
 from .base import DrafterFamily
 
 #: Every family, in matching order (the first whose `matches` is true wins).
 FAMILIES: tuple[DrafterFamily, ...] = (
+    # speculators DFlash / DFlash 2 (13C): same architecture strings as z-lab, claimed by config
+    # shape — so they come before the z-lab families, which claim by name
+    speculators_dflash.DFLASH,
+    speculators_dflash.DFLASH2,
     zlab_dflash.FAMILY,
     zlab_dflash2.FAMILY,
 )
@@ -27,7 +31,7 @@ FAMILIES: tuple[DrafterFamily, ...] = (
 #: a config no family claims.
 DEFAULT_FAMILY: DrafterFamily = zlab_dflash.FAMILY
 #: Every HF architecture string a family claims by name.
-KNOWN_ARCHITECTURES: tuple[str, ...] = tuple(a for f in FAMILIES for a in f.architectures)
+KNOWN_ARCHITECTURES: tuple[str, ...] = tuple(dict.fromkeys(a for f in FAMILIES for a in f.architectures))
 
 
 def family_for_config(config: Mapping[str, Any], path: str = "config.json") -> DrafterFamily:

@@ -10,7 +10,7 @@ architecture strings itself.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -54,6 +54,20 @@ class DrafterFamily:
     def hf_to_canonical(self, hf_name: str) -> str | None:
         """Canonical id of one HF checkpoint tensor name, or None when the family has no such tensor."""
         raise NotImplementedError
+
+    def ignores_hf_tensor(self, hf_name: str) -> bool:
+        """Whether a stored HF tensor is dropped on purpose (nothing reads it at run time, e.g.
+        speculators' ``t2d``); it is listed in `DrafterFile.dropped`, never silently lost."""
+        return False
+
+    def computed_tensors(
+        self, spec: DrafterSpec, read: Callable[[str], np.ndarray], present: set[str], source: str
+    ) -> dict[str, np.ndarray]:
+        """Output data the family computes from stored tensors (``read(canonical)`` = the stored
+        array, ``present`` = the canonical ids stored), e.g. speculators' ``d2t`` offsets → absolute
+        target ids. The converter calls it before writing anything, so its checks refuse an input
+        cleanly; the arrays are small (bounded by the vocabulary) and written with their own dtype."""
+        return {}
 
     def sanitize(self, canonical: str, array: np.ndarray) -> np.ndarray:
         """Undo a checkpoint quirk in one tensor's data (float32, HF shape). Identity by default."""

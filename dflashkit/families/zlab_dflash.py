@@ -261,10 +261,13 @@ class ZLabDFlash(DrafterFamily):
 
     def optional_tensors(self, spec: DrafterSpec) -> dict[str, tuple[int, ...]]:
         h, hd = spec.hidden_size, spec.head_dim
+        head_rows = spec.draft_vocab_size or spec.vocab_size or -1
         shapes: dict[str, tuple[int, ...]] = {
             "embed_tokens.weight": (spec.vocab_size or -1, h),
-            "lm_head.weight": (spec.vocab_size or -1, h),
+            "lm_head.weight": (head_rows, h),
         }
+        if spec.draft_vocab_size is not None:  # a reduced draft vocabulary (GGUF: d2t present)
+            shapes["d2t"] = (spec.draft_vocab_size,)
         for i in range(spec.n_layers):
             p = f"layers.{i}.self_attn."
             shapes[p + "o_proj.bias"] = (h,)
