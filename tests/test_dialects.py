@@ -50,6 +50,8 @@ FACT_KEYS = {
         "{arch}.conv_group_size": (V.UINT32, None),
         "{arch}.selector_rank": (V.UINT32, None),
         "{arch}.selector_top_k": (V.UINT32, None),
+        # zoo.md §2: loader reads it (missing = true); llama.cpp's DSpark converter writes it BOOL
+        "{arch}.sample_from_anchor": (V.BOOL, None),
     },
     "luce": {
         "{arch}.context_length": (V.UINT32, None),

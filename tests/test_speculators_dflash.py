@@ -1,0 +1,279 @@
+"""speculators DFlash / DFlash 2 checkpoints (written by speculators 0.9.0's own classes, fixtures/make_zoo.py).
+
+llama.cpp's converter cannot read them (its DFlashModel does not merge ``transformer_layer_config``:
+KeyError on the layer count), so the expected file is the one llama.cpp's loader reads —
+src/models/dflash.cpp + common/speculative.cpp, the same keys its DSparkModel writes for this config
+shape (README "speculators DFlash"). The values pinned below come from the fixture's config.json as
+speculators saved it; the d2t ids are checked against speculators' own ``t2d`` mask, the tensor bytes
+against the safetensors the speculators class wrote. test_llama_cpp_interop.py runs the files in
+llama-speculative-simple when a build is present.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from gguf import GGMLQuantizationType as Q
+from gguf import GGUFValueType as V
+
+from dflashkit.cli import convert_command
+from dflashkit.converters.convert import convert
+from dflashkit.drafters import open_drafter
+from dflashkit.errors import DFlashError
+from dflashkit.families import family_for_config
+from dflashkit.io.gguf_reader import open_gguf
+
+import make_zoo
+
+QUIET = dict(progress=False, warn=lambda m: None)
+SPEC_FIXTURES = ["spec-dflash", "spec-dflash-fullvocab", "spec-dflash2"]
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
+    pytest.importorskip("speculators.models.dflash2")  # needs speculators' runtime deps (openai, datasets, ...)
+    return make_zoo.make_zoo(tmp_path_factory.mktemp("speczoo"), SPEC_FIXTURES + ["zlab-dflash2"])
+
+
+def _meta(path: Path) -> dict[str, tuple[V, object]]:
+    g = open_gguf(path)
+    try:
+        return {k: (kv.type, kv.value) for k, kv in g.kvs.items()}
+    finally:
+        g.close()
+
+
+def _tensors(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
+    g = open_gguf(path)
+    try:
+        return {t.name: (t.ggml_type.name, tuple(t.shape)) for t in g.tensors.values()}
+    finally:
+        g.close()
+
+
+def _layer_tensors(n_layers: int, *, dflash2: bool) -> dict[str, tuple[str, tuple[int, ...]]]:
+    out: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for i in range(n_layers):
+        p = f"blk.{i}."
+        out.update({
+            p + "attn_norm.weight": ("F32", (64,)), p + "ffn_norm.weight": ("F32", (64,)),
+            p + "attn_q.weight": ("F32", (64, 64)), p + "attn_k.weight": ("F32", (32, 64)),
+            p + "attn_v.weight": ("F32", (32, 64)), p + "attn_output.weight": ("F32", (64, 64)),
+            p + "attn_q_norm.weight": ("F32", (16,)), p + "attn_k_norm.weight": ("F32", (16,)),
+            p + "ffn_gate.weight": ("F32", (128, 64)), p + "ffn_up.weight": ("F32", (128, 64)),
+            p + "ffn_down.weight": ("F32", (64, 128)),
+        })
+        if dflash2:
+            out.update({
+                p + "attn_conv_base": ("F32", (2, 3, 64)), p + "attn_conv_proj.weight": ("F32", (24, 64)),
+                p + "ffn_conv_base": ("F32", (2, 3, 64)), p + "ffn_conv_proj.weight": ("F32", (24, 64)),
+            })
+    return out
+
+
+# The loader's keys (src/models/dflash.cpp, common/speculative.cpp) with the fixture's values:
+# transformer_layer_config → hparams; aux_hidden_state_layer_ids [2, 9] are HF ids + 1 = llama.cpp's
+# target_layers unchanged; block_size 8 (top level); mask id 500 (top level) → tokenizer.ggml.mask_token_id;
+# sample_from_anchor false written (a missing key reads as true).
+HPARAMS = {
+    "general.architecture": (V.STRING, "dflash"),
+    "dflash.context_length": (V.UINT32, 4096),
+    "dflash.embedding_length": (V.UINT32, 64),
+    "dflash.block_count": (V.UINT32, 2),
+    "dflash.feed_forward_length": (V.UINT32, 128),
+    "dflash.attention.head_count": (V.UINT32, 4),
+    "dflash.attention.head_count_kv": (V.UINT32, 2),
+    "dflash.attention.key_length": (V.UINT32, 16),
+    "dflash.attention.value_length": (V.UINT32, 16),
+    "dflash.rope.freq_base": (V.FLOAT32, 1000000.0),
+    "dflash.block_size": (V.UINT32, 8),
+    "dflash.target_layers": (V.ARRAY, [2, 9]),
+    "tokenizer.ggml.mask_token_id": (V.UINT32, 500),
+    "dflash.sample_from_anchor": (V.BOOL, False),
+    "general.file_type": (V.UINT32, 0),
+    "general.quantization_version": (V.UINT32, 2),
+}
+DFLASH2_KEYS = {
+    "dflash.conv_kernel_size": (V.UINT32, 3),
+    "dflash.conv_group_size": (V.UINT32, 16),
+    "dflash.selector_rank": (V.UINT32, 8),
+    "dflash.selector_top_k": (V.UINT32, 4),
+}
+GLOBAL = {
+    "fc.weight": ("F32", (64, 128)),
+    "enc.output_norm.weight": ("F32", (64,)),
+    "output_norm.weight": ("F32", (64,)),
+}
+EXPECTED_TENSORS = {
+    "spec-dflash": {**GLOBAL, **_layer_tensors(2, dflash2=False), "output.weight": ("F32", (256, 64)), "d2t": ("I64", (256,))},
+    "spec-dflash-fullvocab": {**GLOBAL, **_layer_tensors(2, dflash2=False)},
+    "spec-dflash2": {
+        **GLOBAL, **_layer_tensors(2, dflash2=True),
+        "selector_hidden.weight": ("F32", (8, 64)),
+        "selector_predecessor.weight": ("F32", (512, 8)),
+        "selector_successor.weight": ("F32", (512, 8)),
+    },
+}
+
+
+def _drafter_keys(meta: dict[str, tuple[V, object]]) -> dict[str, tuple[V, object]]:
+    # the target's tokenizer keys and general.name/type/size_label are the converter's shared business
+    return {k: v for k, v in meta.items() if k.startswith("dflash.") or k in HPARAMS}
+
+
+@pytest.mark.parametrize("name", SPEC_FIXTURES)
+def test_speculators_checkpoint_converts_to_what_llama_cpp_loads(name: str, zoo, tmp_path: Path) -> None:
+    target, made = zoo
+    out = tmp_path / "d.gguf"
+    convert(made[name], out, outtype="f32", target=target, **QUIET)
+    meta = _meta(out)
+    expected = dict(HPARAMS)
+    if name == "spec-dflash2":
+        expected.update(DFLASH2_KEYS)
+    got = _drafter_keys(meta)
+    eps = got.pop("dflash.attention.layer_norm_rms_epsilon")
+    assert eps[0] == V.FLOAT32 and eps[1] == pytest.approx(1e-6)
+    assert got == expected
+    assert "dflash.has_confidence_head" not in meta  # DSpark only
+    assert meta["tokenizer.ggml.model"] == (V.STRING, "gpt2")  # the target's tokenizer
+    assert _tensors(out) == EXPECTED_TENSORS[name]
+
+
+def test_d2t_is_written_as_absolute_ids_matching_speculators_t2d(zoo, tmp_path: Path) -> None:
+    from safetensors.numpy import load_file
+
+    target, made = zoo
+    out = tmp_path / "d.gguf"
+    convert(made["spec-dflash"], out, outtype="bf16", target=target, **QUIET)
+    stored = load_file(str(made["spec-dflash"] / "model.safetensors"))
+    g = open_gguf(out)
+    try:
+        d2t = np.array(g.array("d2t"))
+        head = np.array(g.array("output.weight"))
+        assert g.tensors["d2t"].ggml_type == Q.I64  # I64 in every outtype, as the loader asserts
+    finally:
+        g.close()
+    # speculators' own t2d mask marks exactly the target ids the draft rows map to
+    assert d2t.tolist() == np.flatnonzero(stored["t2d"]).tolist()
+    assert d2t.tolist() == (stored["d2t"] + np.arange(256)).tolist()
+    assert head.dtype == np.uint16 and head.shape == (256, 64)  # bf16 bits of lm_head, rows = draft vocab
+    import torch  # torch's bf16 rounding is the reference for the f32 → bf16 bytes
+
+    want = torch.from_numpy(stored["lm_head.weight"]).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    assert np.array_equal(head, want)
+
+
+def test_tensor_bytes_are_the_checkpoint_bytes(zoo, tmp_path: Path) -> None:
+    from safetensors.numpy import load_file
+
+    target, made = zoo
+    out = tmp_path / "d.gguf"
+    convert(made["spec-dflash"], out, outtype="f32", target=target, **QUIET)
+    stored = load_file(str(made["spec-dflash"] / "model.safetensors"))
+    g = open_gguf(out)
+    try:
+        for gguf_name, hf_name in (("output.weight", "lm_head.weight"), ("fc.weight", "fc.weight"),
+                                   ("blk.1.attn_q.weight", "layers.1.self_attn.q_proj.weight")):
+            assert np.array_equal(np.array(g.array(gguf_name)), stored[hf_name]), gguf_name
+    finally:
+        g.close()
+
+
+def test_layout_is_told_by_config_shape_not_architecture(zoo) -> None:
+    _, made = zoo
+    for name, family in (("spec-dflash", "speculators-dflash"), ("spec-dflash2", "speculators-dflash2"),
+                         ("zlab-dflash2", "zlab-dflash2")):
+        config = json.loads((made[name] / "config.json").read_text())
+        assert family_for_config(config).name == family
+    # same architecture string for both layouts
+    assert json.loads((made["spec-dflash2"] / "config.json").read_text())["architectures"] == ["DFlash2DraftModel"]
+    with open_drafter(made["spec-dflash"]) as d:
+        assert d.spec is not None and d.spec.target_layer_ids == (1, 8)  # HF convention: aux ids - 1
+        assert d.spec.layout == "speculators" and d.spec.draft_vocab_size == 256 and d.spec.sample_from_anchor is False
+        assert d.dropped == ["t2d"] and not d.unmapped
+
+
+# ---- bad configs: one line, exit 1, naming the key ---------------------------------------------
+
+
+def _copy(src: Path, dst: Path, edit=None, tensors=None) -> Path:
+    shutil.copytree(src, dst)
+    if edit is not None:
+        path = dst / "config.json"
+        config = json.loads(path.read_text())
+        edit(config)
+        path.write_text(json.dumps(config))
+    if tensors is not None:
+        from safetensors.numpy import load_file, save_file
+
+        st = dst / "model.safetensors"
+        data = load_file(str(st))
+        data.update(tensors(data))
+        save_file(data, str(st), metadata={"format": "pt"})
+    return dst
+
+
+def _bad_d2t_range(data):
+    d2t = data["d2t"].copy()
+    d2t[-1] = 512 - 255  # absolute id 512: one past the last target token
+    return {"d2t": d2t}
+
+
+def _bad_d2t_dup(data):
+    d2t = data["d2t"].copy()
+    d2t[1] = d2t[0] - 1  # row 1 maps to row 0's id
+    return {"d2t": d2t}
+
+
+BAD = {
+    "no-layer-config": ("spec-dflash", lambda c: c.pop("transformer_layer_config"), None,
+                        "speculators config without 'transformer_layer_config' — the drafter's hparams live there "
+                        "(re-save the checkpoint with speculators)"),
+    "no-hidden": ("spec-dflash", lambda c: c["transformer_layer_config"].pop("hidden_size"), None,
+                  "required key 'transformer_layer_config.hidden_size' is missing"),
+    "layer-type": ("spec-dflash", lambda c: c["transformer_layer_config"].update(model_type="mamba"), None,
+                   "transformer_layer_config.model_type 'mamba' is not supported (known: qwen3, qwen2, llama)"),
+    "no-taps": ("spec-dflash", lambda c: c.pop("aux_hidden_state_layer_ids"), None,
+                "'aux_hidden_state_layer_ids' is missing — the target layers this drafter taps are unknown"),
+    "draft-vocab-too-large": ("spec-dflash", lambda c: c.update(draft_vocab_size=600), None,
+                              "'draft_vocab_size' 600 is larger than the target vocabulary "
+                              "(transformer_layer_config.vocab_size 512)"),
+    "anchor-dflash2": ("spec-dflash2", lambda c: c.update(sample_from_anchor=True), None,
+                       "'sample_from_anchor' is true, but speculators DFlash 2 requires false (the anchor slot holds "
+                       "the bonus token) — set \"sample_from_anchor\": false"),
+    "d2t-range": ("spec-dflash", None, _bad_d2t_range,
+                  "tensor 'd2t' maps draft row 255 to target id 512, outside the target vocabulary (vocab_size 512) "
+                  "— 1 row(s) out of range"),
+    "d2t-dup": ("spec-dflash", None, _bad_d2t_dup,
+                "tensor 'd2t' maps draft rows 0 and 1 to the same target id"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_speculators_config_is_one_line_naming_the_key(case: str, zoo, tmp_path: Path) -> None:
+    target, made = zoo
+    fixture, edit, tensors, message = BAD[case]
+    src = _copy(made[fixture], tmp_path / "src", edit, tensors)
+    out = tmp_path / "o.gguf"
+    r = CliRunner().invoke(convert_command, [str(src), str(out), "--target", str(target), "-q"])
+    assert r.exit_code == 1, r.output
+    line = r.stderr.strip()
+    assert line.count("\n") == 0 and "Traceback" not in r.output
+    assert line.startswith(f"error: {src}") and message in line, line
+    assert not out.exists()
+
+
+def test_d2t_checks_match_llama_cpp_dspark_rules() -> None:
+    # the DSparkModel converter's rules: one id per row, inside the vocabulary, unique
+    from dflashkit.families.speculators_dflash import d2t_absolute
+
+    assert d2t_absolute(np.array([1, 1, 11, 12, 12]), draft_vocab=5, vocab=20, source="x").tolist() == [1, 2, 13, 15, 16]
+    with pytest.raises(DFlashError, match="has 4 entries but draft_vocab_size is 5"):
+        d2t_absolute(np.zeros(4, dtype=np.int64), draft_vocab=5, vocab=20, source="x")
+    with pytest.raises(DFlashError, match="maps draft row 0 to target id -1"):
+        d2t_absolute(np.array([-1, 0]), draft_vocab=2, vocab=20, source="x")
