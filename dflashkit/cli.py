@@ -74,6 +74,11 @@ def _warn(message: str) -> None:
 )
 @click.option("--num-target-layers", type=click.IntRange(min=1), help="Layer count of the target model, when neither the source nor --target gives it.")
 @click.option("--mask-token-id", type=click.IntRange(min=0), help="Mask token id, when the source does not carry it.")
+@click.option(
+    "--taps-are-raw",
+    is_flag=True,
+    help="GGUF SRC only: its dflash.target_layers are raw HF ids (a file carrying dflash.n_target_features); store them + 1.",
+)
 @click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar or warnings.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
@@ -86,6 +91,7 @@ def convert_command(
     dialect: str,
     num_target_layers: int | None,
     mask_token_id: int | None,
+    taps_are_raw: bool,
     force: bool,
     quiet: bool,
     as_json: bool,
@@ -101,6 +107,7 @@ def convert_command(
         dialect=dialect,
         num_target_layers=num_target_layers,
         mask_token_id=mask_token_id,
+        taps_are_raw=taps_are_raw,
         force=force,
         progress=not quiet,
         warn=(lambda m: None) if quiet else _warn,

@@ -26,9 +26,12 @@ from .families import DEFAULT_FAMILY, DrafterFamily, expected_tensors, family_fo
 from .io.gguf_reader import GGUFFile, open_gguf
 from .io.safetensors_reader import SafetensorsCheckpoint, SafetensorsTensor, open_checkpoint
 from .spec import DrafterSpec, read_config_json
+from .variants import current_layout, detect_variant
 
 Q = GGMLQuantizationType
 
+#: integer tensor types: id tables (d2t), never weights
+_ID_TYPES = frozenset({"I64", "I32"})
 #: safetensors dtype → bits per element (for reports)
 _ST_BITS = {"F64": 64, "F32": 32, "F16": 16, "BF16": 16, "I64": 64, "I32": 32, "I16": 16, "I8": 8, "U8": 8, "BOOL": 8}
 
@@ -67,6 +70,7 @@ class DrafterFile:
     metadata: dict[str, Any]  # GGUF key → value, or config.json
     family: DrafterFamily | None = None  # None when the spec could not be decoded
     dropped: list[str] = field(default_factory=list)  # stored names the family drops on purpose (speculators' t2d)
+    variant: str | None = None  # a GGUF layout variant in circulation (`dflashkit.variants`), None = current
     _gguf: GGUFFile | None = field(default=None, repr=False)
     _checkpoint: SafetensorsCheckpoint | None = field(default=None, repr=False)
 
@@ -99,10 +103,25 @@ class DrafterFile:
         assert self._checkpoint is not None
         return self._checkpoint.array(ref.name)
 
+    def read_ids(self, canonical: str) -> np.ndarray:
+        """An integer id table (``d2t``) as int64 absolute target ids: a GGUF stores them so; an HF
+        checkpoint's stored form goes through its family (speculators: offsets + row index, checked)."""
+        raw = np.asarray(self.read_raw(canonical)).astype(np.int64).reshape(-1)
+        if self.kind == "hf" and self.family is not None and self.spec is not None:
+            computed = self.family.computed_tensors(self.spec, self.read_raw, {canonical}, str(self.path))
+            return computed.get(canonical, raw)
+        return raw
+
     def read_f32(self, canonical: str) -> np.ndarray:
         """The tensor as float32 in numpy/HF shape (dequantized when stored quantized; an HF
-        checkpoint's data passes its family's `sanitize`)."""
+        checkpoint's data passes its family's `sanitize`). Integer id tables come back as their
+        absolute ids (`read_ids`), exact in float32 below 2**24."""
         ref = self._ref(canonical)
+        if ref.type_name in _ID_TYPES:
+            ids = self.read_ids(canonical)
+            if ids.size and int(np.abs(ids).max()) >= 1 << 24:
+                raise DFlashError(f"{self.path}: tensor '{ref.name}' holds ids >= 2**24, not exact as float32")
+            return ids.astype(np.float32)
         raw = self.read_raw(canonical)
         out = to_float32(raw, ref.type_name, ref.shape, where=f"{self.path}: tensor '{ref.name}'")
         if self.kind == "hf" and self.family is not None and self.family.transforms_data:
@@ -169,12 +188,16 @@ def _open_gguf(path: Path) -> DrafterFile:
         error = f"general.architecture '{arch}' is not a DFlash drafter dialect (dflash, qwen35-dflash-draft, gemma4-dflash-draft, dflash-draft)"
     else:
         try:
-            spec = spec_from_gguf_metadata(metadata, dialect, arch, name=metadata.get("general.name"))
+            # a pre-merge llama.cpp file reads as the current layout (its mask id and raw taps moved)
+            current = current_layout(metadata)
+            spec = spec_from_gguf_metadata(current, dialect, arch, name=metadata.get("general.name"))
             spec = _fill_vocab(spec, metadata, tensors)
         except (DFlashError, KeyError, TypeError, ValueError) as exc:
             error = str(exc) if isinstance(exc, DFlashError) else f"bad drafter metadata ({exc})"
     family = family_for_spec(spec) if spec is not None else None
-    return DrafterFile(path, "gguf", arch, dialect, spec, error, tensors, unmapped, metadata, family, _gguf=g)
+    return DrafterFile(
+        path, "gguf", arch, dialect, spec, error, tensors, unmapped, metadata, family, variant=detect_variant(metadata), _gguf=g
+    )
 
 
 def _fill_vocab(spec: DrafterSpec, metadata: dict[str, Any], tensors: dict[str, TensorRef]) -> DrafterSpec:

@@ -29,6 +29,7 @@ LAYERS: dict[str, int] = {
     "dflashkit.dialects": 3,
     "dflashkit.tensors": 3,
     "dflashkit.drafters": 3,
+    "dflashkit.variants": 3,
     "dflashkit.target_rules": 3,
     "dflashkit.converters": 4,
     "dflashkit.inspect": 4,

@@ -191,6 +191,7 @@ def convert(
     dialect: str = DEFAULT_DIALECT.name,
     num_target_layers: int | None = None,
     mask_token_id: int | None = None,
+    taps_are_raw: bool = False,
     force: bool = False,
     progress: bool = True,
     warn: Callable[[str], None] | None = None,
@@ -206,8 +207,10 @@ def convert(
             )
         return translate_gguf(
             src, out, dialect=dialect, target=target, num_target_layers=num_target_layers,
-            mask_token_id=mask_token_id, force=force, progress=progress, warn=warn,
+            mask_token_id=mask_token_id, taps_are_raw=taps_are_raw, force=force, progress=progress, warn=warn,
         )
+    if taps_are_raw:
+        raise UsageError(f"{src}: --taps-are-raw applies to a GGUF source (an HF config's target_layer_ids are HF ids)")
     out_path = check_output_path(out, force=force, inputs=[src] + ([target] if target else []))
     dialect_table = get_dialect(dialect)
 
