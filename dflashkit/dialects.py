@@ -76,16 +76,25 @@ _LLAMA_CPP_TENSORS: dict[str, str] = {
     "candidate_selector.predecessor_codebook.weight": "selector_predecessor.weight",
     "candidate_selector.successor_codebook.weight": "selector_successor.weight",
     "candidate_selector.hidden_projection.weight": "selector_hidden.weight",
-    # reduced draft vocabulary (speculators / DSpark): draft row → absolute target id, I64
+}
+#: DSpark heads and the Gemma-4 DSpark backbone (llama.cpp only; families/dspark.py, gemma4_dspark.py)
+_LLAMA_CPP_DSPARK_TENSORS: dict[str, str] = {
+    "markov_head.markov_w1.weight": "markov_w1.weight",
+    "markov_head.markov_w2.weight": "markov_w2.weight",
+    "markov_head.markov_w2.scale": "markov_w2.scale",
+    "confidence_head.proj.weight": "conf_proj.weight",
+    "confidence_head.proj.bias": "conf_proj.bias",
     "d2t": "d2t",
+    "rope_freqs.weight": "rope_freqs.weight",
+    "layers.{bid}.post_attention_norm.weight": "blk.{bid}.post_attention_norm.weight",
+    "layers.{bid}.post_feedforward_layernorm.weight": "blk.{bid}.post_ffw_norm.weight",
+    "layers.{bid}.layer_scalar.weight": "blk.{bid}.layer_output_scale.weight",
 }
 
 CANONICAL_TENSORS: tuple[str, ...] = tuple(_LLAMA_CPP_TENSORS)
 DFLASH2_TENSORS: frozenset[str] = frozenset(
     k for k in CANONICAL_TENSORS if "conv" in k or k.startswith("candidate_selector.")
 )
-#: tensors only the llama.cpp dialect has names for (beside the DFlash 2 ones)
-_LLAMA_CPP_ONLY: frozenset[str] = frozenset({"d2t"})
 def _template_regex(template: str) -> re.Pattern[str]:
     return re.compile("^" + re.escape(template).replace(r"\{bid\}", r"(?P<bid>\d+)") + "$")
 
@@ -102,6 +111,9 @@ class KeySpec:
     # Not read by that runtime's loader (it ignores unknown keys); written so that translating
     # between dialects never loses what the drafter means.
     extension: bool = False
+    # Read by the table, written only by the families that own the key (`DrafterFamily.extra_metadata`,
+    # in llama.cpp's position for that family): e.g. hidden_activation is Gemma-4 DSpark's, not DFlash's.
+    family_only: bool = False
 
 
 #: DFlash semantics a dialect has no key of its own for, stored under its arch prefix.
@@ -214,7 +226,7 @@ LLAMA_CPP = Dialect(
     tap_offset=1,
     supports_dflash2=True,
     needs_tokenizer=True,
-    tensor_names=_LLAMA_CPP_TENSORS,
+    tensor_names={**_LLAMA_CPP_TENSORS, **_LLAMA_CPP_DSPARK_TENSORS},
     # DFlash 2 GGUFs written before llama.cpp settled its names (zoo.md §2): read, rewritten on translate
     tensor_aliases={
         "selector.hidden_proj.weight": "selector_hidden.weight",
@@ -243,8 +255,11 @@ LLAMA_CPP = Dialect(
         KeySpec("conv_group_size", "{arch}.conv_group_size", T.UINT32),
         KeySpec("selector_rank", "{arch}.selector_rank", T.UINT32),
         KeySpec("selector_top_k", "{arch}.selector_top_k", T.UINT32),
-        # which block slots predict; the loader reads a missing key as true (speculators DFlash: false)
-        KeySpec("sample_from_anchor", "{arch}.sample_from_anchor", T.BOOL),
+        # DSpark / Gemma-4 DSpark (written by those families in llama.cpp's order, `metadata_fields`)
+        KeySpec("sample_from_anchor", "{arch}.sample_from_anchor", T.BOOL, family_only=True),
+        KeySpec("has_confidence_head", "{arch}.has_confidence_head", T.BOOL, family_only=True),
+        KeySpec("attention_scale", "{arch}.attention.scale", T.FLOAT32, family_only=True),
+        KeySpec("hidden_act", "{arch}.hidden_activation", T.STRING, family_only=True),
     ),
 )
 
@@ -257,7 +272,7 @@ LUCE = Dialect(
     target_count_architectures=("gemma4-dflash-draft",),
     architecture_for=lambda spec: _luce_arch(spec),
     tensor_names={
-        **{k: v for k, v in _LLAMA_CPP_TENSORS.items() if k not in DFLASH2_TENSORS | _LLAMA_CPP_ONLY},
+        **{k: v for k, v in _LLAMA_CPP_TENSORS.items() if k not in DFLASH2_TENSORS},
         "fc.weight": "dflash.fc.weight",
         "hidden_norm.weight": "dflash.hidden_norm.weight",
     },
@@ -295,7 +310,7 @@ DFLASH_DRAFT = Dialect(
     tap_offset=0,
     supports_dflash2=False,
     tensor_names={
-        **{k: v for k, v in _LLAMA_CPP_TENSORS.items() if k not in DFLASH2_TENSORS | _LLAMA_CPP_ONLY},
+        **{k: v for k, v in _LLAMA_CPP_TENSORS.items() if k not in DFLASH2_TENSORS},
         "fc.weight": "dflash_fc.weight",
         "hidden_norm.weight": "dflash_hidden_norm.weight",
         "layers.{bid}.post_attention_layernorm.weight": "blk.{bid}.post_attention_norm.weight",
@@ -360,14 +375,20 @@ def _derived_value(field_name: str, spec: DrafterSpec, arch: str, dialect: Diale
     return getattr(spec, field_name)
 
 
-def encode_metadata(spec: DrafterSpec, dialect: Dialect, arch: str | None = None) -> list[MetadataEntry]:
+def encode_metadata(
+    spec: DrafterSpec, dialect: Dialect, arch: str | None = None, *, skip: Iterable[str] = ()
+) -> list[MetadataEntry]:
     """The dialect's metadata entries for ``spec`` (architecture and general.* not included).
 
+    ``skip``: spec fields left out (the drafter's family writes them itself, `DrafterFamily.metadata_fields`).
     Raises a DFlashError naming the key when a required value is unknown.
     """
     arch = arch or dialect.pick_architecture(spec)
+    skipped = frozenset(skip)
     entries: list[MetadataEntry] = []
     for ks in dialect.keys:
+        if ks.field in skipped or ks.family_only:
+            continue
         value = _derived_value(ks.field, spec, arch, dialect)
         key = dialect.key(ks, arch)
         if value is None:
@@ -382,6 +403,8 @@ def encode_metadata(spec: DrafterSpec, dialect: Dialect, arch: str | None = None
             value = float(value)
         elif ks.type == T.BOOL:
             value = bool(value)
+        elif ks.type == T.STRING:
+            value = str(value)
         else:
             value = int(value)
         entries.append(MetadataEntry(key, value, ks.type, ks.sub_type))
@@ -463,8 +486,12 @@ def spec_from_gguf_metadata(kvs: Mapping[str, Any], dialect: Dialect, arch: str,
         conv_group_size=fields_.get("conv_group_size"),
         selector_rank=fields_.get("selector_rank"),
         selector_top_k=fields_.get("selector_top_k"),
-        sample_from_anchor=fields_.get("sample_from_anchor"),
         name=name,
+        # DSpark (heads and draft vocabulary come from the tensors: `DrafterFamily.refine_spec`)
+        sample_from_anchor=fields_.get("sample_from_anchor"),
+        has_confidence_head=fields_.get("has_confidence_head"),
+        attention_scale=fields_.get("attention_scale"),
+        hidden_act=fields_.get("hidden_act"),
     )
     return spec
 

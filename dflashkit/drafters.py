@@ -106,11 +106,10 @@ class DrafterFile:
     def read_ids(self, canonical: str) -> np.ndarray:
         """An integer id table (``d2t``) as int64 absolute target ids: a GGUF stores them so; an HF
         checkpoint's stored form goes through its family (speculators: offsets + row index, checked)."""
-        raw = np.asarray(self.read_raw(canonical)).astype(np.int64).reshape(-1)
-        if self.kind == "hf" and self.family is not None and self.spec is not None:
-            computed = self.family.computed_tensors(self.spec, self.read_raw, {canonical}, str(self.path))
-            return computed.get(canonical, raw)
-        return raw
+        raw = np.asarray(self.read_raw(canonical))
+        if self.kind == "hf" and self.family is not None and self.spec is not None and canonical in self.family.final_tensors:
+            return self.family.finalize_tensor(self.spec, canonical, raw, str(self.path))[0]
+        return raw.astype(np.int64).reshape(-1)
 
     def read_f32(self, canonical: str) -> np.ndarray:
         """The tensor as float32 in numpy/HF shape (dequantized when stored quantized; an HF
@@ -195,6 +194,8 @@ def _open_gguf(path: Path) -> DrafterFile:
         except (DFlashError, KeyError, TypeError, ValueError) as exc:
             error = str(exc) if isinstance(exc, DFlashError) else f"bad drafter metadata ({exc})"
     family = family_for_spec(spec) if spec is not None else None
+    if spec is not None and family is not None:
+        spec = family.refine_spec(spec, {c: t.shape for c, t in tensors.items()})
     return DrafterFile(
         path, "gguf", arch, dialect, spec, error, tensors, unmapped, metadata, family, variant=detect_variant(metadata), _gguf=g
     )
@@ -256,5 +257,7 @@ def _open_hf(directory: Path, *, strict: bool = False) -> DrafterFile:
             f"{directory}: {len(unmapped)} tensor name(s) dflashkit does not know: {shown} — "
             "refusing to drop weights silently; this drafter variant is not supported yet"
         )
+    if spec is not None and family is not None:
+        spec = family.refine_spec(spec, {c: t.shape for c, t in tensors.items()})
     archs = config.get("architectures") or ["DFlashDraftModel"]
     return DrafterFile(directory, "hf", str(archs[0]), None, spec, error, tensors, unmapped, config, family, dropped, _checkpoint=ck)

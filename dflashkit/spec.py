@@ -72,6 +72,10 @@ class DrafterSpec:
     layout: str | None = None  # checkpoint layout, e.g. "zlab", "speculators", "specforge" (information)
     # True when target_layer_ids came from z-lab's default rule, not from the config.
     target_layer_ids_defaulted: bool = field(default=False, compare=False)
+    # ---- DSpark / Gemma-4 DSpark (issue 13) ----------------------------------------------------------
+    attention_scale: float | None = None  # attention softmax scale (Gemma-4 DSpark: 1.0); None = 1/sqrt(head_dim)
+    # per-dimension RoPE frequency factors (llama.cpp's rope_freqs.weight; Gemma-4 proportional RoPE)
+    rope_freq_factors: tuple[float, ...] | None = field(default=None, compare=False)
 
     @property
     def is_dflash2(self) -> bool:

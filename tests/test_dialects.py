@@ -50,8 +50,12 @@ FACT_KEYS = {
         "{arch}.conv_group_size": (V.UINT32, None),
         "{arch}.selector_rank": (V.UINT32, None),
         "{arch}.selector_top_k": (V.UINT32, None),
-        # zoo.md §2: loader reads it (missing = true); llama.cpp's DSpark converter writes it BOOL
+        # DSpark (conversion/qwen.py DSparkModel, conversion/gemma.py Gemma4DSparkModel; gguf-py Keys.LLM
+        # SAMPLE_FROM_ANCHOR / HAS_CONFIDENCE_HEAD / HIDDEN_ACT, Keys.Attention.SCALE)
         "{arch}.sample_from_anchor": (V.BOOL, None),
+        "{arch}.has_confidence_head": (V.BOOL, None),
+        "{arch}.attention.scale": (V.FLOAT32, None),
+        "{arch}.hidden_activation": (V.STRING, None),
     },
     "luce": {
         "{arch}.context_length": (V.UINT32, None),
@@ -99,7 +103,11 @@ FACT_TENSORS = {
     "llama.cpp": {"fc.weight": "fc.weight", "hidden_norm.weight": "enc.output_norm.weight",
                   "layers.3.post_attention_layernorm.weight": "blk.3.ffn_norm.weight",
                   "layers.0.attention_conv.base_kernel": "blk.0.attn_conv_base",
-                  "candidate_selector.predecessor_codebook.weight": "selector_predecessor.weight"},
+                  "candidate_selector.predecessor_codebook.weight": "selector_predecessor.weight",
+                  # DSpark heads and Gemma-4 DSpark norms (gguf-py MODEL_TENSOR names, llama.cpp's converter output)
+                  "markov_head.markov_w1.weight": "markov_w1.weight", "confidence_head.proj.bias": "conf_proj.bias",
+                  "d2t": "d2t", "layers.1.post_feedforward_layernorm.weight": "blk.1.post_ffw_norm.weight",
+                  "layers.0.layer_scalar.weight": "blk.0.layer_output_scale.weight"},
     "luce": {"fc.weight": "dflash.fc.weight", "hidden_norm.weight": "dflash.hidden_norm.weight",
              "layers.3.post_attention_layernorm.weight": "blk.3.ffn_norm.weight"},
     "dflash-draft": {"fc.weight": "dflash_fc.weight", "hidden_norm.weight": "dflash_hidden_norm.weight",

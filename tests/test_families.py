@@ -39,7 +39,8 @@ def test_unknown_architecture_names_the_known_ones() -> None:
         families.family_for_config({"architectures": ["LlamaForCausalLM"]}, "d/config.json")
     assert str(info.value) == (
         "d/config.json: architecture 'LlamaForCausalLM' is not a DFlash drafter "
-        "(expected one of DFlashDraftModel, DFlash2DraftModel)"
+        "(expected one of Qwen3DSparkModel, DSparkDraftModel, DSparkSpeculator, Lfm2DSparkDraftModel, "
+        "LingDSparkModel, Gemma4DSparkModel, DeepseekV4DSparkModel, DFlashDraftModel, DFlash2DraftModel)"
     )
 
 

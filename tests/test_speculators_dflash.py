@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -213,7 +214,11 @@ def _copy(src: Path, dst: Path, edit=None, tensors=None) -> Path:
 
         st = dst / "model.safetensors"
         data = load_file(str(st))
-        data.update(tensors(data))
+        for name, value in tensors(data).items():
+            if value is None:
+                del data[name]
+            else:
+                data[name] = value
         save_file(data, str(st), metadata={"format": "pt"})
     return dst
 
@@ -247,10 +252,11 @@ BAD = {
                        "'sample_from_anchor' is true, but speculators DFlash 2 requires false (the anchor slot holds "
                        "the bonus token) — set \"sample_from_anchor\": false"),
     "d2t-range": ("spec-dflash", None, _bad_d2t_range,
-                  "tensor 'd2t' maps draft row 255 to target id 512, outside the target vocabulary (vocab_size 512) "
-                  "— 1 row(s) out of range"),
+                  "d2t target ids out of range for target vocab size 512 (1 of 256; first: row 255 → 512)"),
     "d2t-dup": ("spec-dflash", None, _bad_d2t_dup,
-                "tensor 'd2t' maps draft rows 0 and 1 to the same target id"),
+                "d2t contains duplicate target ids (target id"),
+    "d2t-missing": ("spec-dflash", None, lambda data: {"d2t": None},
+                    "missing tensor(s) for this config: d2t"),
 }
 
 
@@ -268,12 +274,11 @@ def test_bad_speculators_config_is_one_line_naming_the_key(case: str, zoo, tmp_p
     assert not out.exists()
 
 
-def test_d2t_checks_match_llama_cpp_dspark_rules() -> None:
-    # the DSparkModel converter's rules: one id per row, inside the vocabulary, unique
-    from dflashkit.families.speculators_dflash import d2t_absolute
+def test_d2t_offsets_become_llama_cpp_absolute_ids(zoo) -> None:
+    # zoo-oracle.md §1.2, measured with llama.cpp's DSpark converter: stored [1, 1, 11, 12, 12] → [1, 2, 13, 15, 16]
+    from dflashkit.families.speculators_dflash import DFLASH
 
-    assert d2t_absolute(np.array([1, 1, 11, 12, 12]), draft_vocab=5, vocab=20, source="x").tolist() == [1, 2, 13, 15, 16]
-    with pytest.raises(DFlashError, match="has 4 entries but draft_vocab_size is 5"):
-        d2t_absolute(np.zeros(4, dtype=np.int64), draft_vocab=5, vocab=20, source="x")
-    with pytest.raises(DFlashError, match="maps draft row 0 to target id -1"):
-        d2t_absolute(np.array([-1, 0]), draft_vocab=2, vocab=20, source="x")
+    with open_drafter(zoo[1]["spec-dflash"]) as d:
+        spec = replace(d.require_spec(), vocab_size=20, draft_vocab_size=5)
+    data, ggml_type = DFLASH.finalize_tensor(spec, "d2t", np.array([1, 1, 11, 12, 12]), "x")
+    assert data.tolist() == [1, 2, 13, 15, 16] and ggml_type == Q.I64

@@ -174,12 +174,17 @@ def _chunk_producer(t: SafetensorsTensor, out_type: GGMLQuantizationType) -> Cal
     return chunks
 
 
-#: numpy dtype of a computed tensor → its GGUF type
-_INT_TYPES = {"<i8": Q.I64, "<i4": Q.I32}
+def _array_producer(array: np.ndarray, out_type: GGMLQuantizationType) -> Callable[[], Iterator[np.ndarray]]:
+    """Chunks of an in-memory tensor (a family's generated or rewritten one: small) in ``out_type``."""
 
+    def chunks() -> Iterator[np.ndarray]:
+        if out_type in (Q.I64, Q.I32, Q.I16, Q.I8):
+            yield np.ascontiguousarray(array)
+            return
+        row = array.shape[-1] if array.ndim else 1
+        yield _convert_chunk(np.ascontiguousarray(array, dtype=np.float32).reshape(-1), "F32", out_type, row)
 
-def _array_producer(array: np.ndarray) -> Callable[[], Iterator[np.ndarray]]:
-    return lambda: iter([np.ascontiguousarray(array)])
+    return chunks
 
 
 def convert(
@@ -247,7 +252,20 @@ def _convert_checkpoint(
     if codebook is not None and spec.vocab_size is None:
         spec = replace(spec, vocab_size=codebook.shape[0])
     check_spec(spec, str(directory))
-    check_tensors(spec, {c: tuple(t.shape) for c, t in mapped.items()}, str(directory), {c: t.name for c, t in mapped.items()})
+    source_shapes = {c: tuple(t.shape) for c, t in mapped.items()}
+    check_tensors(spec, source_shapes, str(directory), {c: t.name for c, t in mapped.items()})
+    family = drafter.family
+    family.check_source(spec, source_shapes, str(directory))
+    # family-level tensor changes (DSpark / Gemma-4 DSpark): tensors llama.cpp's converter drops,
+    # rewrites and writes last (d2t → absolute I64 ids), or generates and writes first (rope_freqs)
+    finals = {
+        c: family.finalize_tensor(spec, c, drafter.read_raw(c), str(directory))
+        for c in family.final_tensors
+        if c in mapped
+    }
+    generated = family.generated_tensors(spec)
+    dropped = family.dropped_on_convert(spec)
+    mapped = {c: t for c, t in mapped.items() if c not in dropped and c not in finals}
 
     warnings: list[str] = []
     target_info: TargetInfo | None = None
@@ -260,28 +278,31 @@ def _convert_checkpoint(
             "(key not found in model: tokenizer.ggml.model) — re-run with --target TARGET.gguf or --target TARGET_HF_DIR"
         )
     check_mask_in_vocab(spec, str(directory))
-    # data the family computes (speculators' d2t offsets → absolute ids), checked before any write
-    computed = drafter.family.computed_tensors(spec, drafter.read_raw, set(mapped), str(directory))
 
-    outtype = resolve_outtype(outtype, {c: t for c, t in mapped.items() if c not in computed})
-    # computed tensors go last, where llama.cpp's converter writes d2t (after every checkpoint tensor)
-    order = [c for c in ordered_canonical(mapped, dialect_table) if c not in computed] + list(computed)
+    outtype = resolve_outtype(outtype, mapped)
+    order = ordered_canonical(mapped, dialect_table)
     shapes = [tuple(int(d) for d in mapped[c].shape) for c in order]
     file_type, types = plan_tensor_types(
         [(c, dialect_table.gguf_name(c), shape) for c, shape in zip(order, shapes)], outtype, spec.n_layers
     )
-    # a computed tensor keeps its own integer type in every outtype (d2t: I64, as llama.cpp writes it)
-    types = [(_INT_TYPES[computed[c].dtype.str], None) if c in computed else t for c, t in zip(order, types)]
     arch = dialect_table.pick_architecture(spec)
     tokenizer = list(target_info.tokenizer.entries) if target_info and target_info.tokenizer else []
     metadata = build_metadata(spec, dialect_table, arch, file_type=file_type, tokenizer=tokenizer)
 
     plan: list[PlannedTensor] = []
-    sources: list[SafetensorsTensor] = []
+    producers: list[Callable[[], Iterator[np.ndarray]]] = []
+    for canonical, array in generated.items():  # written first, as llama.cpp's generate_extra_tensors
+        ggml_type, note = convert_tensor_type(canonical, array.shape, OUTTYPES.get(outtype, (0, Q.F32))[1])
+        plan.append(PlannedTensor(canonical, dialect_table.gguf_name(canonical), "(generated)", array.shape, ggml_type, "F32", note))
+        producers.append(_array_producer(array, ggml_type))
     for canonical, shape, (ggml_type, note) in zip(order, shapes, types):
         t = mapped[canonical]
         plan.append(PlannedTensor(canonical, dialect_table.gguf_name(canonical), t.name, shape, ggml_type, t.dtype, note))
-        sources.append(t)
+        producers.append(_chunk_producer(t, ggml_type))
+    for canonical, (array, ggml_type) in finals.items():  # written last, as llama.cpp's prepare_tensors
+        stored = drafter.tensors[canonical]
+        plan.append(PlannedTensor(canonical, dialect_table.gguf_name(canonical), stored.name, array.shape, ggml_type, stored.type_name))
+        producers.append(_array_producer(array, ggml_type))
     for p in plan:
         if p.note:
             warnings.append(f"{p.gguf_name}: {p.note}")
@@ -292,11 +313,7 @@ def _convert_checkpoint(
         out_path,
         arch,
         metadata,
-        [
-            TensorToWrite(p.gguf_name, p.shape, p.ggml_type,
-                          _array_producer(computed[p.canonical]) if p.canonical in computed else _chunk_producer(t, p.ggml_type))
-            for p, t in zip(plan, sources)
-        ],
+        [TensorToWrite(p.gguf_name, p.shape, p.ggml_type, producer) for p, producer in zip(plan, producers)],
         force=force,
         progress=progress,
     )

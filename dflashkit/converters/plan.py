@@ -203,8 +203,9 @@ def build_metadata(
     general.file_type last — the order llama-quantize leaves them in, so a one-pass conversion, a
     translation and a conversion + quantization of the same drafter are byte-identical."""
     entries = [MetadataEntry("general.name", spec.name or "DFlash drafter", GGUFValueType.STRING)]
-    entries.extend(encode_metadata(spec, dialect, arch))
-    entries.extend(family_for_spec(spec).extra_metadata(spec, dialect, arch))
+    family = family_for_spec(spec)
+    entries.extend(encode_metadata(spec, dialect, arch, skip=family.metadata_fields))
+    entries.extend(family.extra_metadata(spec, dialect, arch))
     own = {e.key for e in entries} | {"general.file_type", "general.quantization_version"}
     # the drafter's own keys (e.g. tokenizer.ggml.mask_token_id) win over the target's
     entries.extend(MetadataEntry(e.key, e.value, e.type, e.sub_type) for e in tokenizer if e.key not in own)

@@ -1,6 +1,7 @@
 """Drafter families and their registry.
 
-One module per family (``zlab_dflash.py``, ``zlab_dflash2.py``), each a `DrafterFamily`
+One module per family (``zlab_dflash.py``, ``zlab_dflash2.py``, ``dspark.py``, ``speculators_dspark.py``,
+``gemma4_dspark.py``, ``deepseek_v4_dspark.py``), each a `DrafterFamily`
 (`base.py`). The registry below is the only place that lists them: HF configs are claimed by
 `DrafterFamily.matches` (architecture string, or config shape), GGUF metadata by
 `DrafterFamily.matches_gguf`, specs by their ``architecture``.
@@ -16,14 +17,23 @@ from typing import Any, Mapping
 from ..errors import DFlashError
 from ..spec import ARCH_DFLASH, ConfigView, DrafterSpec, read_config_json
 from . import speculators_dflash, zlab_dflash, zlab_dflash2
+# DSpark families (issue 13, 13B)
+from . import deepseek_v4_dspark, dspark, gemma4_dspark, speculators_dspark
 from .base import DrafterFamily
 
 #: Every family, in matching order (the first whose `matches` is true wins).
 FAMILIES: tuple[DrafterFamily, ...] = (
+    # DSpark (13B): before z-lab, whose GGUF signature (no conv keys) claims every other dflash file;
+    # the speculators layout before SpecForge's (both carry DSparkDraftModel; told apart by shape)
+    speculators_dspark.FAMILY,
+    gemma4_dspark.FAMILY,
+    dspark.FAMILY,
+    deepseek_v4_dspark.FAMILY,
     # speculators DFlash / DFlash 2 (13C): same architecture strings as z-lab, claimed by config
     # shape — so they come before the z-lab families, which claim by name
     speculators_dflash.DFLASH,
     speculators_dflash.DFLASH2,
+    # z-lab DFlash
     zlab_dflash.FAMILY,
     zlab_dflash2.FAMILY,
 )

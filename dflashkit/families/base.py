@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 import numpy as np
+from gguf import GGMLQuantizationType
 
 from ..io.gguf_writer import MetadataEntry
 from ..spec import ConfigView, DrafterSpec
@@ -29,6 +30,11 @@ class DrafterFamily:
     runtime_module: str = ""
     #: True when `sanitize` changes tensor data (the converter then cannot copy bytes raw)
     transforms_data: bool = False
+    #: DrafterSpec fields whose GGUF keys this family writes itself (`extra_metadata`, in its own
+    #: order), so the dialect table leaves them out
+    metadata_fields: frozenset[str] = frozenset()
+    #: canonical ids rewritten by `finalize_tensor` and written after every other tensor (DSpark ``d2t``)
+    final_tensors: tuple[str, ...] = ()
 
     # ---- claiming a checkpoint ------------------------------------------------------------------
     def matches(self, config: Mapping[str, Any], architecture: str) -> bool:
@@ -60,15 +66,6 @@ class DrafterFamily:
         speculators' ``t2d``); it is listed in `DrafterFile.dropped`, never silently lost."""
         return False
 
-    def computed_tensors(
-        self, spec: DrafterSpec, read: Callable[[str], np.ndarray], present: set[str], source: str
-    ) -> dict[str, np.ndarray]:
-        """Output data the family computes from stored tensors (``read(canonical)`` = the stored
-        array, ``present`` = the canonical ids stored), e.g. speculators' ``d2t`` offsets → absolute
-        target ids. The converter calls it before writing anything, so its checks refuse an input
-        cleanly; the arrays are small (bounded by the vocabulary) and written with their own dtype."""
-        return {}
-
     def sanitize(self, canonical: str, array: np.ndarray) -> np.ndarray:
         """Undo a checkpoint quirk in one tensor's data (float32, HF shape). Identity by default."""
         return array
@@ -85,3 +82,27 @@ class DrafterFamily:
         """Metadata entries this family writes beyond the dialect's spec keys (after them, before the
         tokenizer); ``dialect`` is the `dflashkit.dialects.Dialect` being written. None by default."""
         return []
+
+    # ---- conversion hooks (DSpark / Gemma-4 DSpark; identity for the z-lab families) ------------------
+    def refine_spec(self, spec: DrafterSpec, shapes: Mapping[str, tuple[int, ...]]) -> DrafterSpec:
+        """What the tensors tell beyond the config or metadata (e.g. a head's rank, the draft vocabulary).
+        ``shapes``: canonical id → numpy/HF shape, of an HF checkpoint or a GGUF."""
+        return spec
+
+    def check_source(self, spec: DrafterSpec, shapes: Mapping[str, tuple[int, ...]], source: str) -> None:
+        """Family rules on a checkpoint's tensor set that the shape table cannot express (one-line
+        DFlashError naming the tensor or key); run by the converter before anything is written."""
+
+    def dropped_on_convert(self, spec: DrafterSpec) -> frozenset[str]:
+        """Canonical ids read from a checkpoint but not written to GGUF (as llama.cpp's converter drops them)."""
+        return frozenset()
+
+    def generated_tensors(self, spec: DrafterSpec) -> dict[str, np.ndarray]:
+        """Tensors the converter writes that no checkpoint holds (float32, numpy shape), written first."""
+        return {}
+
+    def finalize_tensor(
+        self, spec: DrafterSpec, canonical: str, data: np.ndarray, source: str
+    ) -> tuple[np.ndarray, GGMLQuantizationType]:
+        """The GGUF data and type of a `final_tensors` entry from its stored data."""
+        raise NotImplementedError

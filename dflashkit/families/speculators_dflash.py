@@ -29,9 +29,11 @@ from dataclasses import replace
 from typing import Any, Callable, Mapping
 
 import numpy as np
+from gguf import GGMLQuantizationType
 
 from ..errors import DFlashError
 from ..spec import ARCH_DFLASH, ARCH_DFLASH2, ConfigView, DrafterSpec
+from .dspark import D2T, d2t_absolute
 from .zlab_dflash import ZLabDFlash, zlab_hf_to_canonical
 from .zlab_dflash2 import ZLabDFlash2
 
@@ -43,7 +45,6 @@ LAYER_MODEL_TYPES = ("qwen3", "qwen2", "llama")
 _REQUIRED_LAYER_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
 #: stored tensors nothing reads at run time (llama.cpp's converter filters ``t2d`` out too)
 DROPPED_TENSORS = frozenset({"t2d"})
-D2T = "d2t"
 #: speculators' pydantic defaults (speculators/models/dflash{,2}/config.py)
 DEFAULT_BLOCK_SIZE = 8
 DEFAULT_DRAFT_VOCAB = 32000
@@ -52,30 +53,6 @@ DFLASH2_DEFAULTS = {"conv_kernel_size": 2, "conv_group_size": 16, "selector_rank
 
 def is_speculators_config(config: Mapping[str, Any]) -> bool:
     return "speculators_model_type" in config or "transformer_layer_config" in config
-
-
-def d2t_absolute(offsets: np.ndarray, *, draft_vocab: int, vocab: int, source: str) -> np.ndarray:
-    """speculators' ``d2t`` offsets → absolute target ids (I64), checked the way llama.cpp's DSpark
-    converter checks them: one id per draft row, each inside the target vocabulary, no id twice."""
-    offsets = np.asarray(offsets).reshape(-1)
-    if offsets.dtype.kind not in "iu":
-        raise DFlashError(f"{source}: tensor 'd2t' has dtype {offsets.dtype}; expected int64 offsets")
-    if offsets.size != draft_vocab:
-        raise DFlashError(f"{source}: tensor 'd2t' has {offsets.size} entries but draft_vocab_size is {draft_vocab}")
-    absolute = offsets.astype(np.int64) + np.arange(offsets.size, dtype=np.int64)
-    bad = np.flatnonzero((absolute < 0) | (absolute >= vocab))
-    if bad.size:
-        i = int(bad[0])
-        raise DFlashError(
-            f"{source}: tensor 'd2t' maps draft row {i} to target id {int(absolute[i])}, outside the target "
-            f"vocabulary (vocab_size {vocab}) — {bad.size} row(s) out of range"
-        )
-    uniq, first, counts = np.unique(absolute, return_index=True, return_counts=True)
-    if uniq.size != absolute.size:
-        dup = int(uniq[counts > 1][0])
-        rows = np.flatnonzero(absolute == dup)[:2].tolist()
-        raise DFlashError(f"{source}: tensor 'd2t' maps draft rows {rows[0]} and {rows[1]} to the same target id {dup}")
-    return absolute
 
 
 def _layer_config(config: Mapping[str, Any], path: str) -> Mapping[str, Any]:
@@ -118,6 +95,8 @@ class _SpeculatorsMixin:
 
     layout = "speculators"
     model_type = ""
+    #: d2t is rewritten (offsets → absolute ids) and written last, as llama.cpp's DSpark converter does
+    final_tensors = (D2T,)
     #: z-lab's spec_from_config, reached through the MRO (ZLabDFlash / ZLabDFlash2)
     spec_from_config_zlab: Callable[..., DrafterSpec]
 
@@ -207,12 +186,11 @@ class _SpeculatorsMixin:
             shapes["lm_head.weight"] = (spec.draft_vocab_size, spec.hidden_size)
             shapes[D2T] = (spec.draft_vocab_size,)
 
-    def computed_tensors(self, spec: DrafterSpec, read: Callable[[str], np.ndarray], present: set[str], source: str) -> dict[str, np.ndarray]:
-        if D2T not in present:
-            return {}
-        assert spec.vocab_size is not None and spec.draft_vocab_size is not None
-        return {D2T: d2t_absolute(read(D2T), draft_vocab=spec.draft_vocab_size, vocab=spec.vocab_size, source=source)}
-
+    def finalize_tensor(
+        self, spec: DrafterSpec, canonical: str, data: np.ndarray, source: str
+    ) -> tuple[np.ndarray, GGMLQuantizationType]:
+        assert canonical == D2T
+        return d2t_absolute(np.asarray(data), spec.vocab_size or 0, source), GGMLQuantizationType.I64
 
 class SpeculatorsDFlash(_SpeculatorsMixin, ZLabDFlash):
     name = "speculators-dflash"

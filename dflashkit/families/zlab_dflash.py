@@ -12,7 +12,10 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
+from gguf import GGUFValueType
+
 from ..errors import DFlashError
+from ..io.gguf_writer import MetadataEntry
 from ..spec import (
     ARCH_DFLASH,
     ConfigView,
@@ -214,6 +217,17 @@ class ZLabDFlash(DrafterFamily):
             key: view.int(key, required=self.requires_conv, minimum=1)
             for key in ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
         }
+
+    # ---- metadata ----------------------------------------------------------------------------------
+    #: written here (after every dialect key, where llama.cpp's DSpark converter puts it), not by the table
+    metadata_fields = frozenset({"sample_from_anchor"})
+
+    def extra_metadata(self, spec: DrafterSpec, dialect: Any, arch: str) -> list[MetadataEntry]:
+        # a drafter whose block slot 0 is the anchor (speculators DFlash / DFlash 2) must say so: the
+        # loader reads a missing dflash.sample_from_anchor as true
+        if spec.sample_from_anchor is None or dialect.key_for_field("sample_from_anchor", arch) is None:
+            return []
+        return [MetadataEntry(f"{arch}.sample_from_anchor", bool(spec.sample_from_anchor), GGUFValueType.BOOL)]
 
     # ---- tensor set ------------------------------------------------------------------------------
     def expected_tensors(self, spec: DrafterSpec, *, vocab_size: int | None = None) -> dict[str, tuple[int, ...]]:
