@@ -282,3 +282,30 @@ def test_d2t_offsets_become_llama_cpp_absolute_ids(zoo) -> None:
         spec = replace(d.require_spec(), vocab_size=20, draft_vocab_size=5)
     data, ggml_type = DFLASH.finalize_tensor(spec, "d2t", np.array([1, 1, 11, 12, 12]), "x")
     assert data.tolist() == [1, 2, 13, 15, 16] and ggml_type == Q.I64
+
+
+def test_diff_maps_the_speculators_tensors_and_compares_d2t_exactly(zoo, tmp_path: Path) -> None:
+    from test_inspect_drafter import rewrite_gguf
+
+    from dflashkit.diff import diff_drafters
+
+    target, made = zoo
+    out = tmp_path / "d.gguf"
+    convert(made["spec-dflash"], out, outtype="f32", target=target, **QUIET)
+    result = diff_drafters(made["spec-dflash"], out)
+    assert not result.only_one_side and not result.unmapped and not result.shape_mismatches and not result.unreadable
+    by_name = {t.canonical: t for t in result.tensors}
+    assert {"d2t", "lm_head.weight"} <= set(by_name)  # HF offsets vs GGUF absolute ids: the same ids
+    assert all(t.stats.max_abs_diff == 0 for t in result.tensors)
+    assert result.meaning_differences == [], result.meaning_differences
+    # one id off by one is a difference
+    g = open_gguf(out)
+    try:
+        d2t = np.array(g.array("d2t"))
+    finally:
+        g.close()
+    free, original = int(np.setdiff1d(np.arange(512), d2t)[0]), int(d2t[0])
+    d2t[0] = free
+    edited = rewrite_gguf(out, tmp_path / "edited.gguf", replace={"d2t": d2t})
+    diff = {t.canonical: t for t in diff_drafters(made["spec-dflash"], edited).tensors}["d2t"]
+    assert diff.stats.max_abs_diff == abs(free - original) > 0
