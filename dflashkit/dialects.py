@@ -138,6 +138,9 @@ class Dialect:
     target_count_architectures: tuple[str, ...] = ()
     #: the architecture string the writer uses for a spec
     architecture_for: Callable[[DrafterSpec], str] | None = field(default=None, compare=False)
+    #: the key (template) after which ``general.file_type`` is written in a converted file; None:
+    #: after the dialect's own keys
+    file_type_after: str | None = None
 
     # ---- taps -----------------------------------------------------------------------------
     @property
@@ -219,6 +222,20 @@ _COMMON_HPARAMS = (
     KeySpec("rope_theta", "{arch}.rope.freq_base", T.FLOAT32, required=True),
 )
 
+#: RoPE scaling as llama.cpp's converter writes it (``conversion/base.py`` ``set_gguf_parameters``), from
+#: the spec's ``rope_scaling`` pairs (see `_derived_value`).
+_ROPE_SCALING = (
+    KeySpec("rope_scaling.type", "{arch}.rope.scaling.type", T.STRING),
+    KeySpec("rope_scaling.factor", "{arch}.rope.scaling.factor", T.FLOAT32),
+    KeySpec("rope_scaling.original_context_length", "{arch}.rope.scaling.original_context_length", T.UINT32),
+    KeySpec("rope_scaling.ext_factor", "{arch}.rope.scaling.yarn_ext_factor", T.FLOAT32),
+    KeySpec("rope_scaling.attn_factor", "{arch}.rope.scaling.yarn_attn_factor", T.FLOAT32),
+    KeySpec("rope_scaling.beta_fast", "{arch}.rope.scaling.yarn_beta_fast", T.FLOAT32),
+    KeySpec("rope_scaling.beta_slow", "{arch}.rope.scaling.yarn_beta_slow", T.FLOAT32),
+)
+
+# The llama.cpp dialect's keys in the order llama.cpp's converter writes them (TextModel's hparams,
+# then DFlashModel's own; general.file_type goes after value_length, see `Dialect.file_type_after`).
 LLAMA_CPP = Dialect(
     name="llama.cpp",
     architectures=("dflash",),
@@ -237,29 +254,44 @@ LLAMA_CPP = Dialect(
         "blk.{bid}.ffn_conv.base": "blk.{bid}.ffn_conv_base",
         "blk.{bid}.ffn_conv.proj.weight": "blk.{bid}.ffn_conv_proj.weight",
     },
-    keys=_COMMON_HPARAMS
+    file_type_after="{arch}.attention.value_length",
+    keys=(
+        KeySpec("n_layers", "{arch}.block_count", T.UINT32, required=True),
+        KeySpec("context_length", "{arch}.context_length", T.UINT32, required=True),
+        KeySpec("hidden_size", "{arch}.embedding_length", T.UINT32, required=True),
+        KeySpec("intermediate_size", "{arch}.feed_forward_length", T.UINT32, required=True),
+        KeySpec("n_heads", "{arch}.attention.head_count", T.UINT32, required=True),
+        KeySpec("n_kv_heads", "{arch}.attention.head_count_kv", T.UINT32, required=True),
+    )
+    + _ROPE_SCALING
     + (
-        KeySpec("block_size", "{arch}.block_size", T.UINT32, required=True),
-        KeySpec("target_layer_ids", "{arch}.target_layers", T.ARRAY, T.INT32, required=True),
-        KeySpec("mask_token_id", "tokenizer.ggml.mask_token_id", T.UINT32, required=True),
-        KeySpec("sliding_window", "{arch}.attention.sliding_window", T.UINT32),
-        KeySpec("sliding_window_pattern", "{arch}.attention.sliding_window_pattern", T.ARRAY, T.BOOL),
-        KeySpec("causal", "{arch}.attention.causal", T.BOOL),
-        KeySpec("final_logit_softcapping", "{arch}.final_logit_softcapping", T.FLOAT32),
-        KeySpec("embedding_scale", "{arch}.embedding_scale", T.FLOAT32),
-        KeySpec("logit_scale", "{arch}.logit_scale", T.FLOAT32),
-        KeySpec("attention_value_scale", "{arch}.attention.value_scale", T.FLOAT32),
+        KeySpec("rope_theta", "{arch}.rope.freq_base", T.FLOAT32, required=True),
+        KeySpec("rms_norm_eps", "{arch}.attention.layer_norm_rms_epsilon", T.FLOAT32, required=True),
+        KeySpec("head_dim", "{arch}.attention.key_length", T.UINT32, required=True),
+        KeySpec("head_dim", "{arch}.attention.value_length", T.UINT32, required=True),
         KeySpec("rope_dimension_count", "{arch}.rope.dimension_count", T.UINT32),
-        KeySpec("rope_dimension_sections", "{arch}.rope.dimension_sections", T.ARRAY, T.INT32),
+        KeySpec("attention_value_scale", "{arch}.attention.value_scale", T.FLOAT32),
+        KeySpec("block_size", "{arch}.block_size", T.UINT32, required=True),
         KeySpec("conv_kernel_size", "{arch}.conv_kernel_size", T.UINT32),
         KeySpec("conv_group_size", "{arch}.conv_group_size", T.UINT32),
         KeySpec("selector_rank", "{arch}.selector_rank", T.UINT32),
         KeySpec("selector_top_k", "{arch}.selector_top_k", T.UINT32),
+        KeySpec("logit_scale", "{arch}.logit_scale", T.FLOAT32),
+        KeySpec("final_logit_softcapping", "{arch}.final_logit_softcapping", T.FLOAT32),
+        KeySpec("embedding_scale", "{arch}.embedding_scale", T.FLOAT32),
+        KeySpec("target_layer_ids", "{arch}.target_layers", T.ARRAY, T.INT32, required=True),
+        KeySpec("sliding_window", "{arch}.attention.sliding_window", T.UINT32),
+        KeySpec("sliding_window_pattern", "{arch}.attention.sliding_window_pattern", T.ARRAY, T.BOOL),
+        KeySpec("causal", "{arch}.attention.causal", T.BOOL),
+        KeySpec("rope_dimension_sections", "{arch}.rope.dimension_sections", T.ARRAY, T.INT32),
+        # read by llama.cpp's loader (default SiLU); its converter writes it for Gemma-4 DSpark only
+        KeySpec("hidden_act", "{arch}.hidden_activation", T.STRING),
         # DSpark / Gemma-4 DSpark (written by those families in llama.cpp's order, `metadata_fields`)
         KeySpec("sample_from_anchor", "{arch}.sample_from_anchor", T.BOOL, family_only=True),
         KeySpec("has_confidence_head", "{arch}.has_confidence_head", T.BOOL, family_only=True),
         KeySpec("attention_scale", "{arch}.attention.scale", T.FLOAT32, family_only=True),
-        KeySpec("hidden_act", "{arch}.hidden_activation", T.STRING, family_only=True),
+        # written after the tokenizer (llama.cpp's DFlashModel.set_vocab adds it last)
+        KeySpec("mask_token_id", "tokenizer.ggml.mask_token_id", T.UINT32, required=True),
     ),
 )
 
@@ -300,6 +332,8 @@ LUCE = Dialect(
         ("attention_value_scale", "{arch}.attention.value_scale", T.FLOAT32),
         ("rope_dimension_count", "{arch}.rope.dimension_count", T.UINT32),
         ("rope_dimension_sections", "{arch}.rope.dimension_sections", T.ARRAY, T.INT32),
+        ("hidden_act", "{arch}.hidden_activation", T.STRING),
+        *((ks.field, ks.key, ks.type) for ks in _ROPE_SCALING),
     ),
 )
 
@@ -332,6 +366,8 @@ DFLASH_DRAFT = Dialect(
         ("attention_value_scale", "{arch}.attention.value_scale", T.FLOAT32),
         ("rope_dimension_count", "{arch}.rope.dimension_count", T.UINT32),
         ("rope_dimension_sections", "{arch}.rope.dimension_sections", T.ARRAY, T.INT32),
+        ("hidden_act", "{arch}.hidden_activation", T.STRING),
+        *((ks.field, ks.key, ks.type) for ks in _ROPE_SCALING),
     ),
 )
 
@@ -367,6 +403,8 @@ def detect_dialect(architecture: str | None) -> Dialect | None:
 
 
 def _derived_value(field_name: str, spec: DrafterSpec, arch: str, dialect: Dialect) -> Any:
+    if field_name.startswith("rope_scaling."):
+        return dict(spec.rope_scaling).get(field_name.split(".", 1)[1]) if spec.rope_scaling else None
     if field_name == "n_target_features":
         return spec.fc_input_width
     if field_name == "luce_n_target_layers":
@@ -491,6 +529,7 @@ def spec_from_gguf_metadata(kvs: Mapping[str, Any], dialect: Dialect, arch: str,
         sample_from_anchor=fields_.get("sample_from_anchor"),
         has_confidence_head=fields_.get("has_confidence_head"),
         attention_scale=fields_.get("attention_scale"),
+        rope_scaling=tuple((k.split(".", 1)[1], v) for k, v in fields_.items() if k.startswith("rope_scaling.")) or None,
         hidden_act=fields_.get("hidden_act"),
     )
     return spec

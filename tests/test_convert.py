@@ -100,7 +100,11 @@ EXPECTED_METADATA: dict[str, dict[str, tuple[V, object]]] = {
     },
 }
 
-GENERAL = {"general.architecture", "general.name", "general.file_type", "general.quantization_version"}
+# general.type and general.size_label as llama.cpp's converter writes them (issue 13: byte identity)
+GENERAL = {
+    "general.architecture", "general.type", "general.name", "general.size_label", "general.file_type",
+    "general.quantization_version",
+}
 
 # HF name → llama.cpp name for every tensor kind, as the issue lists them.
 LLAMA_CPP_NAMES = {
@@ -205,6 +209,7 @@ def test_metadata_exact(family: str, drafters, targets, tmp_path: Path) -> None:
             else:
                 assert got == value, key
     assert fields["general.architecture"][1] == "dflash"
+    assert fields["general.type"] == ([V.STRING], "model")
     assert fields["general.file_type"] == ([U32], 0)
     assert fields["general.quantization_version"] == ([U32], 2)
     # tokenizer copied from the target GGUF: model, tokens, merges ...

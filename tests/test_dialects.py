@@ -55,6 +55,14 @@ FACT_KEYS = {
         "{arch}.sample_from_anchor": (V.BOOL, None),
         "{arch}.has_confidence_head": (V.BOOL, None),
         "{arch}.attention.scale": (V.FLOAT32, None),
+        # issue 13 (../shared/zoo.md §2, llama.cpp's conversion/base.py and src/models/dflash.cpp)
+        "{arch}.rope.scaling.type": (V.STRING, None),
+        "{arch}.rope.scaling.factor": (V.FLOAT32, None),
+        "{arch}.rope.scaling.original_context_length": (V.UINT32, None),
+        "{arch}.rope.scaling.yarn_ext_factor": (V.FLOAT32, None),
+        "{arch}.rope.scaling.yarn_attn_factor": (V.FLOAT32, None),
+        "{arch}.rope.scaling.yarn_beta_fast": (V.FLOAT32, None),
+        "{arch}.rope.scaling.yarn_beta_slow": (V.FLOAT32, None),
         "{arch}.hidden_activation": (V.STRING, None),
     },
     "luce": {

@@ -50,12 +50,14 @@ def test_zlab_convert_matches_llama_cpp(family: str, outtype: str, drafters, tar
     assert compare_gguf(oracle_outputs[family, outtype], ours, ordered=False, ignore_keys=DIRECTORY_DERIVED_KEYS) == []
 
 
-@pytest.mark.xfail(strict=True, reason="issue 13: dflashkit orders keys/tensors its own way and omits general.type/size_label")
+@pytest.mark.parametrize("outtype", OUTTYPES)
 @pytest.mark.parametrize("family", ZLAB_FAMILIES)
-def test_zlab_convert_byte_identical_to_llama_cpp(family: str, drafters, targets, oracle_outputs, tmp_path: Path) -> None:
+def test_zlab_convert_byte_identical_to_llama_cpp(family: str, outtype: str, drafters, targets, oracle_outputs, tmp_path: Path) -> None:
+    # key order, tensor order, general.type / name / size_label as llama.cpp derives them: the same bytes
     ours = tmp_path / "ours.gguf"
-    convert(drafters[family], ours, outtype="f32", target=target_for(family, targets, "hf"), progress=False)
-    assert ours.read_bytes() == oracle_outputs[family, "f32"].read_bytes()
+    convert(drafters[family], ours, outtype=outtype, target=target_for(family, targets, "hf"), progress=False)
+    assert compare_gguf(oracle_outputs[family, outtype], ours) == []
+    assert ours.read_bytes() == oracle_outputs[family, outtype].read_bytes()
 
 
 # --------------------------------------------------------------------------------------------

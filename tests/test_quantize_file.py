@@ -57,6 +57,12 @@ def gemma(drafters, tmp_path_factory) -> Path:
     return out
 
 
+def _loader_order(name: str) -> tuple[int, str]:
+    """llama.cpp's weight_name_comparer: blk.N.* by layer number (global tensors first), then name."""
+    parts = name.split(".")
+    return (int(parts[1]) if parts[0] == "blk" else -1, name)
+
+
 def _read(path: Path) -> dict[str, gguf.ReaderTensor]:
     return {t.name: t for t in gguf.GGUFReader(path).tensors}
 
@@ -90,7 +96,9 @@ def test_reread_types_and_error_bounds(wide, tmp_path, ftype):
     out = tmp_path / "out.gguf"
     result = quantize_gguf(wide, out, ftype, **NOWARN)
     src, dst = _read(wide), _read(out)
-    assert list(dst) == list(src)  # every tensor, file order kept
+    # every tensor, in llama-quantize's order: its loader's weight_name_comparer (layer number, then
+    # name) — the converter's input order is not kept (issue 13: the converter now writes llama.cpp's)
+    assert list(dst) == sorted(src, key=_loader_order)
     assert _types(out) == _expected(list(src), ftype, FIVE_LAYER_MIX[ftype])
     for name, t in dst.items():
         assert list(t.shape) == list(src[name].shape)
@@ -124,7 +132,11 @@ def test_metadata_copied_exactly(small, tmp_path):
 
     a, b = view(src), view(dst)
     assert any(k == "tokenizer.ggml.tokens" for k in a)  # string arrays are part of the copy
-    assert list(a) == list(b)  # same keys, same order
+    # same keys, same order, except the two llama-quantize re-sets (gguf_set_val_u32 removes the key
+    # and appends it): general.quantization_version and general.file_type come last
+    moved = ("general.quantization_version", "general.file_type")
+    assert [k for k in a if k not in moved] == [k for k in b if k not in moved]
+    assert list(b)[-2:] == list(moved)
     assert b.pop("general.file_type") == ([gguf.GGUFValueType.UINT32], 15)
     assert a.pop("general.file_type") == ([gguf.GGUFValueType.UINT32], 32)  # converter: bf16
     assert b["general.quantization_version"] == ([gguf.GGUFValueType.UINT32], 2)

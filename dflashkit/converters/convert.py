@@ -38,6 +38,7 @@ from .plan import (
     ordered_canonical,
     spec_with_target,
 )
+from .general import Provenance, general_metadata, resolve_provenance
 from .source import is_gguf_path, resolve_checkpoint_dir
 from .target import TargetInfo, load_target
 from .translate import translate_gguf
@@ -197,6 +198,8 @@ def convert(
     num_target_layers: int | None = None,
     mask_token_id: int | None = None,
     taps_are_raw: bool = False,
+    source_repo: str | None = None,
+    source_revision: str | None = None,
     force: bool = False,
     progress: bool = True,
     warn: Callable[[str], None] | None = None,
@@ -205,6 +208,8 @@ def convert(
     to a GGUF file in ``dialect``."""
     warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
     if is_gguf_path(src):
+        if source_repo is not None or source_revision is not None:
+            raise UsageError(f"{src}: --source-repo / --source-revision describe an HF checkpoint; a GGUF keeps its own general.* keys")
         if outtype != "auto":
             raise UsageError(
                 f"{src}: translating a GGUF copies its tensors untouched; --outtype does not apply "
@@ -219,12 +224,18 @@ def convert(
     out_path = check_output_path(out, force=force, inputs=[src] + ([target] if target else []))
     dialect_table = get_dialect(dialect)
 
-    directory = resolve_checkpoint_dir(src)
+    if Path(src).exists():
+        directory = resolve_checkpoint_dir(src)
+        provenance = resolve_provenance(directory, source_repo=source_repo, source_revision=source_revision)
+    else:  # a hub repo id: --source-revision picks the revision to fetch, the cache path tells the commit
+        directory = resolve_checkpoint_dir(src, revision=source_revision)
+        provenance = resolve_provenance(directory, source_repo=source_repo)
     # one reader for every drafter form: config → spec through its family, names → canonical ids
     with open_drafter(directory, strict=True) as drafter:
         return _convert_checkpoint(
             drafter, directory, out_path, outtype=outtype, target=target, dialect_table=dialect_table,
-            num_target_layers=num_target_layers, mask_token_id=mask_token_id, force=force, progress=progress, warn=warn,
+            num_target_layers=num_target_layers, mask_token_id=mask_token_id, provenance=provenance,
+            force=force, progress=progress, warn=warn,
         )
 
 
@@ -238,6 +249,7 @@ def _convert_checkpoint(
     dialect_table: Dialect,
     num_target_layers: int | None,
     mask_token_id: int | None,
+    provenance: Provenance,
     force: bool,
     progress: bool,
     warn: Callable[[str], None],
@@ -280,14 +292,20 @@ def _convert_checkpoint(
     check_mask_in_vocab(spec, str(directory))
 
     outtype = resolve_outtype(outtype, mapped)
-    order = ordered_canonical(mapped, dialect_table)
+    order = ordered_canonical(
+        mapped, dialect_table, file_type=outtype_file_type(outtype).file_type,
+        source_order=lambda c: (Path(mapped[c].file).name, mapped[c].name),
+    )
     shapes = [tuple(int(d) for d in mapped[c].shape) for c in order]
     file_type, types = plan_tensor_types(
         [(c, dialect_table.gguf_name(c), shape) for c, shape in zip(order, shapes)], outtype, spec.n_layers
     )
     arch = dialect_table.pick_architecture(spec)
     tokenizer = list(target_info.tokenizer.entries) if target_info and target_info.tokenizer else []
-    metadata = build_metadata(spec, dialect_table, arch, file_type=file_type, tokenizer=tokenizer)
+    general = general_metadata(
+        directory, [(dialect_table.gguf_name(c), shape) for c, shape in zip(order, shapes)], provenance=provenance
+    )
+    metadata = build_metadata(spec, dialect_table, arch, file_type=file_type, tokenizer=tokenizer, general=general)
 
     plan: list[PlannedTensor] = []
     producers: list[Callable[[], Iterator[np.ndarray]]] = []

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from gguf import GGMLQuantizationType, GGUFValueType
 
 from ..dialects import Dialect, encode_metadata
 from ..errors import DFlashError
 from ..families import family_for_spec
+from ..filetypes import CONVERT_OUTTYPES, outtype_file_type
 from ..families.tensor_set import check_tensor_set
 from ..io.gguf_writer import QUANTIZATION_VERSION, MetadataEntry, llama_tensor_order_key
 from ..spec import DrafterSpec
@@ -191,6 +192,18 @@ def apply_overrides(
 # ---------------------------------------------------------------------------------------------
 
 
+#: general.file_type values llama.cpp's converter writes (f32, f16, bf16, q8_0): files of these types
+#: are laid out as the converter lays them out; any other (K-quants) as llama-quantize leaves them.
+CONVERTER_FILE_TYPES: frozenset[int] = frozenset(outtype_file_type(o).file_type for o in CONVERT_OUTTYPES)
+#: keys every writer sets itself (never copied from a source's general.* block)
+_WRITER_KEYS = frozenset({"general.architecture", "general.file_type", "general.quantization_version", "general.alignment"})
+
+
+def converter_layout(file_type: int) -> bool:
+    """Whether a file of ``file_type`` is written in llama.cpp's converter order (else llama-quantize's)."""
+    return file_type in CONVERTER_FILE_TYPES
+
+
 def build_metadata(
     spec: DrafterSpec,
     dialect: Dialect,
@@ -198,22 +211,58 @@ def build_metadata(
     *,
     file_type: int,
     tokenizer: Sequence[MetadataEntry] = (),
+    general: Sequence[MetadataEntry] = (),
 ) -> list[MetadataEntry]:
-    """general.name, the dialect's drafter keys, the tokenizer, then general.quantization_version and
-    general.file_type last — the order llama-quantize leaves them in, so a one-pass conversion, a
-    translation and a conversion + quantization of the same drafter are byte-identical."""
-    entries = [MetadataEntry("general.name", spec.name or "DFlash drafter", GGUFValueType.STRING)]
+    """Every metadata entry of a drafter GGUF, in the order llama.cpp writes them.
+
+    Converter order (f32/f16/bf16/q8_0, `converter_layout`): ``general`` (general.type, name,
+    size_label ... from `converters.general`), the dialect's keys in table order with
+    general.file_type after `Dialect.file_type_after`, the family's extra keys,
+    general.quantization_version, the tokenizer, then the dialect's own ``tokenizer.*`` keys
+    (llama.cpp adds the mask token id last). llama-quantize order (every other file type): the same
+    with general.quantization_version and general.file_type moved to the end, as llama-quantize
+    re-sets them. So a conversion, a translation and a conversion + quantization of the same
+    drafter are byte-identical to what llama.cpp's tools make of it.
+    """
     family = family_for_spec(spec)
-    entries.extend(encode_metadata(spec, dialect, arch, skip=family.metadata_fields))
-    entries.extend(family.extra_metadata(spec, dialect, arch))
-    own = {e.key for e in entries} | {"general.file_type", "general.quantization_version"}
+    drafter = encode_metadata(spec, dialect, arch, skip=family.metadata_fields)
+    body = [e for e in drafter if not e.key.startswith("tokenizer.")]
+    last = [e for e in drafter if e.key.startswith("tokenizer.")]
+    file_type_entry = MetadataEntry("general.file_type", file_type, GGUFValueType.UINT32)
+    position = len(body)
+    if dialect.file_type_after is not None:
+        anchor = dialect.file_type_after.format(arch=arch)
+        position = next((i + 1 for i, e in enumerate(body) if e.key == anchor), position)
+    body.insert(position, file_type_entry)
+    body.extend(family.extra_metadata(spec, dialect, arch))
+    quant_version = MetadataEntry("general.quantization_version", QUANTIZATION_VERSION, GGUFValueType.UINT32)
+    head = [e for e in general if e.key not in _WRITER_KEYS]
+    own = {e.key for e in head} | {e.key for e in body} | {e.key for e in last} | _WRITER_KEYS
     # the drafter's own keys (e.g. tokenizer.ggml.mask_token_id) win over the target's
-    entries.extend(MetadataEntry(e.key, e.value, e.type, e.sub_type) for e in tokenizer if e.key not in own)
-    entries.append(MetadataEntry("general.quantization_version", QUANTIZATION_VERSION, GGUFValueType.UINT32))
-    entries.append(MetadataEntry("general.file_type", file_type, GGUFValueType.UINT32))
+    vocab = [MetadataEntry(e.key, e.value, e.type, e.sub_type) for e in tokenizer if e.key not in own]
+    entries = head + body + [quant_version] + vocab + last
+    if not converter_layout(file_type):
+        entries = [e for e in entries if e.key not in ("general.quantization_version", "general.file_type")]
+        entries += [quant_version, file_type_entry]
     return entries
 
 
-def ordered_canonical(names: Iterable[str], dialect: Dialect) -> list[str]:
-    """Canonical ids in output order: llama.cpp's loader order of their names in ``dialect``."""
+def ordered_canonical(
+    names: Iterable[str],
+    dialect: Dialect,
+    *,
+    file_type: int,
+    source_order: Callable[[str], Any] | None = None,
+) -> list[str]:
+    """Canonical ids in output order.
+
+    Converter order (`converter_layout`): llama.cpp's converter writes tensors in the order it reads
+    them — checkpoint parts in name order, each part's tensors sorted by name (gguf-py's
+    ``SafetensorsLocal``) — so ``source_order`` gives each id's (part, HF name) key; without one
+    the canonical ids are sorted (the same order for a one-part z-lab checkpoint).
+    llama-quantize order (other file types): its loader's (layer, then name). Translation keeps its
+    source's order and does not call this.
+    """
+    if converter_layout(file_type):
+        return sorted(names, key=source_order) if source_order is not None else sorted(names)
     return sorted(names, key=lambda c: llama_tensor_order_key(dialect.gguf_name(c)))

@@ -30,7 +30,6 @@ from .plan import (
     check_mask_in_vocab,
     check_spec,
     check_tensors,
-    ordered_canonical,
     spec_with_target,
 )
 from .target import TargetInfo, load_target
@@ -131,7 +130,13 @@ def translate_gguf(
 
         arch = table.pick_architecture(spec)
         file_type = int(drafter.metadata.get("general.file_type", 0))
-        metadata = build_metadata(spec, table, arch, file_type=file_type, tokenizer=tokenizer)
+        # the source's general.* block (type, name, size label, provenance ...) is kept as it is
+        general = [
+            MetadataEntry(kv.key, kv.value, kv.type, kv.sub_type)
+            for kv in drafter._gguf.kvs.values()  # type: ignore[union-attr]
+            if kv.key.startswith("general.")
+        ]
+        metadata = build_metadata(spec, table, arch, file_type=file_type, tokenizer=tokenizer, general=general)
         qv = drafter.metadata.get("general.quantization_version")
         if qv is not None:
             metadata = [
@@ -141,7 +146,9 @@ def translate_gguf(
 
         plan = []
         tensors = []
-        for canonical in ordered_canonical(drafter.tensors, table):
+        # tensors keep the source's order: a translation is a copy (and HF -> A -> B -> llama.cpp then
+        # equals HF -> llama.cpp whatever the checkpoint's shard layout was)
+        for canonical in drafter.tensors:
             ref = drafter.tensors[canonical]
             name = table.gguf_name(canonical)
             assert ref.ggml_type is not None
