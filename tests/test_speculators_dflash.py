@@ -1,12 +1,14 @@
 """speculators DFlash / DFlash 2 checkpoints (written by speculators 0.9.0's own classes, fixtures/make_zoo.py).
 
-llama.cpp's converter cannot read them (its DFlashModel does not merge ``transformer_layer_config``:
-KeyError on the layer count), so the expected file is the one llama.cpp's loader reads —
-src/models/dflash.cpp + common/speculative.cpp, the same keys its DSparkModel writes for this config
-shape (README "speculators DFlash"). The values pinned below come from the fixture's config.json as
-speculators saved it; the d2t ids are checked against speculators' own ``t2d`` mask, the tensor bytes
-against the safetensors the speculators class wrote. test_llama_cpp_interop.py runs the files in
-llama-speculative-simple when a build is present.
+llama.cpp's converter cannot read them under their own name (its DFlashModel does not merge
+``transformer_layer_config``: KeyError on the layer count), so the expected file is the one llama.cpp's
+loader reads — src/models/dflash.cpp + common/speculative.cpp — which is what llama.cpp's DSparkModel
+writes for this config shape: with DFLASHKIT_LLAMA_CPP_SRC set, the checkpoint relabelled
+``DSparkDraftModel`` is run through llama.cpp's converter and compared byte for byte (README
+"speculators DFlash"). Without it, the values pinned below (from the fixture's config.json as
+speculators saved it, and that oracle run) still hold; the d2t ids are checked against speculators' own
+``t2d`` mask, the tensor bytes against the safetensors the speculators class wrote.
+test_llama_cpp_interop.py runs the files in llama-speculative-simple when a build is present.
 """
 
 from __future__ import annotations
@@ -120,6 +122,39 @@ EXPECTED_TENSORS = {
         "selector_successor.weight": ("F32", (512, 8)),
     },
 }
+
+
+ORACLE_CASES = [("spec-dflash", t) for t in ("f32", "f16", "bf16", "q8_0")] + [
+    (n, t) for n in ("spec-dflash-fullvocab", "spec-dflash2") for t in ("f32", "q8_0")
+]
+#: what llama.cpp's DSparkModel writes that a DFlash file must not have, and what it leaves out that the
+#: loader needs: has_confidence_head is DSpark's (common/speculative.cpp reads it for draft-dspark only);
+#: DSparkModel reads the DFlash 2 conv keys from dflash_config only, which the speculators layout has not —
+#: src/models/dflash.cpp refuses a DFlash 2 file without them ("DFlash2 model is missing conv/selector metadata")
+ORACLE_ONLY = ("dflash.has_confidence_head",)
+OURS_ONLY = ("dflash.conv_kernel_size", "dflash.conv_group_size", "dflash.selector_rank", "dflash.selector_top_k")
+
+
+@pytest.mark.parametrize("name,outtype", ORACLE_CASES)
+def test_same_bytes_as_llama_cpp_dspark_converter_on_the_same_config_shape(name: str, outtype: str, zoo, tmp_path: Path) -> None:
+    """llama.cpp's converter fails on speculators DFlash (DFlashModel: KeyError on the layer count), but its
+    DSparkModel reads exactly this layout (transformer_layer_config merged, aux ids - 1, d2t → absolute
+    I64 last, t2d dropped, lm_head → output, sample_from_anchor): the same checkpoint relabelled
+    DSparkDraftModel is converted by llama.cpp and must give our bytes, but for the DSpark-only key."""
+    from llama_cpp_oracle import compare_gguf, require_llama_cpp_src, run_oracle
+
+    require_llama_cpp_src()
+    target, made = zoo
+    relabelled = shutil.copytree(made[name], tmp_path / name)  # same directory name: same general.name
+    config = json.loads((relabelled / "config.json").read_text())
+    config["architectures"] = ["DSparkDraftModel"]
+    (relabelled / "config.json").write_text(json.dumps(config))
+    theirs = run_oracle(relabelled, tmp_path / "theirs.gguf", outtype=outtype, target_dir=target)
+    ours = tmp_path / "ours.gguf"
+    convert(made[name], ours, outtype=outtype, target=target, **QUIET)
+    expected = [f"metadata {k}: only in a" for k in OURS_ONLY if name == "spec-dflash2"]
+    expected += [f"metadata {k}: only in b" for k in ORACLE_ONLY]
+    assert compare_gguf(ours, theirs, ordered=True) == expected
 
 
 def _drafter_keys(meta: dict[str, tuple[V, object]]) -> dict[str, tuple[V, object]]:
