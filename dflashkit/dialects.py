@@ -286,7 +286,7 @@ LLAMA_CPP = Dialect(
         KeySpec("rope_dimension_sections", "{arch}.rope.dimension_sections", T.ARRAY, T.INT32),
         # read by llama.cpp's loader (default SiLU); its converter writes it for Gemma-4 DSpark only
         KeySpec("hidden_act", "{arch}.hidden_activation", T.STRING),
-        # DSpark / Gemma-4 DSpark (written by those families in llama.cpp's order, `metadata_fields`)
+        # DSpark / Gemma-4 DSpark (13B): written by those families in llama.cpp's order (`extra_metadata`)
         KeySpec("sample_from_anchor", "{arch}.sample_from_anchor", T.BOOL, family_only=True),
         KeySpec("has_confidence_head", "{arch}.has_confidence_head", T.BOOL, family_only=True),
         KeySpec("attention_scale", "{arch}.attention.scale", T.FLOAT32, family_only=True),
@@ -525,11 +525,11 @@ def spec_from_gguf_metadata(kvs: Mapping[str, Any], dialect: Dialect, arch: str,
         selector_rank=fields_.get("selector_rank"),
         selector_top_k=fields_.get("selector_top_k"),
         name=name,
+        rope_scaling=tuple((k.split(".", 1)[1], v) for k, v in fields_.items() if k.startswith("rope_scaling.")) or None,
         # DSpark (heads and draft vocabulary come from the tensors: `DrafterFamily.refine_spec`)
         sample_from_anchor=fields_.get("sample_from_anchor"),
         has_confidence_head=fields_.get("has_confidence_head"),
         attention_scale=fields_.get("attention_scale"),
-        rope_scaling=tuple((k.split(".", 1)[1], v) for k, v in fields_.items() if k.startswith("rope_scaling.")) or None,
         hidden_act=fields_.get("hidden_act"),
     )
     return spec

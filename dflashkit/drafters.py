@@ -30,8 +30,6 @@ from .variants import current_layout, detect_variant
 
 Q = GGMLQuantizationType
 
-#: integer tensor types: id tables (d2t), never weights
-_ID_TYPES = frozenset({"I64", "I32"})
 #: safetensors dtype → bits per element (for reports)
 _ST_BITS = {"F64": 64, "F32": 32, "F16": 16, "BF16": 16, "I64": 64, "I32": 32, "I16": 16, "I8": 8, "U8": 8, "BOOL": 8}
 
@@ -103,24 +101,10 @@ class DrafterFile:
         assert self._checkpoint is not None
         return self._checkpoint.array(ref.name)
 
-    def read_ids(self, canonical: str) -> np.ndarray:
-        """An integer id table (``d2t``) as int64 absolute target ids: a GGUF stores them so; an HF
-        checkpoint's stored form goes through its family (speculators: offsets + row index, checked)."""
-        raw = np.asarray(self.read_raw(canonical))
-        if self.kind == "hf" and self.family is not None and self.spec is not None and canonical in self.family.final_tensors:
-            return self.family.finalize_tensor(self.spec, canonical, raw, str(self.path))[0]
-        return raw.astype(np.int64).reshape(-1)
-
     def read_f32(self, canonical: str) -> np.ndarray:
         """The tensor as float32 in numpy/HF shape (dequantized when stored quantized; an HF
-        checkpoint's data passes its family's `sanitize`). Integer id tables come back as their
-        absolute ids (`read_ids`), exact in float32 below 2**24."""
+        checkpoint's data passes its family's `sanitize`)."""
         ref = self._ref(canonical)
-        if ref.type_name in _ID_TYPES:
-            ids = self.read_ids(canonical)
-            if ids.size and int(np.abs(ids).max()) >= 1 << 24:
-                raise DFlashError(f"{self.path}: tensor '{ref.name}' holds ids >= 2**24, not exact as float32")
-            return ids.astype(np.float32)
         raw = self.read_raw(canonical)
         out = to_float32(raw, ref.type_name, ref.shape, where=f"{self.path}: tensor '{ref.name}'")
         if self.kind == "hf" and self.family is not None and self.family.transforms_data:

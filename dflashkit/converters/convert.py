@@ -265,9 +265,9 @@ def _convert_checkpoint(
         spec = replace(spec, vocab_size=codebook.shape[0])
     check_spec(spec, str(directory))
     source_shapes = {c: tuple(t.shape) for c, t in mapped.items()}
-    check_tensors(spec, source_shapes, str(directory), {c: t.name for c, t in mapped.items()})
     family = drafter.family
-    family.check_source(spec, source_shapes, str(directory))
+    family.check_source(spec, source_shapes, str(directory))  # first: names the family's key (d2t, lm_head)
+    check_tensors(spec, source_shapes, str(directory), {c: t.name for c, t in mapped.items()})
     # family-level tensor changes (DSpark / Gemma-4 DSpark): tensors llama.cpp's converter drops,
     # rewrites and writes last (d2t → absolute I64 ids), or generates and writes first (rope_freqs)
     finals = {

@@ -18,9 +18,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator
 
+import numpy as np
 from tqdm import tqdm
 
 from ..dialects import LLAMA_CPP
+from ..families.dspark import DSPARK_ARCHITECTURES
 from ..errors import DFlashError
 from ..drafters import DrafterFile, TensorRef, open_drafter
 from ..reporting import Bar, BarChart, BarGroup, Column, Field, Report, Table
@@ -86,6 +88,21 @@ class Unreadable:
 
 
 @dataclass(frozen=True)
+class ExactDiff:
+    """An integer tensor (DSpark ``d2t``: target token ids) compared exactly: any difference is an error."""
+
+    canonical: str
+    a: TensorRef
+    b: TensorRef
+    n_different: int
+    first: tuple[int, int, int] | None  # (index, a value, b value) of the first difference
+
+    @property
+    def identical(self) -> bool:
+        return self.n_different == 0
+
+
+@dataclass(frozen=True)
 class InfoItem:
     key: str
     a: Any
@@ -105,6 +122,11 @@ class DiffResult:
     spec_differences: list[SpecDifference]
     info: list[InfoItem] = field(default_factory=list)
     file_order: list[str] = field(default_factory=list)  # canonical ids of `tensors` in A's file order
+    exact: list[ExactDiff] = field(default_factory=list)  # integer tensors (d2t), compared exactly
+
+    @property
+    def exact_differences(self) -> list[ExactDiff]:
+        return [e for e in self.exact if not e.identical]
 
     # ---- verdict ----------------------------------------------------------------------------
     @property
@@ -125,6 +147,9 @@ class DiffResult:
         ):
             if items:
                 reasons.append(f"{len(items)} {what}")
+        exact = self.exact_differences
+        if exact:
+            reasons.append(f"{len(exact)} integer tensor(s) differ ({', '.join(e.canonical for e in exact)})")
         meaning = self.meaning_differences
         if meaning:
             reasons.append(f"{len(meaning)} difference(s) in meaning ({', '.join(d.field for d in meaning)})")
@@ -204,22 +229,81 @@ def diff_drafters(
             fa.close()
 
 
+#: integer tensor types: ids, compared exactly (never as an RMS)
+_INTEGER_TYPES = frozenset({"I64", "I32", "I16", "I8", "U8", "BOOL"})
+
+
+def _dropped_by_conversion(f: DrafterFile, other: DrafterFile) -> frozenset[str]:
+    """Tensors of an HF checkpoint that conversion does not write (DSpark's t2d, a full-vocabulary lm_head),
+    when the other side is a GGUF: their absence there is what the converter does, not a loss."""
+    if f.kind != "hf" or other.kind != "gguf" or f.family is None or f.spec is None:
+        return frozenset()
+    return f.family.dropped_on_convert(f.spec)
+
+
+def _read_ids(f: DrafterFile, canonical: str) -> np.ndarray:
+    """An integer tensor as the GGUF holds it: an HF checkpoint's data through its family's conversion
+    step (speculators' d2t offsets → absolute ids, with llama.cpp's checks)."""
+    raw = f.read_raw(canonical)
+    if f.kind == "hf" and f.family is not None and f.spec is not None and canonical in f.family.final_tensors:
+        raw = f.family.finalize_tensor(f.spec, canonical, raw, str(f.path))[0]
+    return np.asarray(raw).astype(np.int64).reshape(-1)
+
+
+def _exact_diff(fa: DrafterFile, fb: DrafterFile, canonical: str) -> ExactDiff:
+    a, b = _read_ids(fa, canonical), _read_ids(fb, canonical)
+    different = np.flatnonzero(a != b)
+    first = (int(different[0]), int(a[different[0]]), int(b[different[0]])) if different.size else None
+    return ExactDiff(canonical, fa.tensors[canonical], fb.tensors[canonical], int(different.size), first)
+
+
+def _generated_by_conversion(f: DrafterFile, other: DrafterFile) -> dict[str, np.ndarray]:
+    """Tensors conversion derives from an HF checkpoint's config (Gemma-4 DSpark's rope_freqs), when the
+    other side is a GGUF: compared with what the config implies."""
+    if f.kind != "hf" or other.kind != "gguf" or f.family is None or f.spec is None:
+        return {}
+    return f.family.generated_tensors(f.spec)
+
+
 def _diff(fa: DrafterFile, fb: DrafterFile, progress: bool) -> DiffResult:
-    only = [OneSided(c, "A", r) for c, r in fa.tensors.items() if c not in fb.tensors]
-    only += [OneSided(c, "B", r) for c, r in fb.tensors.items() if c not in fa.tensors]
+    dropped_a, dropped_b = _dropped_by_conversion(fa, fb), _dropped_by_conversion(fb, fa)
+    generated_a, generated_b = _generated_by_conversion(fa, fb), _generated_by_conversion(fb, fa)
+    only = [OneSided(c, "A", r) for c, r in fa.tensors.items()
+            if c not in fb.tensors and c not in dropped_a and c not in generated_b]
+    only += [OneSided(c, "B", r) for c, r in fb.tensors.items()
+             if c not in fa.tensors and c not in dropped_b and c not in generated_a]
     common = [c for c in fa.tensors if c in fb.tensors]
     mismatches = [ShapeMismatch(c, fa.tensors[c], fb.tensors[c]) for c in common
                   if fa.tensors[c].shape != fb.tensors[c].shape]
     same_shape = [c for c in common if fa.tensors[c].shape == fb.tensors[c].shape]
+    integer = [c for c in same_shape if {fa.tensors[c].type_name, fb.tensors[c].type_name} & _INTEGER_TYPES]
+    same_shape = [c for c in same_shape if c not in integer]
+    exact: list[ExactDiff] = []
+    unreadable: list[Unreadable] = []
+    for canonical in integer:
+        try:
+            exact.append(_exact_diff(fa, fb, canonical))
+        except DFlashError as exc:
+            unreadable.append(Unreadable(canonical, str(exc)))
 
     diffs: list[TensorDiff] = []
-    unreadable: list[Unreadable] = []
     for canonical, arrays in _stream_pairs(fa, fb, same_shape, progress):
         if isinstance(arrays, str):
             unreadable.append(Unreadable(canonical, arrays))
             continue
         diffs.append(TensorDiff(canonical, fa.tensors[canonical], fb.tensors[canonical], tensor_stats(*arrays)))
         del arrays  # drop the pair before the next one is read
+    for generated, f, label in ((generated_a, fb, "A"), (generated_b, fa, "B")):
+        for canonical, array in generated.items():
+            if canonical not in f.tensors:
+                continue
+            ref = TensorRef(canonical, "(from config.json)", tuple(array.shape), "F32", array.nbytes)
+            other = f.read_f32(canonical)
+            if other.shape != array.shape:
+                continue
+            a_ref, b_ref = (ref, f.tensors[canonical]) if label == "A" else (f.tensors[canonical], ref)
+            pair = (array, other) if label == "A" else (other, array)
+            diffs.append(TensorDiff(canonical, a_ref, b_ref, tensor_stats(*pair)))
 
     return DiffResult(
         a=_side("A", fa),
@@ -230,9 +314,19 @@ def _diff(fa: DrafterFile, fb: DrafterFile, progress: bool) -> DiffResult:
         shape_mismatches=mismatches,
         unreadable=unreadable,
         spec_differences=_spec_differences(fa, fb),
-        info=_info(fa, fb),
+        info=_info(fa, fb) + _dropped_info(fa, dropped_a, "A") + _dropped_info(fb, dropped_b, "B"),
         file_order=[d.canonical for d in diffs],
+        exact=exact,
     )
+
+
+def _dropped_info(f: DrafterFile, dropped: frozenset[str], side: str) -> list[InfoItem]:
+    present = [c for c in f.tensors if c in dropped]
+    if not present:
+        return []
+    names = ", ".join(f.tensors[c].name for c in present)
+    value = (names, None) if side == "A" else (None, names)
+    return [InfoItem("dropped by conversion", *value, f"{side}'s tensors llama.cpp's converter does not write (as dflash-convert)")]
 
 
 def _stream_pairs(
@@ -272,6 +366,9 @@ def _spec_differences(fa: DrafterFile, fb: DrafterFile) -> list[SpecDifference]:
     diffs = compare_specs(fa.spec, fb.spec, carried_a=carried_fields(fa), carried_b=carried_fields(fb))
     out = []
     for d in diffs:
+        if d.field == "architecture" and {d.a, d.b} <= set(DSPARK_ARCHITECTURES) and "gguf" in (fa.kind, fb.kind):
+            d = replace(d, meaningful=False, note="the five DSpark architecture names convert alike; a GGUF does not "
+                                                  "record which one the checkpoint used")
         if d.field == "target_layer_ids":
             d = replace(d, note=f"compared in the HF convention; A stores {_stored_taps(fa)}: {fa.tap_convention}; "
                                 f"B stores {_stored_taps(fb)}: {fb.tap_convention}")
@@ -492,6 +589,17 @@ def _build_report(r: DiffResult, threshold: float | None, allow_missing: bool) -
              for m in r.shape_mismatches],
             level="error", id="shape_mismatches", note="shapes in numpy/HF order (GGUF dims reversed)",
         ),
+        *([Table(
+            "Integer tensors (compared exactly)",
+            [Column("tensor", "tensor"), Column("name_a", "A name"), Column("name_b", "B name"),
+             Column("n", "elements"), Column("different", "different"), Column("first", "first difference")],
+            [{"tensor": e.canonical, "name_a": e.a.name, "name_b": e.b.name, "n": e.a.n_elements,
+              "different": e.n_different,
+              "first": f"[{e.first[0]}]: {e.first[1]} vs {e.first[2]}" if e.first else "-"} for e in r.exact],
+            level="error" if r.exact_differences else "info", id="exact",
+            note="token ids: any difference is an error (A's d2t offsets are made absolute first, as conversion does)",
+            empty="none",
+        )] if r.exact else []),  # only drafters with a d2t have integer tensors
         Table(
             "Unreadable tensors",
             [Column("tensor", "tensor"), Column("error", "error")],
