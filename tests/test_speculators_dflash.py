@@ -345,3 +345,16 @@ def test_diff_maps_the_speculators_tensors_and_compares_d2t_exactly(zoo, tmp_pat
     edited = rewrite_gguf(out, tmp_path / "edited.gguf", replace={"d2t": d2t})
     exact = diff_drafters(made["spec-dflash"], edited).exact
     assert [(e.canonical, e.n_different, e.first) for e in exact] == [("d2t", 1, (0, original, free))]
+
+
+@pytest.mark.parametrize("name", SPEC_FIXTURES)
+def test_inspect_passes_the_checkpoint_and_its_gguf(name: str, zoo, tmp_path: Path) -> None:
+    from dflashkit.inspect import inspect_paths
+
+    target, made = zoo
+    out = tmp_path / "d.gguf"
+    convert(made[name], out, outtype="q8_0", target=target, **QUIET)
+    for path in (made[name], out):
+        report = inspect_paths([str(path)], target=str(target))
+        errors = [f.message for f in report.files[0].findings if f.severity.value != "info"]
+        assert errors == [] and report.exit_code(strict=True) == 0, errors
