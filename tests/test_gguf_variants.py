@@ -203,3 +203,14 @@ def test_translate_writes_current_names(dflash2_files, tmp_path: Path) -> None:
     r = CliRunner().invoke(convert_command, [str(old), str(out), "-q"])
     assert r.exit_code == 0, r.output
     assert out.read_bytes() == new.read_bytes()
+
+
+def test_runtime_loads_old_dflash2_names_into_the_same_weights(dflash2_files) -> None:
+    import torch
+
+    from dflashkit.runtime import load_drafter
+
+    new, old = dflash2_files
+    a, b = load_drafter(new).state_dict(), load_drafter(old).state_dict()
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)

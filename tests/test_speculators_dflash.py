@@ -358,3 +358,14 @@ def test_inspect_passes_the_checkpoint_and_its_gguf(name: str, zoo, tmp_path: Pa
         report = inspect_paths([str(path)], target=str(target))
         errors = [f.message for f in report.files[0].findings if f.severity.value != "info"]
         assert errors == [] and report.exit_code(strict=True) == 0, errors
+
+
+@pytest.mark.parametrize("name", ["spec-dflash", "spec-dflash2"])
+def test_translating_the_gguf_keeps_every_byte(name: str, zoo, tmp_path: Path) -> None:
+    # the GGUF carries no trace of the HF layout: sample_from_anchor false and d2t must survive a re-read
+    target, made = zoo
+    out, again = tmp_path / "d.gguf", tmp_path / "again.gguf"
+    convert(made[name], out, outtype="q8_0", target=target, **QUIET)
+    convert(out, again, **QUIET)
+    assert _meta(again)["dflash.sample_from_anchor"] == (V.BOOL, False)
+    assert again.read_bytes() == out.read_bytes()
