@@ -274,6 +274,9 @@ BAD = {
     "no-layer-config": ("spec-dflash", lambda c: c.pop("transformer_layer_config"), None,
                         "speculators config without 'transformer_layer_config' — the drafter's hparams live there "
                         "(re-save the checkpoint with speculators)"),
+    # no type key either: the speculators tap key still tells the layout (not z-lab's "hidden_size is missing")
+    "no-layer-config-no-type": ("spec-dflash", lambda c: [c.pop("transformer_layer_config"), c.pop("speculators_model_type")],
+                                None, "speculators config without 'transformer_layer_config'"),
     "no-hidden": ("spec-dflash", lambda c: c["transformer_layer_config"].pop("hidden_size"), None,
                   "required key 'transformer_layer_config.hidden_size' is missing"),
     "layer-type": ("spec-dflash", lambda c: c["transformer_layer_config"].update(model_type="mamba"), None,

@@ -33,11 +33,11 @@ from gguf import GGMLQuantizationType
 
 from ..errors import DFlashError
 from ..spec import ARCH_DFLASH, ARCH_DFLASH2, ConfigView, DrafterSpec
-from .dspark import D2T, d2t_absolute
+from .dspark import D2T, d2t_absolute, is_speculators_config
 from .zlab_dflash import ZLabDFlash, zlab_hf_to_canonical
 from .zlab_dflash2 import ZLabDFlash2
 
-#: speculators_model_type → (architecture, family name)
+#: speculators_model_type → the architecture written into specs
 MODEL_TYPES = {"dflash": ARCH_DFLASH, "dflash2": ARCH_DFLASH2}
 #: transformer_layer_config.model_type values whose config class reads the keys below the same way
 LAYER_MODEL_TYPES = ("qwen3", "qwen2", "llama")
@@ -49,10 +49,6 @@ DROPPED_TENSORS = frozenset({"t2d"})
 DEFAULT_BLOCK_SIZE = 8
 DEFAULT_DRAFT_VOCAB = 32000
 DFLASH2_DEFAULTS = {"conv_kernel_size": 2, "conv_group_size": 16, "selector_rank": 256, "selector_top_k": 16}
-
-
-def is_speculators_config(config: Mapping[str, Any]) -> bool:
-    return "speculators_model_type" in config or "transformer_layer_config" in config
 
 
 def _layer_config(config: Mapping[str, Any], path: str) -> Mapping[str, Any]:
@@ -160,8 +156,9 @@ class _SpeculatorsMixin:
         vocab = int(layer["vocab_size"])
         draft_vocab = top.int("draft_vocab_size", DEFAULT_DRAFT_VOCAB, minimum=1)
         if draft_vocab > vocab:
+            default = " (speculators' default: the key is absent)" if config.get("draft_vocab_size") is None else ""
             raise DFlashError(
-                f"{path}: 'draft_vocab_size' {draft_vocab} is larger than the target vocabulary "
+                f"{path}: 'draft_vocab_size' {draft_vocab}{default} is larger than the target vocabulary "
                 f"(transformer_layer_config.vocab_size {vocab})"
             )
         if self.model_type == "dflash2" and draft_vocab != vocab:
