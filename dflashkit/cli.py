@@ -49,6 +49,19 @@ def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--debug", is_flag=True, help="Show tracebacks.")(wrapper)
 
 
+def _layer_ids(value: str) -> list[int]:
+    """``--target-layer-ids 1,9,17``: sorted, unique, non-negative integers."""
+    from .errors import UsageError
+
+    try:
+        ids = [int(v) for v in value.replace(" ", "").split(",") if v != ""]
+    except ValueError:
+        raise UsageError(f"--target-layer-ids: expected integers separated by commas (e.g. 1,9,17,25,33), got {value!r}") from None
+    if not ids or any(i < 0 for i in ids) or ids != sorted(set(ids)):
+        raise UsageError(f"--target-layer-ids: give sorted, unique, non-negative layer ids (e.g. 1,9,17,25,33), got {value!r}")
+    return ids
+
+
 def _warn(message: str) -> None:
     click.echo(click.style("warning: ", fg="yellow", bold=True) + message, err=True)
 
@@ -75,6 +88,14 @@ def _warn(message: str) -> None:
 @click.option("--num-target-layers", type=click.IntRange(min=1), help="Layer count of the target model, when neither the source nor --target gives it.")
 @click.option("--mask-token-id", type=click.IntRange(min=0), help="Mask token id, when the source does not carry it.")
 @click.option(
+    "--target-layer-ids",
+    metavar="IDS",
+    help="Target layers the drafter taps, as HF decoder-layer ids (e.g. 1,9,17,25,33), for a config without "
+    "target_layer_ids: take them from the drafter's model card or training config.",
+)
+@click.option("--source-repo", metavar="OWNER/NAME", help="Hub repo a local checkpoint was downloaded from (general.source.repo_url).")
+@click.option("--source-revision", metavar="REV", help="Its revision (commit or tag; general.source.url); for a repo-id SRC, the revision to fetch.")
+@click.option(
     "--taps-are-raw",
     is_flag=True,
     help="GGUF SRC only: its dflash.target_layers are raw HF ids (a file carrying dflash.n_target_features); store them + 1.",
@@ -92,6 +113,9 @@ def convert_command(
     num_target_layers: int | None,
     mask_token_id: int | None,
     taps_are_raw: bool,
+    target_layer_ids: str | None,
+    source_repo: str | None,
+    source_revision: str | None,
     force: bool,
     quiet: bool,
     as_json: bool,
@@ -108,6 +132,9 @@ def convert_command(
         num_target_layers=num_target_layers,
         mask_token_id=mask_token_id,
         taps_are_raw=taps_are_raw,
+        target_layer_ids=_layer_ids(target_layer_ids) if target_layer_ids is not None else None,
+        source_repo=source_repo,
+        source_revision=source_revision,
         force=force,
         progress=not quiet,
         warn=(lambda m: None) if quiet else _warn,

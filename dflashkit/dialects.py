@@ -76,6 +76,8 @@ _LLAMA_CPP_TENSORS: dict[str, str] = {
     "candidate_selector.predecessor_codebook.weight": "selector_predecessor.weight",
     "candidate_selector.successor_codebook.weight": "selector_successor.weight",
     "candidate_selector.hidden_projection.weight": "selector_hidden.weight",
+    # attention sinks (llama.cpp's gguf-py: attn_sinks, F32 {n_head})
+    "layers.{bid}.self_attn.sinks": "blk.{bid}.attn_sinks.weight",
 }
 #: DSpark heads and the Gemma-4 DSpark backbone (llama.cpp only; families/dspark.py, gemma4_dspark.py)
 _LLAMA_CPP_DSPARK_TENSORS: dict[str, str] = {
@@ -95,6 +97,8 @@ CANONICAL_TENSORS: tuple[str, ...] = tuple(_LLAMA_CPP_TENSORS)
 DFLASH2_TENSORS: frozenset[str] = frozenset(
     k for k in CANONICAL_TENSORS if "conv" in k or k.startswith("candidate_selector.")
 )
+#: tensors only llama.cpp's loader has names for (the Luce and dflash-draft loaders have none)
+LLAMA_CPP_ONLY_TENSORS: frozenset[str] = DFLASH2_TENSORS | {"layers.{bid}.self_attn.sinks"}
 def _template_regex(template: str) -> re.Pattern[str]:
     return re.compile("^" + re.escape(template).replace(r"\{bid\}", r"(?P<bid>\d+)") + "$")
 
@@ -304,7 +308,7 @@ LUCE = Dialect(
     target_count_architectures=("gemma4-dflash-draft",),
     architecture_for=lambda spec: _luce_arch(spec),
     tensor_names={
-        **{k: v for k, v in _LLAMA_CPP_TENSORS.items() if k not in DFLASH2_TENSORS},
+        **{k: v for k, v in _LLAMA_CPP_TENSORS.items() if k not in LLAMA_CPP_ONLY_TENSORS},
         "fc.weight": "dflash.fc.weight",
         "hidden_norm.weight": "dflash.hidden_norm.weight",
     },
@@ -344,7 +348,7 @@ DFLASH_DRAFT = Dialect(
     tap_offset=0,
     supports_dflash2=False,
     tensor_names={
-        **{k: v for k, v in _LLAMA_CPP_TENSORS.items() if k not in DFLASH2_TENSORS},
+        **{k: v for k, v in _LLAMA_CPP_TENSORS.items() if k not in LLAMA_CPP_ONLY_TENSORS},
         "fc.weight": "dflash_fc.weight",
         "hidden_norm.weight": "dflash_hidden_norm.weight",
         "layers.{bid}.post_attention_layernorm.weight": "blk.{bid}.post_attention_norm.weight",

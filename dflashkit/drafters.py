@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 from gguf import GGMLQuantizationType
@@ -107,8 +107,8 @@ class DrafterFile:
         ref = self._ref(canonical)
         raw = self.read_raw(canonical)
         out = to_float32(raw, ref.type_name, ref.shape, where=f"{self.path}: tensor '{ref.name}'")
-        if self.kind == "hf" and self.family is not None and self.family.transforms_data:
-            out = self.family.sanitize(canonical, out)
+        if self.kind == "hf" and self.family is not None and self.spec is not None and self.family.rewrites(self.spec, canonical):
+            out = self.family.sanitize_for(self.spec, canonical, out)
         return out
 
     def display_names(self) -> dict[str, str]:
@@ -138,15 +138,19 @@ def is_drafter_path(path: str | os.PathLike) -> bool:
     return p.suffix.lower() == ".gguf" or p.is_dir()
 
 
-def open_drafter(path: str | os.PathLike, *, strict: bool = False) -> DrafterFile:
+def open_drafter(
+    path: str | os.PathLike, *, strict: bool = False, target_layer_ids: Sequence[int] | None = None
+) -> DrafterFile:
     """Open an HF drafter directory or a drafter GGUF (llama.cpp, luce or dflash-draft dialect).
 
     ``strict`` (the converter's mode, HF directories): an invalid config, an unknown tensor name or
     two names for one weight raise at once instead of being reported in ``spec_error`` / ``unmapped``.
+    ``target_layer_ids`` (HF ids; ``--target-layer-ids``) supplies the taps of a config that lacks
+    them; contradicting the config's own is an error.
     """
     p = Path(path)
     if p.is_dir():
-        return _open_hf(p, strict=strict)
+        return _open_hf(p, strict=strict, target_layer_ids=target_layer_ids)
     if not p.exists():
         raise DFlashError(f"{p}: no such file or directory")
     return _open_gguf(p)
@@ -202,9 +206,23 @@ def _fill_vocab(spec: DrafterSpec, metadata: dict[str, Any], tensors: dict[str, 
     return spec
 
 
-def _open_hf(directory: Path, *, strict: bool = False) -> DrafterFile:
+def with_target_layer_ids(config: dict[str, Any], ids: Sequence[int], path: str) -> dict[str, Any]:
+    """``config`` with ``dflash_config.target_layer_ids`` = ``ids`` (a copy; the file is never touched)."""
+    nested = config.get("dflash_config") or {}
+    current = nested.get("target_layer_ids", config.get("target_layer_ids")) if isinstance(nested, dict) else None
+    flag = ",".join(str(i) for i in ids)
+    if current is not None and list(current) != list(ids):
+        raise DFlashError(f"{path}: --target-layer-ids {flag} contradicts the config's target_layer_ids {current}")
+    if not isinstance(nested, dict):
+        return config  # the family names the bad dflash_config
+    return {**config, "dflash_config": {**nested, "target_layer_ids": [int(i) for i in ids]}}
+
+
+def _open_hf(directory: Path, *, strict: bool = False, target_layer_ids: Sequence[int] | None = None) -> DrafterFile:
     config = read_config_json(directory)
     config_path = directory / "config.json"
+    if target_layer_ids is not None:
+        config = with_target_layer_ids(config, target_layer_ids, str(config_path))
     spec: DrafterSpec | None = None
     error: str | None = None
     family: DrafterFamily | None = None

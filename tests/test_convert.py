@@ -82,7 +82,7 @@ EXPECTED_METADATA: dict[str, dict[str, tuple[V, object]]] = {
     "optional": {
         **_hparams(4096, 64, 3, 128, 4, 2, 16, 5e5),
         "dflash.block_size": (U32, 8),
-        # no target_layer_ids in the config: z-lab's rule for 12 target layers, 3 draft layers = [1, 5, 9]
+        # top-level target_layer_ids [1, 5, 9] (+1 in llama.cpp's convention)
         "dflash.target_layers": (V.INT32, [2, 6, 10]),
         "tokenizer.ggml.mask_token_id": (U32, 500),
         "dflash.attention.sliding_window": (U32, 32),
@@ -411,7 +411,10 @@ def test_not_a_checkpoint(tmp_path: Path) -> None:
         ({"rope_theta": None}, "required key 'rope_theta' is missing"),
         ({"num_attention_heads": 3}, "num_attention_heads (3) must be a multiple of num_key_value_heads (2)"),
         ({"dflash_config": {"mask_token_id": 500, "target_layer_ids": [8, 1]}}, "must be sorted and unique"),
-        ({"dflash_config": {"mask_token_id": 500}, "num_target_layers": None}, "neither 'target_layer_ids' nor 'num_target_layers'"),
+        # issue 13: no default tap rule any more; the message names the flag (example from the dimensions)
+        ({"dflash_config": {"mask_token_id": 500}, "num_target_layers": None},
+         "config.json: no target_layer_ids (dflash_config or top level), so the target layers this drafter taps are "
+         "unknown — pass them from its model card or training config: --target-layer-ids 1,9,17,25,33"),
         ({"dflash_config": {"mask_token_id": 500, "target_layer_ids": [1, 12]}}, "target layer id 12 is past the target's last layer"),
         ({"block_size": "16"}, "'block_size' must be an integer"),
     ],
@@ -420,6 +423,37 @@ def test_config_errors(drafters, tmp_path: Path, changes, match) -> None:
     d = _copy_family(drafters, "qwen3-b16", tmp_path / "d")
     _edit_config(d, **changes)
     _expect_error(d, tmp_path / "o.gguf", match)
+
+
+def test_missing_taps_need_the_flag(drafters, targets, tmp_path: Path) -> None:
+    # issue 13: a config without target_layer_ids is an error naming --target-layer-ids (the example
+    # has the config's shape: 12 target layers, 2 drafter layers), and the flag supplies them
+    d = _copy_family(drafters, "qwen3-b16", tmp_path / "d")
+    _edit_config(d, dflash_config={"mask_token_id": 500})
+    msg = _expect_error(d, tmp_path / "o.gguf", "no target_layer_ids")
+    assert msg == (
+        f"{d / 'config.json'}: no target_layer_ids (dflash_config or top level), so the target layers this drafter "
+        "taps are unknown — pass them from its model card or training config: --target-layer-ids 1,9"
+    )
+    convert(d, tmp_path / "o.gguf", target_layer_ids=[1, 8], target=targets[64]["gguf"], progress=False, warn=lambda m: None)
+    assert read_fields(tmp_path / "o.gguf")["dflash.target_layers"][1] == [2, 9]
+    # the same checkpoint's own taps: the flag may repeat them, never contradict them
+    convert(drafters["qwen3-b16"], tmp_path / "same.gguf", target_layer_ids=[1, 8], progress=False, warn=lambda m: None)
+    msg = _expect_error(drafters["qwen3-b16"], tmp_path / "x.gguf", "contradicts", target_layer_ids=[1, 9])
+    assert msg.endswith("config.json: --target-layer-ids 1,9 contradicts the config's target_layer_ids [1, 8]")
+
+
+def test_cli_target_layer_ids(drafters, tmp_path: Path) -> None:
+    d = _copy_family(drafters, "qwen3-b16", tmp_path / "d")
+    _edit_config(d, dflash_config={"mask_token_id": 500})
+    r = CliRunner().invoke(convert_command, [str(d), str(tmp_path / "o.gguf"), "-q"])
+    assert r.exit_code == 1 and r.output.strip().endswith("--target-layer-ids 1,9"), r.output
+    r = CliRunner().invoke(convert_command, [str(d), str(tmp_path / "o.gguf"), "-q", "--target-layer-ids", "8,1"])
+    assert r.exit_code == 2
+    assert r.output == "error: --target-layer-ids: give sorted, unique, non-negative layer ids (e.g. 1,9,17,25,33), got '8,1'\n"
+    r = CliRunner().invoke(convert_command, [str(d), str(tmp_path / "o.gguf"), "-q", "--target-layer-ids", "1,8"])
+    assert r.exit_code == 0, r.output
+    assert read_fields(tmp_path / "o.gguf")["dflash.target_layers"][1] == [2, 9]
 
 
 def test_failure_mid_write_leaves_no_output(drafters, tmp_path: Path, monkeypatch) -> None:
@@ -465,6 +499,30 @@ def test_hub_repo_id_from_offline_cache(drafters, tmp_path: Path, monkeypatch) -
     convert(drafters["qwen3-b16"], direct, outtype="f32", progress=False, warn=lambda m: None)
     assert tensor_bytes(out) == tensor_bytes(direct)
     _expect_error("z-lab/Not-Cached", tmp_path / "o.gguf", "z-lab/Not-Cached: not in the local Hugging Face cache and HF_HUB_OFFLINE is set")
+    # provenance (issue 13): repo id and commit from the cache path, in gguf-py's general.source.* keys;
+    # general.name is the repo id, as llama.cpp names a --remote conversion
+    fields = read_fields(out)
+    assert fields["general.name"][1] == "z-lab/Tiny-DFlash-b16"
+    assert fields["general.source.url"] == (
+        [V.STRING], "https://huggingface.co/z-lab/Tiny-DFlash-b16/tree/0123456789abcdef0123456789abcdef01234567"
+    )
+    assert fields["general.source.repo_url"] == ([V.STRING], "https://huggingface.co/z-lab/Tiny-DFlash-b16")
+    keys = list(fields)
+    assert keys.index("general.size_label") < keys.index("general.source.url") < keys.index("general.source.repo_url") < keys.index("dflash.block_count")
+
+
+def test_source_flags_record_provenance_of_a_local_dir(drafters, tmp_path: Path) -> None:
+    out = tmp_path / "p.gguf"
+    convert(drafters["qwen3-b16"], out, outtype="f32", source_repo="z-lab/Qwen3-8B-DFlash-b16", source_revision="v1.0", progress=False, warn=lambda m: None)
+    fields = read_fields(out)
+    assert fields["general.name"][1] == "Qwen3 B16"  # llama.cpp's heuristic name of the directory
+    assert fields["general.source.url"][1] == "https://huggingface.co/z-lab/Qwen3-8B-DFlash-b16/tree/v1.0"
+    assert fields["general.source.repo_url"][1] == "https://huggingface.co/z-lab/Qwen3-8B-DFlash-b16"
+    plain = tmp_path / "plain.gguf"
+    convert(drafters["qwen3-b16"], plain, outtype="f32", progress=False, warn=lambda m: None)
+    assert not any(k.startswith("general.source") for k in read_fields(plain))  # what llama.cpp writes
+    _expect_error(drafters["qwen3-b16"], tmp_path / "o.gguf", "--source-revision needs --source-repo", source_revision="v1.0")
+    _expect_error(drafters["qwen3-b16"], tmp_path / "o.gguf", "--source-repo 'nope' is not a hub repo id (owner/name)", source_repo="nope")
 
 
 # ---- CLI: exit codes and one-line errors ------------------------------------------------------

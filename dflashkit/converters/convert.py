@@ -24,8 +24,16 @@ from ..dialects import DEFAULT_DIALECT, Dialect, get_dialect
 from ..drafters import DrafterFile, open_drafter
 from ..errors import DFlashError, UsageError
 from ..filetypes import CONVERT_OUTTYPES, CONVERT_POLICY_OUTTYPES, outtype_file_type
-from ..io.gguf_writer import TensorToWrite, check_output_path, iter_row_chunks, write_gguf
+from ..io.gguf_writer import (
+    TensorToWrite,
+    check_output_path,
+    ggml_n_dims_shape,
+    iter_row_chunks,
+    llama_tensor_order_key,
+    write_gguf,
+)
 from ..io.safetensors_reader import SafetensorsTensor
+from ..spec import DrafterSpec
 from .plan import (
     ConvertResult,
     PlannedTensor,
@@ -35,10 +43,12 @@ from .plan import (
     check_mask_in_vocab,
     check_spec,
     check_tensors,
+    converter_layout,
     ordered_canonical,
     spec_with_target,
 )
 from .general import Provenance, general_metadata, resolve_provenance
+from .mask_embedding import MASK_EMBEDDING_FILE, mask_embedding_tensors
 from .source import is_gguf_path, resolve_checkpoint_dir
 from .target import TargetInfo, load_target
 from .translate import translate_gguf
@@ -175,15 +185,41 @@ def _chunk_producer(t: SafetensorsTensor, out_type: GGMLQuantizationType) -> Cal
     return chunks
 
 
-def _array_producer(array: np.ndarray, out_type: GGMLQuantizationType) -> Callable[[], Iterator[np.ndarray]]:
-    """Chunks of an in-memory tensor (a family's generated or rewritten one: small) in ``out_type``."""
+def _ids_producer(array: np.ndarray) -> Callable[[], Iterator[np.ndarray]]:
+    """An in-memory integer tensor (DSpark's d2t, I64) written as is."""
 
     def chunks() -> Iterator[np.ndarray]:
-        if out_type in (Q.I64, Q.I32, Q.I16, Q.I8):
-            yield np.ascontiguousarray(array)
-            return
-        row = array.shape[-1] if array.ndim else 1
-        yield _convert_chunk(np.ascontiguousarray(array, dtype=np.float32).reshape(-1), "F32", out_type, row)
+        yield np.ascontiguousarray(array)
+
+    return chunks
+
+
+def _rewritten_producer(
+    drafter: DrafterFile, spec: DrafterSpec, canonical: str, t: SafetensorsTensor, out_type: GGMLQuantizationType
+) -> Callable[[], Iterator[np.ndarray]]:
+    """A tensor whose data the family rewrites (`DrafterFamily.sanitize_for`, e.g. the NeoX permutation
+    of an interleaved-RoPE q/k): read whole, rewritten in its stored dtype (only data moves, so
+    converting afterwards gives llama.cpp's bytes), then converted in row chunks."""
+    assert drafter.family is not None
+    row_elems = t.shape[-1] if t.shape else 1
+
+    def chunks() -> Iterator[np.ndarray]:
+        data = drafter.family.sanitize_for(spec, canonical, np.array(drafter.read_raw(canonical)))  # type: ignore[union-attr]
+        rows = data.reshape(-1, row_elems)
+        for start, stop in iter_row_chunks(rows.shape[0], row_elems * data.dtype.itemsize, CHUNK_BYTES):
+            yield _convert_chunk(rows[start:stop].reshape(-1), t.dtype, out_type, row_elems)
+
+    return chunks
+
+
+def _array_producer(data: np.ndarray, tag: str, out_type: GGMLQuantizationType) -> Callable[[], Iterator[np.ndarray]]:
+    """An in-memory tensor (stored dtype ``tag``; BF16 as uint16) converted in row chunks."""
+    row_elems = data.shape[-1] if data.shape else 1
+
+    def chunks() -> Iterator[np.ndarray]:
+        rows = data.reshape(-1, row_elems)
+        for start, stop in iter_row_chunks(rows.shape[0], row_elems * data.dtype.itemsize, CHUNK_BYTES):
+            yield _convert_chunk(rows[start:stop].reshape(-1), tag, out_type, row_elems)
 
     return chunks
 
@@ -198,6 +234,7 @@ def convert(
     num_target_layers: int | None = None,
     mask_token_id: int | None = None,
     taps_are_raw: bool = False,
+    target_layer_ids: Sequence[int] | None = None,
     source_repo: str | None = None,
     source_revision: str | None = None,
     force: bool = False,
@@ -205,7 +242,11 @@ def convert(
     warn: Callable[[str], None] | None = None,
 ) -> ConvertResult:
     """Convert an HF drafter checkpoint (local dir or hub repo id) — or translate a drafter GGUF —
-    to a GGUF file in ``dialect``."""
+    to a GGUF file in ``dialect``.
+
+    ``target_layer_ids`` (HF decoder-layer ids) supplies the taps of a config without them;
+    ``source_repo`` / ``source_revision`` record where a local checkpoint came from (a hub download
+    knows it from its cache path) in gguf-py's ``general.source.*`` keys."""
     warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
     if is_gguf_path(src):
         if source_repo is not None or source_revision is not None:
@@ -217,7 +258,8 @@ def convert(
             )
         return translate_gguf(
             src, out, dialect=dialect, target=target, num_target_layers=num_target_layers,
-            mask_token_id=mask_token_id, taps_are_raw=taps_are_raw, force=force, progress=progress, warn=warn,
+            mask_token_id=mask_token_id, target_layer_ids=target_layer_ids, taps_are_raw=taps_are_raw,
+            force=force, progress=progress, warn=warn,
         )
     if taps_are_raw:
         raise UsageError(f"{src}: --taps-are-raw applies to a GGUF source (an HF config's target_layer_ids are HF ids)")
@@ -231,7 +273,7 @@ def convert(
         directory = resolve_checkpoint_dir(src, revision=source_revision)
         provenance = resolve_provenance(directory, source_repo=source_repo)
     # one reader for every drafter form: config → spec through its family, names → canonical ids
-    with open_drafter(directory, strict=True) as drafter:
+    with open_drafter(directory, strict=True, target_layer_ids=target_layer_ids) as drafter:
         return _convert_checkpoint(
             drafter, directory, out_path, outtype=outtype, target=target, dialect_table=dialect_table,
             num_target_layers=num_target_layers, mask_token_id=mask_token_id, provenance=provenance,
@@ -255,9 +297,8 @@ def _convert_checkpoint(
     warn: Callable[[str], None],
 ) -> ConvertResult:
     spec = apply_overrides(drafter.require_spec(), str(directory), num_target_layers=num_target_layers, mask_token_id=mask_token_id)
-    assert drafter.family is not None
-    if drafter.family.transforms_data:  # the raw streaming below copies stored data as is
-        raise DFlashError(f"{directory}: the {drafter.family.name} family rewrites tensor data; converting it is not supported yet")
+    family = drafter.family
+    assert family is not None
     mapped = {c: drafter.source_tensor(c) for c in drafter.tensors}
     check_dialect_holds(spec, dialect_table, str(directory), hint=" — use --dialect llama.cpp")
     codebook = mapped.get("candidate_selector.predecessor_codebook.weight")
@@ -265,7 +306,6 @@ def _convert_checkpoint(
         spec = replace(spec, vocab_size=codebook.shape[0])
     check_spec(spec, str(directory))
     source_shapes = {c: tuple(t.shape) for c, t in mapped.items()}
-    family = drafter.family
     family.check_source(spec, source_shapes, str(directory))  # first: names the family's key (d2t, lm_head)
     check_tensors(spec, source_shapes, str(directory), {c: t.name for c, t in mapped.items()})
     # family-level tensor changes (DSpark / Gemma-4 DSpark): tensors llama.cpp's converter drops,
@@ -275,7 +315,7 @@ def _convert_checkpoint(
         for c in family.final_tensors
         if c in mapped
     }
-    generated = family.generated_tensors(spec)
+    family_generated = family.generated_tensors(spec)
     dropped = family.dropped_on_convert(spec)
     mapped = {c: t for c, t in mapped.items() if c not in dropped and c not in finals}
 
@@ -292,11 +332,21 @@ def _convert_checkpoint(
     check_mask_in_vocab(spec, str(directory))
 
     outtype = resolve_outtype(outtype, mapped)
+    # tensors llama.cpp's converter generates (MiMo's mask_embedding.pt): written first
+    extra = mask_embedding_tensors(directory, spec, mapped, target, drafter.read_raw)
+    generated, replaced = extra if extra is not None else ([], [])
+    for canonical in replaced:
+        mapped.pop(canonical)
     order = ordered_canonical(
         mapped, dialect_table, file_type=outtype_file_type(outtype).file_type,
         source_order=lambda c: (Path(mapped[c].file).name, mapped[c].name),
     )
-    shapes = [tuple(int(d) for d in mapped[c].shape) for c in order]
+    if not converter_layout(outtype_file_type(outtype).file_type):  # llama-quantize's loader order for all
+        order = ordered_canonical([*order, *(g.canonical for g in generated)], dialect_table, file_type=outtype_file_type(outtype).file_type)
+    else:
+        order = [g.canonical for g in generated] + order
+    made = {g.canonical: g for g in generated}
+    shapes = [tuple(int(d) for d in (made[c].shape if c in made else mapped[c].shape)) for c in order]
     file_type, types = plan_tensor_types(
         [(c, dialect_table.gguf_name(c), shape) for c, shape in zip(order, shapes)], outtype, spec.n_layers
     )
@@ -309,18 +359,34 @@ def _convert_checkpoint(
 
     plan: list[PlannedTensor] = []
     producers: list[Callable[[], Iterator[np.ndarray]]] = []
-    for canonical, array in generated.items():  # written first, as llama.cpp's generate_extra_tensors
+    for canonical, array in family_generated.items():  # written first, as llama.cpp's generate_extra_tensors
         ggml_type, note = convert_tensor_type(canonical, array.shape, OUTTYPES.get(outtype, (0, Q.F32))[1])
         plan.append(PlannedTensor(canonical, dialect_table.gguf_name(canonical), "(generated)", array.shape, ggml_type, "F32", note))
-        producers.append(_array_producer(array, ggml_type))
+        producers.append(_array_producer(array, "F32", ggml_type))
     for canonical, shape, (ggml_type, note) in zip(order, shapes, types):
+        g = made.get(canonical)
+        if g is not None:
+            source_name = g.source.name if g.source is not None else MASK_EMBEDDING_FILE
+            plan.append(PlannedTensor(canonical, dialect_table.gguf_name(canonical), source_name, shape, ggml_type, g.dtype, note))
+            producers.append(
+                _chunk_producer(g.source, ggml_type) if g.source is not None else _array_producer(g.data, g.dtype, ggml_type)  # type: ignore[arg-type]
+            )
+            continue
         t = mapped[canonical]
         plan.append(PlannedTensor(canonical, dialect_table.gguf_name(canonical), t.name, shape, ggml_type, t.dtype, note))
-        producers.append(_chunk_producer(t, ggml_type))
+        producers.append(
+            _rewritten_producer(drafter, spec, canonical, t, ggml_type)
+            if family.rewrites(spec, canonical) else _chunk_producer(t, ggml_type)
+        )
     for canonical, (array, ggml_type) in finals.items():  # written last, as llama.cpp's prepare_tensors
         stored = drafter.tensors[canonical]
         plan.append(PlannedTensor(canonical, dialect_table.gguf_name(canonical), stored.name, array.shape, ggml_type, stored.type_name))
-        producers.append(_array_producer(array, ggml_type))
+        producers.append(_ids_producer(array))
+    if not converter_layout(file_type):
+        # what llama-quantize writes: its loader order (the family's generated and rewritten tensors
+        # included) and ggml_n_dims shapes
+        pairs = sorted(zip(plan, producers), key=lambda pp: llama_tensor_order_key(pp[0].gguf_name))
+        plan, producers = [replace(p, shape=ggml_n_dims_shape(p.shape)) for p, _ in pairs], [q for _, q in pairs]
     for p in plan:
         if p.note:
             warnings.append(f"{p.gguf_name}: {p.note}")

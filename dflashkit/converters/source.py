@@ -12,8 +12,10 @@ from pathlib import Path
 
 from ..errors import DFlashError
 
-#: Files a conversion needs from the hub; never the README, pickles or custom code.
-HUB_ALLOW_PATTERNS = ["config.json", "*.safetensors", "model.safetensors.index.json"]
+#: Files a conversion needs from the hub: config, weights, the model card (README.md: llama.cpp's
+#: general.* heuristics read its front matter) and MiMo's mask_embedding.pt (read with
+#: torch.load(weights_only=True) only); never other pickles or custom code.
+HUB_ALLOW_PATTERNS = ["config.json", "*.safetensors", "model.safetensors.index.json", "README.md", "mask_embedding.pt"]
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 

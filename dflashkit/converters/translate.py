@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import replace
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 from gguf import GGUFValueType
@@ -83,6 +83,7 @@ def translate_gguf(
     num_target_layers: int | None = None,
     mask_token_id: int | None = None,
     taps_are_raw: bool = False,
+    target_layer_ids: Sequence[int] | None = None,
     force: bool = False,
     progress: bool = True,
     warn: Callable[[str], None] | None = None,
@@ -109,6 +110,11 @@ def translate_gguf(
         spec = _fix_tap_convention(drafter, spec, str(src), taps_are_raw)
         check_dialect_holds(spec, table, str(src))
         spec = apply_overrides(spec, str(src), num_target_layers=num_target_layers, mask_token_id=mask_token_id)
+        if target_layer_ids is not None and list(target_layer_ids) != list(spec.target_layer_ids):
+            raise DFlashError(
+                f"{src}: --target-layer-ids {','.join(str(i) for i in target_layer_ids)} contradicts the file's "
+                f"target layers {list(spec.target_layer_ids)} (HF ids) — a GGUF keeps its own taps"
+            )
         # the same spec and tensor-set checks a conversion runs
         check_spec(spec, str(src))
         check_tensors(spec, {c: t.shape for c, t in drafter.tensors.items()}, str(src), drafter.display_names())

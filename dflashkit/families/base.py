@@ -70,6 +70,16 @@ class DrafterFamily:
         """Undo a checkpoint quirk in one tensor's data (float32, HF shape). Identity by default."""
         return array
 
+    def rewrites(self, spec: DrafterSpec, canonical: str) -> bool:
+        """Whether `sanitize_for` changes this tensor's data for this spec (the converter then cannot
+        copy its bytes raw). Default: every tensor when `transforms_data`, else none."""
+        return self.transforms_data
+
+    def sanitize_for(self, spec: DrafterSpec, canonical: str, array: np.ndarray) -> np.ndarray:
+        """`sanitize` with the spec at hand (for quirks that depend on the config, e.g. an
+        interleaved-RoPE permutation); ``array`` is the stored data in HF shape, any dtype."""
+        return self.sanitize(canonical, array)
+
     def expected_tensors(self, spec: DrafterSpec, *, vocab_size: int | None = None) -> dict[str, tuple[int, ...]]:
         """Required canonical tensors and their numpy/HF shapes (-1: not determined by the spec)."""
         raise NotImplementedError

@@ -39,6 +39,8 @@ class SpeculatorsDSpark(DSpark):
 
     def spec_from_config(self, config: Mapping[str, Any], view: ConfigView, architecture: str, path: str) -> DrafterSpec:
         nested = config.get("transformer_layer_config")
+        if nested is None and config.get("speculators_model_type") is None:
+            nested = {}  # a flat config with speculators' tap key: llama.cpp reads it as is
         if nested is None:
             raise DFlashError(
                 f"{path}: 'transformer_layer_config' is missing — a speculators checkpoint "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
+import numpy as np
 from gguf import GGUFValueType
 
 from ..errors import DFlashError
@@ -44,6 +45,8 @@ ZLAB_TENSORS: tuple[str, ...] = (
     "layers.{bid}.self_attn.o_proj.bias",
     "layers.{bid}.self_attn.q_norm.weight",
     "layers.{bid}.self_attn.k_norm.weight",
+    # attention sinks (gpt-oss ``sinks``, MiMo ``attention_sink_bias``): one logit per head
+    "layers.{bid}.self_attn.sinks",
     "layers.{bid}.post_attention_layernorm.weight",
     "layers.{bid}.mlp.gate_proj.weight",
     "layers.{bid}.mlp.up_proj.weight",
@@ -66,6 +69,23 @@ HF_ALIASES: dict[str, str] = {
 }
 
 
+#: Other HF spellings of a per-layer tensor (llama.cpp's gguf-py maps all of them to ``attn_sinks``;
+#: its DFlash converter appends ``.weight`` to any sink name without it).
+HF_LAYER_ALIASES: dict[str, str] = {
+    f"layers.{{bid}}.self_attn.{name}{suffix}": "layers.{bid}.self_attn.sinks"
+    for name in ("sinks", "attention_sink_bias", "learnable_sink_param")
+    for suffix in ("", ".weight")
+    if (name, suffix) != ("sinks", "")
+}
+
+#: q/k projections and norms that an interleaved-RoPE checkpoint (``rope_is_neox_style: false``)
+#: stores per head as (re, im) pairs; llama.cpp's DFlash graph ropes NeoX-style (halves).
+_ROPE_PERMUTED = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight")
+
+#: hidden_act values llama.cpp's DFlash loader runs (``dflash.hidden_activation``; absent = silu)
+HIDDEN_ACTIVATIONS = ("silu", "gelu", "gelu_pytorch_tanh")
+
+
 def split_bid(canonical: str) -> tuple[str, str | None]:
     """``layers.3.mlp.up_proj.weight`` → (``layers.{bid}.mlp.up_proj.weight``, ``"3"``)."""
     m = re.match(r"^layers\.(\d+)\.(.+)$", canonical)
@@ -78,8 +98,60 @@ def zlab_hf_to_canonical(hf_name: str) -> str | None:
     """Canonical id of a z-lab HF tensor name (``model.`` prefix stripped, codebook aliases resolved)."""
     name = hf_name[len("model."):] if hf_name.startswith("model.") else hf_name
     name = HF_ALIASES.get(name, name)
-    template, _ = split_bid(name)
+    template, bid = split_bid(name)
+    if template in HF_LAYER_ALIASES:
+        template = HF_LAYER_ALIASES[template]
+        name = template.replace("{bid}", bid or "")
     return name if template in _ZLAB_TEMPLATES else None
+
+
+def interleaved_to_neox(array: np.ndarray, head_dim: int) -> np.ndarray:
+    """Per head, the even dims first, then the odd ones (rows of a projection, entries of a norm):
+    what llama.cpp's DFlash converter does to q/k of a ``rope_is_neox_style: false`` checkpoint
+    (``reshape(-1, head_dim // 2, 2, *rest).transpose(1, 2)``). Any dtype: only data moves."""
+    shape = array.shape
+    return np.ascontiguousarray(array.reshape((-1, head_dim // 2, 2) + shape[1:]).swapaxes(1, 2)).reshape(shape)
+
+
+def rope_scaling_of(config: Mapping[str, Any], path: str) -> tuple[tuple[str, Any], ...] | None:
+    """RoPE scaling as llama.cpp's converter writes it, from config.json as transformers' AutoConfig
+    normalises it (llama.cpp reads hparams through AutoConfig; transformers is not imported here).
+
+    ``rope_parameters`` (transformers 5) or ``rope_scaling`` (4: ``type`` / ``rope_type``), a
+    ``full_attention`` sub-dict when per layer type; yarn: ``original_max_position_embeddings``
+    defaults to ``max_position_embeddings`` (transformers fills it so), extras only when present;
+    linear: type + factor; su/longrope: type only; default/dynamic/llama3: nothing (llama.cpp writes
+    nothing for them either)."""
+    rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    if not isinstance(rope, Mapping):
+        raise DFlashError(f"{path}: 'rope_parameters' / 'rope_scaling' must be an object, got {rope!r}")
+    rope = rope.get("full_attention", rope)
+    if not isinstance(rope, Mapping):
+        return None
+    rope_type = rope.get("rope_type", rope.get("type"))
+    factor = rope.get("factor")
+    if rope_type in ("su", "longrope"):
+        return (("type", "longrope"),)
+    if rope_type not in ("linear", "yarn") or factor is None:
+        return None
+    where = "rope_parameters" if config.get("rope_parameters") else "rope_scaling"
+    view = ConfigView(rope, path)
+    pairs: list[tuple[str, Any]] = [("type", rope_type), ("factor", view.float("factor"))]
+    if rope_type == "yarn":
+        original = rope.get("original_max_position_embeddings", config.get("max_position_embeddings"))
+        if original is None:
+            raise DFlashError(f"{path}: YaRN '{where}' needs 'original_max_position_embeddings'")
+        pairs.append(("original_context_length", ConfigView({"original_max_position_embeddings": original}, path).int("original_max_position_embeddings", minimum=1)))
+        attn = rope.get("attention_factor", rope.get("attn_factor"))
+        for field_name, value in (
+            ("ext_factor", rope.get("extrapolation_factor")),
+            ("attn_factor", attn),
+            ("beta_fast", rope.get("beta_fast")),
+            ("beta_slow", rope.get("beta_slow")),
+        ):
+            if value is not None:
+                pairs.append((field_name, ConfigView({field_name: value}, f"{path} ({where})").float(field_name)))
+    return tuple(pairs)
 
 
 class ZLabDFlash(DrafterFamily):
@@ -94,6 +166,14 @@ class ZLabDFlash(DrafterFamily):
 
     def hf_to_canonical(self, hf_name: str) -> str | None:
         return zlab_hf_to_canonical(hf_name)
+
+    def rewrites(self, spec: DrafterSpec, canonical: str) -> bool:
+        return not spec.rope_is_neox_style and canonical.endswith(_ROPE_PERMUTED)
+
+    def sanitize_for(self, spec: DrafterSpec, canonical: str, array: np.ndarray) -> np.ndarray:
+        if self.rewrites(spec, canonical):
+            return interleaved_to_neox(array, spec.head_dim)
+        return array
 
     # ---- config → spec ---------------------------------------------------------------------------
     def spec_from_config(self, config: Mapping[str, Any], view: ConfigView, architecture: str, path: str) -> DrafterSpec:
@@ -119,19 +199,22 @@ class ZLabDFlash(DrafterFamily):
         raw_ids = view.get("target_layer_ids")
         defaulted = False
         if raw_ids is None:
-            if num_target_layers is None:
-                raise DFlashError(
-                    f"{path}: neither 'target_layer_ids' nor 'num_target_layers' is set, so the tap layers are unknown "
-                    "— add dflash_config.target_layer_ids"
-                )
-            ids = tuple(build_target_layer_ids(num_target_layers, n_layers))
-            defaulted = True
-        else:
-            if not isinstance(raw_ids, list) or not raw_ids or not all(
-                isinstance(i, int) and not isinstance(i, bool) for i in raw_ids
-            ):
-                raise DFlashError(f"{path}: '{view.where('target_layer_ids')}' must be a non-empty list of integers, got {raw_ids!r}")
-            ids = tuple(raw_ids)
+            # z-lab's old evenly-spaced default rule is wrong for most published checkpoints (z-lab
+            # removed it): the taps must come from the config or the user. The rule only shapes the
+            # example of the flag's syntax.
+            example = (
+                build_target_layer_ids(num_target_layers, n_layers) if num_target_layers else [1, 9, 17, 25, 33]
+            )
+            raise DFlashError(
+                f"{path}: no target_layer_ids (dflash_config or top level), so the target layers this drafter "
+                f"taps are unknown — pass them from its model card or training config: --target-layer-ids "
+                f"{','.join(str(i) for i in example)}"
+            )
+        if not isinstance(raw_ids, list) or not raw_ids or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in raw_ids
+        ):
+            raise DFlashError(f"{path}: '{view.where('target_layer_ids')}' must be a non-empty list of integers, got {raw_ids!r}")
+        ids = tuple(raw_ids)
         if any(i < 0 for i in ids):
             raise DFlashError(f"{path}: '{view.where('target_layer_ids')}' has a negative id: {list(ids)}")
         if list(ids) != sorted(set(ids)):
@@ -182,6 +265,16 @@ class ZLabDFlash(DrafterFamily):
 
         attention_bias = view.bool("attention_bias") or False
         torch_dtype = view.get("torch_dtype") or view.get("dtype")
+        # llama.cpp reads these two at the top level only
+        neox = config.get("rope_is_neox_style", True)
+        if not isinstance(neox, bool):
+            raise DFlashError(f"{path}: 'rope_is_neox_style' must be true or false, got {neox!r}")
+        hidden_act = config.get("hidden_act")
+        if hidden_act is not None and hidden_act not in HIDDEN_ACTIVATIONS:
+            raise DFlashError(
+                f"{path}: hidden_act {hidden_act!r} is not supported (llama.cpp's DFlash loader runs "
+                f"{', '.join(HIDDEN_ACTIVATIONS)})"
+            )
         return DrafterSpec(
             architecture=architecture,
             hidden_size=hidden,
@@ -209,6 +302,10 @@ class ZLabDFlash(DrafterFamily):
             attention_bias=attention_bias,
             torch_dtype=str(torch_dtype) if torch_dtype is not None else None,
             target_layer_ids_defaulted=defaulted,
+            rope_scaling=rope_scaling_of(config, path),
+            rope_is_neox_style=neox,
+            # silu is the loader's default: no key (what llama.cpp's converter writes)
+            hidden_act=hidden_act if hidden_act not in (None, "silu") else None,
             **conv,  # type: ignore[arg-type]
         )
 
@@ -285,6 +382,7 @@ class ZLabDFlash(DrafterFamily):
         for i in range(spec.n_layers):
             p = f"layers.{i}.self_attn."
             shapes[p + "o_proj.bias"] = (h,)
+            shapes[p + "sinks"] = (spec.n_heads,)
             if not spec.attention_bias:
                 shapes[p + "q_proj.bias"] = (spec.n_heads * hd,)
                 shapes[p + "k_proj.bias"] = (spec.n_kv_heads * hd,)

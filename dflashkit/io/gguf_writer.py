@@ -132,6 +132,16 @@ def llama_tensor_order_key(name: str) -> tuple[int, str]:
     return (int(m.group(1)) if m else -1, name)
 
 
+def ggml_n_dims_shape(shape: Sequence[int]) -> tuple[int, ...]:
+    """A numpy-order shape as llama-quantize writes it: ``ggml_n_dims`` drops trailing ne dims of 1
+    (leading numpy dims), keeping one — e.g. DSpark's conf_proj {80, 1} becomes {80}. gguf-py (the
+    Python converter) keeps them."""
+    dims = tuple(int(d) for d in shape)
+    while len(dims) > 1 and dims[0] == 1:
+        dims = dims[1:]
+    return dims
+
+
 def iter_row_chunks(n_rows: int, row_bytes: int, target_bytes: int = 16 << 20) -> Iterator[tuple[int, int]]:
     """Row ranges of about ``target_bytes`` each (at least one row)."""
     step = max(1, target_bytes // max(1, row_bytes))

@@ -27,6 +27,7 @@ from dflashkit.io.gguf_writer import (
     MetadataEntry,
     TensorToWrite,
     check_output_path,
+    ggml_n_dims_shape,
     iter_row_chunks,
     llama_tensor_order_key,
     write_gguf,
@@ -245,7 +246,7 @@ def quantize_gguf(
         for w in warnings:
             warn(w)
 
-        plan = [TensorToWrite(t.name, t.shape, c.new_type, _producer(gf, t, c.new_type))
+        plan = [TensorToWrite(t.name, ggml_n_dims_shape(t.shape), c.new_type, _producer(gf, t, c.new_type))
                 for t, c in zip(infos, choices)]
         size = write_gguf(out_path, arch, _metadata(gf, ft), plan, force=force, progress=progress,
                           alignment=gf.alignment)
