@@ -120,7 +120,7 @@ def zoo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]
 
     root = tmp_path_factory.mktemp("zoo")
     target_dir, made = make_zoo.make_zoo(root, [n for n in make_zoo.FIXTURES if n not in REFUSED])
-    return make_target.make_gguf_target(root / "target.gguf", target_dir), made
+    return make_target.make_gguf_target(root / "target.gguf", target_dir), made, target_dir
 
 
 def _zoo_names() -> list[str]:
@@ -131,9 +131,14 @@ def _zoo_names() -> list[str]:
 
 @pytest.mark.parametrize("name", _zoo_names())
 def test_zoo_drafter_loads_and_drafts(name: str, zoo, tmp_path: Path) -> None:
-    target, made = zoo
+    import make_zoo
+
+    target, made, target_dir = zoo
     out = tmp_path / "d.gguf"
-    result = convert(made[name], out, outtype="q8_0", target=target, **QUIET)
+    # MiMo's mask_embedding.pt takes the target's embeddings and head from its HF dir; a config without
+    # target_layer_ids gets them from --target-layer-ids (the fixture's taps)
+    extra = {"target_layer_ids": make_zoo.TAPS} if name == "zlab-no-taps" else {}
+    result = convert(made[name], out, outtype="q8_0", target=target_dir if name == "zlab-mimo" else target, **extra, **QUIET)
     # llama.cpp tells DSpark from DFlash by the Markov head (common/speculative.cpp auto-detection)
     spec_type = "draft-dspark" if any(t.gguf_name == "markov_w1.weight" for t in result.tensors) else "draft-dflash"
     r = speculative(target, out, spec_type)
