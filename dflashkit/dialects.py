@@ -194,6 +194,10 @@ class Dialect:
     def pick_architecture(self, spec: DrafterSpec) -> str:
         return self.architecture_for(spec) if self.architecture_for is not None else self.architectures[0]
 
+    def keys_field(self, field_name: str) -> bool:
+        """Whether this dialect's table has a key for ``field_name``."""
+        return any(ks.field == field_name for ks in self.keys)
+
     def key_for_field(self, field_name: str, arch: str) -> str | None:
         """The GGUF key carrying ``field_name`` in this dialect (None when it has none)."""
         for ks in self.keys:
@@ -266,6 +270,9 @@ LLAMA_CPP = Dialect(
         KeySpec("intermediate_size", "{arch}.feed_forward_length", T.UINT32, required=True),
         KeySpec("n_heads", "{arch}.attention.head_count", T.UINT32, required=True),
         KeySpec("n_kv_heads", "{arch}.attention.head_count_kv", T.UINT32, required=True),
+        # llama.cpp's TextModel writes a False `is_causal` here; DFlashModel's later write of the same key
+        # keeps this position (gguf-py overwrites a duplicated key in place). True is written below.
+        KeySpec("causal_false", "{arch}.attention.causal", T.BOOL),
     )
     + _ROPE_SCALING
     + (
@@ -407,6 +414,10 @@ def detect_dialect(architecture: str | None) -> Dialect | None:
 
 
 def _derived_value(field_name: str, spec: DrafterSpec, arch: str, dialect: Dialect) -> Any:
+    if field_name == "causal_false":  # llama.cpp's early position of a False causal flag
+        return False if spec.causal is False else None
+    if field_name == "causal" and dialect.keys_field("causal_false"):
+        return True if spec.causal else None
     if field_name.startswith("rope_scaling."):
         return dict(spec.rope_scaling).get(field_name.split(".", 1)[1]) if spec.rope_scaling else None
     if field_name == "n_target_features":

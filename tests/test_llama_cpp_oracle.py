@@ -130,3 +130,23 @@ def test_oracle_error_is_the_converters_last_line(drafters, targets, tmp_path: P
         "ValueError: DFlash draft model requires --target-model-dir to be specified. "
         "Please provide the path to the target model directory containing the tokenizer."
     )
+
+
+def test_model_card_metadata_as_llama_cpp_derives_it(drafters, targets, tmp_path: Path) -> None:
+    # general.* from a README.md front matter and generation_config.json go through gguf-py's
+    # Metadata heuristics on both sides (llama.cpp: its own gguf-py; dflashkit: gguf 0.19 from PyPI,
+    # which no longer reads generation_config's repetition_penalty — dflashkit restores that fallback)
+    d = tmp_path / "Qwen3-8B-DFlash-b16"
+    shutil.copytree(drafters["qwen3-b16"], d)
+    (d / "README.md").write_text(
+        "---\nlicense: apache-2.0\nbase_model: Qwen/Qwen3-8B\nlanguage:\n- en\ntags:\n- dflash\n---\n# a drafter\n"
+    )
+    (d / "generation_config.json").write_text('{"temperature": 0.6, "top_k": 20, "top_p": 0.95, "repetition_penalty": 1.05}')
+    oracle = run_oracle(d, tmp_path / "oracle.gguf", outtype="bf16", target_dir=target_for("qwen3-b16", targets, "hf"))
+    ours = tmp_path / "ours.gguf"
+    convert(d, ours, outtype="bf16", target=target_for("qwen3-b16", targets, "hf"), progress=False)
+    assert compare_gguf(oracle, ours) == []
+    assert ours.read_bytes() == oracle.read_bytes()
+    values = {k: v for k, _, v in read_gguf(ours)[0]}
+    assert values["general.sampling.penalty_repeat"] == pytest.approx(1.05)
+    assert values["general.base_model.0.name"] == "Qwen3 8B"

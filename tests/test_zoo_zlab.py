@@ -222,3 +222,56 @@ def test_yarn_spellings_give_the_same_metadata(zoo, tmp_path: Path) -> None:
     a, _ = _listing(ours(zoo, "zlab-yarn-rope-parameters", tmp_path / "a.gguf", "f32"))
     b, _ = _listing(ours(zoo, "zlab-yarn-rope-scaling", tmp_path / "b.gguf", "f32"))
     assert [m for m in a if m[0] != "general.name"] == [m for m in b if m[0] != "general.name"]
+
+
+@pytest.mark.parametrize("name", ["zlab-yarn-rope-scaling", "zlab-linear-rope", "zlab-gelu", "zlab-interleaved", "zlab-self-contained"])
+def test_round_trips_through_the_other_dialects_keep_every_byte(name: str, zoo, tmp_path: Path) -> None:
+    # HF -> luce -> dflash-draft -> llama.cpp == HF -> llama.cpp: rope scaling and the activation ride
+    # along as extension keys, the permuted q/k and the own embeddings/head as tensors
+    target, made = zoo
+    direct = ours(zoo, name, tmp_path / "direct.gguf", "bf16")
+    luce = tmp_path / "luce.gguf"
+    convert(made[name], luce, outtype="bf16", target=target, dialect="luce", **QUIET)
+    convert(luce, tmp_path / "dd.gguf", dialect="dflash-draft", **QUIET)
+    convert(tmp_path / "dd.gguf", tmp_path / "back.gguf", dialect="llama.cpp", **QUIET)
+    assert (tmp_path / "back.gguf").read_bytes() == direct.read_bytes()
+
+
+def test_sinks_exist_only_in_the_llama_cpp_dialect(zoo, tmp_path: Path) -> None:
+    target, made = zoo
+    with pytest.raises(DFlashError) as info:
+        convert(made["zlab-sinks"], tmp_path / "o.gguf", outtype="bf16", target=target, dialect="luce", **QUIET)
+    assert str(info.value) == "tensor 'layers.0.self_attn.sinks' cannot be stored in the luce dialect (it has no name for it)"
+
+
+def _with_config(zoo, tmp_path: Path, name: str, **changes) -> Path:
+    import json
+    import shutil
+
+    _, made = zoo
+    d = tmp_path / name
+    shutil.copytree(made[name], d)
+    config = json.loads((d / "config.json").read_text())
+    config.update(changes)
+    (d / "config.json").write_text(json.dumps(config))
+    return d
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_causal_flag_where_llama_cpp_writes_it(is_causal: bool, zoo, tmp_path: Path) -> None:
+    # llama.cpp's TextModel writes a False is_causal right after head_count_kv and DFlashModel's second
+    # write keeps that position; True is written only by DFlashModel, after target_layers. Pinned from
+    # the oracle run; byte identity checked below when the oracle is available.
+    target, _ = zoo
+    d = _with_config(zoo, tmp_path, "zlab-yarn-rope-parameters", is_causal=is_causal)
+    out = tmp_path / "ours.gguf"
+    convert(d, out, outtype="f32", target=target, **QUIET)
+    keys = [k for k, _, _ in read_gguf(out)[0]]
+    after = "dflash.attention.head_count_kv" if not is_causal else "dflash.target_layers"
+    assert keys[keys.index(after) + 1] == "dflash.attention.causal"
+    assert {k: v for k, _, v in read_gguf(out)[0]}["dflash.attention.causal"] is is_causal
+    from llama_cpp_oracle import llama_cpp_src
+
+    if llama_cpp_src() is not None:
+        oracle = run_oracle(d, tmp_path / "oracle.gguf", outtype="f32", target_dir=target)
+        assert out.read_bytes() == oracle.read_bytes()

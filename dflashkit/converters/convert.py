@@ -200,14 +200,12 @@ def _rewritten_producer(
     """A tensor whose data the family rewrites (`DrafterFamily.sanitize_for`, e.g. the NeoX permutation
     of an interleaved-RoPE q/k): read whole, rewritten in its stored dtype (only data moves, so
     converting afterwards gives llama.cpp's bytes), then converted in row chunks."""
-    assert drafter.family is not None
-    row_elems = t.shape[-1] if t.shape else 1
+    family = drafter.family
+    assert family is not None
 
     def chunks() -> Iterator[np.ndarray]:
-        data = drafter.family.sanitize_for(spec, canonical, np.array(drafter.read_raw(canonical)))  # type: ignore[union-attr]
-        rows = data.reshape(-1, row_elems)
-        for start, stop in iter_row_chunks(rows.shape[0], row_elems * data.dtype.itemsize, CHUNK_BYTES):
-            yield _convert_chunk(rows[start:stop].reshape(-1), t.dtype, out_type, row_elems)
+        data = family.sanitize_for(spec, canonical, np.array(drafter.read_raw(canonical)))
+        yield from _array_producer(data, t.dtype, out_type)()
 
     return chunks
 

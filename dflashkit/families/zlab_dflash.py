@@ -5,6 +5,13 @@ Config rules: every z-lab / speculators / Luce schema in the wild — values liv
 sliding-window layers, partial rotary, Gemma-4 scalings. Tensors: z-lab's HF names, optionally
 under ``model.``; the DFlash 2 names are known too (so a DFlash checkpoint carrying them is
 reported as "tensors this config does not use", not as unknown names).
+
+The zoo variants, as llama.cpp's converter (``conversion/qwen.py`` ``DFlashModel``) treats them:
+RoPE scaling (`rope_scaling_of`), interleaved RoPE (``rope_is_neox_style: false``: q/k and their
+norms permuted to NeoX order, `interleaved_to_neox`, via `rewrites` / `sanitize_for`), ``hidden_act``
+gelu (written as ``dflash.hidden_activation``, which llama.cpp's converter omits), attention sinks
+(every HF spelling → one canonical id), self-contained embeddings/head. No target_layer_ids is an
+error naming ``--target-layer-ids``: z-lab's old default rule is not applied.
 """
 
 from __future__ import annotations
@@ -197,7 +204,6 @@ class ZLabDFlash(DrafterFamily):
         num_target_layers = view.int("num_target_layers", minimum=1)
 
         raw_ids = view.get("target_layer_ids")
-        defaulted = False
         if raw_ids is None:
             # z-lab's old evenly-spaced default rule is wrong for most published checkpoints (z-lab
             # removed it): the taps must come from the config or the user. The rule only shapes the
@@ -301,7 +307,6 @@ class ZLabDFlash(DrafterFamily):
             rope_dimension_count=rope_dims,
             attention_bias=attention_bias,
             torch_dtype=str(torch_dtype) if torch_dtype is not None else None,
-            target_layer_ids_defaulted=defaulted,
             rope_scaling=rope_scaling_of(config, path),
             rope_is_neox_style=neox,
             # silu is the loader's default: no key (what llama.cpp's converter writes)
