@@ -107,6 +107,11 @@ def _warn(message: str) -> None:
 )
 @click.option("--source-repo", metavar="OWNER/NAME", help="Hub repo a local checkpoint was downloaded from (general.source.repo_url).")
 @click.option("--source-revision", metavar="REV", help="Its revision (commit or tag; general.source.url); for a repo-id SRC, the revision to fetch.")
+@click.option(
+    "--taps-are-raw",
+    is_flag=True,
+    help="GGUF SRC only: its dflash.target_layers are raw HF ids (a file carrying dflash.n_target_features); store them + 1.",
+)
 @click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar or warnings.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
@@ -119,6 +124,7 @@ def convert_command(
     dialect: str,
     num_target_layers: int | None,
     mask_token_id: int | None,
+    taps_are_raw: bool,
     target_layer_ids: str | None,
     source_repo: str | None,
     source_revision: str | None,
@@ -137,6 +143,7 @@ def convert_command(
         dialect=dialect,
         num_target_layers=num_target_layers,
         mask_token_id=mask_token_id,
+        taps_are_raw=taps_are_raw,
         target_layer_ids=_layer_ids(target_layer_ids) if target_layer_ids is not None else None,
         source_repo=source_repo,
         source_revision=source_revision,

@@ -253,6 +253,16 @@ LLAMA_CPP = Dialect(
     supports_dflash2=True,
     needs_tokenizer=True,
     tensor_names={**_LLAMA_CPP_TENSORS, **_LLAMA_CPP_DSPARK_TENSORS},
+    # DFlash 2 GGUFs written before llama.cpp settled its names (zoo.md §2): read, rewritten on translate
+    tensor_aliases={
+        "selector.hidden_proj.weight": "selector_hidden.weight",
+        "selector.pred_codebook": "selector_predecessor.weight",
+        "selector.succ_codebook": "selector_successor.weight",
+        "blk.{bid}.attn_conv.base": "blk.{bid}.attn_conv_base",
+        "blk.{bid}.attn_conv.proj.weight": "blk.{bid}.attn_conv_proj.weight",
+        "blk.{bid}.ffn_conv.base": "blk.{bid}.ffn_conv_base",
+        "blk.{bid}.ffn_conv.proj.weight": "blk.{bid}.ffn_conv_proj.weight",
+    },
     file_type_after="{arch}.attention.value_length",
     keys=(
         KeySpec("n_layers", "{arch}.block_count", T.UINT32, required=True),

@@ -29,6 +29,7 @@ from .families import DEFAULT_FAMILY, DrafterFamily, architecture_of, expected_t
 from .io.gguf_reader import GGUFFile, open_gguf
 from .io.safetensors_reader import SafetensorsCheckpoint, SafetensorsTensor, open_checkpoint
 from .spec import DrafterSpec, read_config_json
+from .variants import current_layout, detect_variant
 
 Q = GGMLQuantizationType
 
@@ -69,6 +70,8 @@ class DrafterFile:
     unmapped: list[str]  # stored names with no canonical id
     metadata: dict[str, Any]  # GGUF key → value, or config.json
     family: DrafterFamily | None = None  # None when the spec could not be decoded
+    dropped: list[str] = field(default_factory=list)  # stored names the family drops on purpose (speculators' t2d)
+    variant: str | None = None  # a GGUF layout variant in circulation (`dflashkit.variants`), None = current
     _gguf: GGUFFile | None = field(default=None, repr=False)
     _checkpoint: SafetensorsCheckpoint | None = field(default=None, repr=False)
 
@@ -221,7 +224,9 @@ def _open_gguf(path: Path) -> DrafterFile:
         error = f"general.architecture '{arch}' is not a DFlash drafter dialect (dflash, qwen35-dflash-draft, gemma4-dflash-draft, dflash-draft)"
     else:
         try:
-            spec = spec_from_gguf_metadata(metadata, dialect, arch, name=metadata.get("general.name"))
+            # a pre-merge llama.cpp file reads as the current layout (its mask id and raw taps moved)
+            current = current_layout(metadata)
+            spec = spec_from_gguf_metadata(current, dialect, arch, name=metadata.get("general.name"))
             spec = _fill_vocab(spec, metadata, tensors)
             if spec.n_layers > len(g.tensors):  # bounded by what the file holds, before anything sized by it
                 raise DFlashError(f"metadata claims {spec.n_layers} layers but the file holds {len(g.tensors)} tensors")
@@ -231,12 +236,17 @@ def _open_gguf(path: Path) -> DrafterFile:
     family = family_for_spec(spec) if spec is not None else None
     if spec is not None and family is not None:
         spec = family.refine_spec(spec, {c: t.shape for c, t in tensors.items()})
-    return DrafterFile(path, "gguf", arch, dialect, spec, error, tensors, unmapped, metadata, family, _gguf=g)
+    return DrafterFile(
+        path, "gguf", arch, dialect, spec, error, tensors, unmapped, metadata, family, variant=detect_variant(metadata), _gguf=g
+    )
 
 
 def _fill_vocab(spec: DrafterSpec, metadata: dict[str, Any], tensors: dict[str, TensorRef]) -> DrafterSpec:
     from dataclasses import replace
 
+    d2t = tensors.get("d2t")
+    if d2t is not None and spec.draft_vocab_size is None and len(d2t.shape) == 1:
+        spec = replace(spec, draft_vocab_size=d2t.shape[0])  # a reduced draft vocabulary: its row count
     if spec.vocab_size is not None:
         return spec
     tokens = metadata.get("tokenizer.ggml.tokens")
@@ -281,7 +291,11 @@ def _open_hf(directory: Path, *, strict: bool = False, target_layer_ids: Sequenc
     naming = family or DEFAULT_FAMILY  # names are still mapped (and reported) when the config is bad
     tensors: dict[str, TensorRef] = {}
     unmapped: list[str] = []
+    dropped: list[str] = []
     for t in ck.tensors.values():
+        if naming.ignores_hf_tensor(t.name):
+            dropped.append(t.name)
+            continue
         canonical = naming.hf_to_canonical(t.name)
         if canonical is None:
             unmapped.append(t.name)
@@ -303,4 +317,4 @@ def _open_hf(directory: Path, *, strict: bool = False, target_layer_ids: Sequenc
         architecture = architecture_of(config, str(config_path))
     except DFlashError:  # already in spec_error; shown as given, one line
         architecture = bounds.quote(config.get("architectures"))
-    return DrafterFile(directory, "hf", architecture, None, spec, error, tensors, unmapped, config, family, _checkpoint=ck)
+    return DrafterFile(directory, "hf", architecture, None, spec, error, tensors, unmapped, config, family, dropped, _checkpoint=ck)

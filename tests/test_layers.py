@@ -30,6 +30,7 @@ LAYERS: dict[str, int] = {
     "dflashkit.dialects": 3,
     "dflashkit.tensors": 3,
     "dflashkit.drafters": 3,
+    "dflashkit.variants": 3,
     "dflashkit.target_rules": 3,
     "dflashkit.spec_checks": 3,  # the spec rules; reads the families' tensor sets
     "dflashkit.converters": 4,

@@ -33,7 +33,9 @@ pytestmark = pytest.mark.skipif(
 QUIET = dict(progress=False, warn=lambda m: None)
 
 
-def speculative(target: Path, drafter: Path, want: str) -> subprocess.CompletedProcess[str]:
+def speculative(
+    target: Path, drafter: Path, spec_type: str = "draft-dflash", want: str = "n_drafted"
+) -> subprocess.CompletedProcess[str]:
     """Run llama-speculative-simple; rerun (at most 5 runs) while ``want`` is missing from its stderr.
 
     llama.cpp's logger writes from a worker thread and is deliberately never flushed at exit
@@ -43,13 +45,19 @@ def speculative(target: Path, drafter: Path, want: str) -> subprocess.CompletedP
     printed ``want``."""
     for _ in range(5):
         r = subprocess.run(
-            [str(SPECULATIVE), "-m", str(target), "-md", str(drafter), "--spec-type", "draft-dflash",
+            [str(SPECULATIVE), "-m", str(target), "-md", str(drafter), "--spec-type", spec_type,
              "--spec-draft-n-max", "15", "-p", "hello world", "-n", "8", "--temp", "0", "-t", "2", "-c", "256"],
             capture_output=True, text=True, errors="replace", timeout=300,
         )
         if want in r.stderr:
             break
     return r
+
+
+def n_drafted(r: subprocess.CompletedProcess[str]) -> int:
+    drafted = [line for line in r.stderr.splitlines() if "n_drafted" in line]
+    assert drafted, r.stderr[-2000:]
+    return int(drafted[-1].split("=")[-1])
 
 
 @pytest.mark.parametrize("family", list(make_drafters.FAMILIES))
@@ -59,8 +67,7 @@ def test_llama_cpp_loads_and_drafts(family: str, drafters, targets, tmp_path: Pa
     convert(drafters[family], out, outtype="q8_0", target=target, **QUIET)
     r = speculative(target, out, want="n_drafted")
     assert r.returncode == 0, r.stderr[-2000:]
-    drafted = [line for line in r.stderr.splitlines() if "n_drafted" in line]
-    assert drafted and int(drafted[-1].split("=")[-1]) > 0, r.stderr[-2000:]
+    assert n_drafted(r) > 0
     assert f"mask_token_id={make_drafters.FAMILIES[family]['dflash_config']['mask_token_id']}" in r.stderr
 
 
@@ -105,3 +112,71 @@ def test_tap_past_the_last_layer_aborts_llama_cpp_and_inspect_says_why(drafters,
     report = inspect_paths([str(out)], target=str(short))
     assert "target.tap_range" in {f.id for f in report.files[0].findings}
     assert report.exit_code() == 1
+
+
+# ---- the drafter zoo (fixtures/make_zoo.py): every family that converts loads and drafts --------------
+
+#: zoo fixtures dflashkit refuses on purpose (tests/test_speculators_dflash.py and the DSpark tests say why)
+REFUSED = {"spec-dspark-gated", "specforge-dspark-gated", "qwen3-dspark-d2t-dup", "deepseekv4-dspark"}
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
+    pytest.importorskip("dflash.model")
+    pytest.importorskip("speculators.models.dspark")
+    import make_zoo
+
+    root = tmp_path_factory.mktemp("zoo")
+    target_dir, made = make_zoo.make_zoo(root, [n for n in make_zoo.FIXTURES if n not in REFUSED])
+    return make_target.make_gguf_target(root / "target.gguf", target_dir), made, target_dir
+
+
+def _zoo_names() -> list[str]:
+    import make_zoo
+
+    return [n for n in make_zoo.FIXTURES if n not in REFUSED]
+
+
+@pytest.mark.parametrize("name", _zoo_names())
+def test_zoo_drafter_loads_and_drafts(name: str, zoo, tmp_path: Path) -> None:
+    import make_zoo
+
+    target, made, target_dir = zoo
+    out = tmp_path / "d.gguf"
+    # MiMo's mask_embedding.pt takes the target's embeddings and head from its HF dir; a config without
+    # target_layer_ids gets them from --target-layer-ids (the fixture's taps)
+    extra = {"target_layer_ids": make_zoo.TAPS} if name == "zlab-no-taps" else {}
+    result = convert(made[name], out, outtype="q8_0", target=target_dir if name == "zlab-mimo" else target, **extra, **QUIET)
+    # llama.cpp tells DSpark from DFlash by the Markov head (common/speculative.cpp auto-detection)
+    spec_type = "draft-dspark" if any(t.gguf_name == "markov_w1.weight" for t in result.tensors) else "draft-dflash"
+    r = speculative(target, out, spec_type)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert n_drafted(r) > 0
+    assert "mask_token_id=500" in r.stderr
+    if name.startswith("spec-dflash"):  # speculators DFlash / DFlash 2: slot 0 is the anchor
+        assert "sample_from_anchor=false" in r.stderr
+
+
+def test_pre_merge_file_is_refused_and_its_translation_loads(drafters, targets, tmp_path: Path) -> None:
+    from dflashkit.dialects import tap_ids_from_llama_cpp
+    from gguf import GGUFValueType as V
+    from test_inspect_drafter import rewrite_gguf
+
+    target = targets[64]["gguf"]
+    current = tmp_path / "current.gguf"
+    convert(drafters["qwen3-b16"], current, outtype="q8_0", target=target, **QUIET)
+    import gguf
+
+    stored = [int(v) for v in gguf.GGUFReader(current).fields["dflash.target_layers"].contents()]
+    pre = rewrite_gguf(
+        current, tmp_path / "pre.gguf", drop_keys=("dflash.target_layers", "tokenizer.ggml.mask_token_id"),
+        set_keys={"dflash.mask_token_id": (500, V.UINT32),
+                  "dflash.target_layer_ids": (tap_ids_from_llama_cpp(stored), V.ARRAY, V.INT32)},
+    )
+    r = speculative(target, pre, want="requires 'target_layers'")
+    assert r.returncode != 0 and "DFlash model requires 'target_layers' in GGUF metadata" in r.stderr
+    fixed = tmp_path / "fixed.gguf"
+    convert(pre, fixed, **QUIET)
+    r = speculative(target, fixed)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert n_drafted(r) > 0

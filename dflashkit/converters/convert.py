@@ -235,6 +235,7 @@ def convert(
     dialect: str = DEFAULT_DIALECT.name,
     num_target_layers: int | None = None,
     mask_token_id: int | None = None,
+    taps_are_raw: bool = False,
     target_layer_ids: Sequence[int] | None = None,
     source_repo: str | None = None,
     source_revision: str | None = None,
@@ -259,8 +260,11 @@ def convert(
             )
         return translate_gguf(
             src, out, dialect=dialect, target=target, num_target_layers=num_target_layers,
-            mask_token_id=mask_token_id, target_layer_ids=target_layer_ids, force=force, progress=progress, warn=warn,
+            mask_token_id=mask_token_id, target_layer_ids=target_layer_ids, taps_are_raw=taps_are_raw,
+            force=force, progress=progress, warn=warn,
         )
+    if taps_are_raw:
+        raise UsageError(f"{src}: --taps-are-raw applies to a GGUF source (an HF config's target_layer_ids are HF ids)")
     out_path = check_output_path(out, force=force, inputs=[src] + ([target] if target else []))
     dialect_table = get_dialect(dialect)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
@@ -20,6 +21,8 @@ from ..drafters import DrafterFile, open_drafter
 from ..errors import DFlashError, UsageError
 from ..io.gguf_writer import MetadataEntry, TensorToWrite, check_output_path, write_gguf
 from ..spec_checks import check_spec, require_mask_in_vocab
+from ..spec import DrafterSpec
+from ..variants import PRE_MERGE, RAW_TAPS, RAW_TAPS_KEY, TAPS_KEY
 from .plan import (
     ConvertResult,
     PlannedTensor,
@@ -52,6 +55,25 @@ def _raw_copy(drafter: DrafterFile, canonical: str) -> Callable[[], Iterator[np.
     return chunks
 
 
+def _fix_tap_convention(drafter: DrafterFile, spec: DrafterSpec, src: str, taps_are_raw: bool) -> DrafterSpec:
+    """Apply ``--taps-are-raw``; refuse a raw-tap ``dflash`` file without it."""
+    stored = drafter.metadata.get(TAPS_KEY)
+    if taps_are_raw:
+        if drafter.dialect is None or drafter.dialect.tap_offset != 1 or drafter.variant == PRE_MERGE:
+            raise UsageError(
+                f"{src}: --taps-are-raw applies to a current-layout llama.cpp 'dflash' file (this one's tap ids "
+                f"are read as {drafter.tap_convention if drafter.variant != PRE_MERGE else 'raw HF ids'} already)"
+            )
+        return replace(spec, target_layer_ids=tuple(i + 1 for i in spec.target_layer_ids))
+    if drafter.variant == RAW_TAPS:
+        raise DFlashError(
+            f"{src}: carries {RAW_TAPS_KEY}, a key only tools that copy raw tap ids write (beellama's "
+            f"convert-dflash-draft-to-upstream.py), so {TAPS_KEY} {stored} probably tap one layer early — "
+            "pass --taps-are-raw to store them + 1"
+        )
+    return spec
+
+
 def translate_gguf(
     src: str | os.PathLike,
     out: str | os.PathLike,
@@ -60,12 +82,17 @@ def translate_gguf(
     target: str | os.PathLike | None = None,
     num_target_layers: int | None = None,
     mask_token_id: int | None = None,
+    taps_are_raw: bool = False,
     target_layer_ids: Sequence[int] | None = None,
     force: bool = False,
     progress: bool = True,
     warn: Callable[[str], None] | None = None,
 ) -> ConvertResult:
-    """Rewrite a drafter GGUF in another dialect (or the same one, normalised)."""
+    """Rewrite a drafter GGUF in another dialect (or the same one, normalised).
+
+    The llama.cpp ``dflash`` variants in circulation (`dflashkit.variants`) come out in the current
+    layout: a pre-merge file as read (mask id and taps moved), a raw-tap file only with
+    ``taps_are_raw`` (its stored ids + 1) — without it such a file is refused."""
     warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
     out_path = check_output_path(out, force=force, inputs=[src] + ([target] if target else []))
     table: Dialect = get_dialect(dialect)
@@ -80,6 +107,7 @@ def translate_gguf(
                 f"{src}: {len(drafter.unmapped)} tensor(s) with no meaning in the {drafter.dialect.name if drafter.dialect else '?'} "
                 f"dialect: {shown} — refusing to drop them"
             )
+        spec = _fix_tap_convention(drafter, spec, str(src), taps_are_raw)
         check_dialect_holds(spec, table, str(src))
         spec = apply_overrides(spec, str(src), num_target_layers=num_target_layers, mask_token_id=mask_token_id)
         if target_layer_ids is not None and list(target_layer_ids) != list(spec.target_layer_ids):

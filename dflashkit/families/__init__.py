@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from .. import bounds
 from ..errors import DFlashError
 from ..spec import ARCH_DFLASH, ConfigView, DrafterSpec, read_config_json
-from . import zlab_dflash, zlab_dflash2
+from . import speculators_dflash, zlab_dflash, zlab_dflash2
 # DSpark families (issue 13, 13B)
 from . import deepseek_v4_dspark, dspark, gemma4_dspark, speculators_dspark
 from .base import DrafterFamily
@@ -30,6 +30,10 @@ FAMILIES: tuple[DrafterFamily, ...] = (
     gemma4_dspark.FAMILY,
     dspark.FAMILY,
     deepseek_v4_dspark.FAMILY,
+    # speculators DFlash / DFlash 2 (13C): same architecture strings as z-lab, claimed by config
+    # shape — so they come before the z-lab families, which claim by name
+    speculators_dflash.DFLASH,
+    speculators_dflash.DFLASH2,
     # z-lab DFlash
     zlab_dflash.FAMILY,
     zlab_dflash2.FAMILY,

@@ -10,7 +10,7 @@ architecture strings itself.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 from gguf import GGMLQuantizationType
@@ -60,6 +60,11 @@ class DrafterFamily:
     def hf_to_canonical(self, hf_name: str) -> str | None:
         """Canonical id of one HF checkpoint tensor name, or None when the family has no such tensor."""
         raise NotImplementedError
+
+    def ignores_hf_tensor(self, hf_name: str) -> bool:
+        """Whether a stored HF tensor is dropped on purpose (nothing reads it at run time, e.g.
+        speculators' ``t2d``); it is listed in `DrafterFile.dropped`, never silently lost."""
+        return False
 
     def sanitize(self, canonical: str, array: np.ndarray) -> np.ndarray:
         """Undo a checkpoint quirk in one tensor's data (float32, HF shape). Identity by default."""

@@ -20,9 +20,11 @@ import re
 from typing import Any, Mapping
 
 import numpy as np
+from gguf import GGUFValueType
 
 from .. import bounds
 from ..errors import DFlashError
+from ..io.gguf_writer import MetadataEntry
 from ..spec import (
     ARCH_DFLASH,
     ConfigView,
@@ -325,6 +327,17 @@ class ZLabDFlash(DrafterFamily):
             for key in ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
         }
 
+    # ---- metadata ----------------------------------------------------------------------------------
+    #: written here (after every dialect key, where llama.cpp's DSpark converter puts it), not by the table
+    metadata_fields = frozenset({"sample_from_anchor"})
+
+    def extra_metadata(self, spec: DrafterSpec, dialect: Any, arch: str) -> list[MetadataEntry]:
+        # a drafter whose block slot 0 is the anchor (speculators DFlash / DFlash 2) must say so: the
+        # loader reads a missing dflash.sample_from_anchor as true
+        if spec.sample_from_anchor is None or dialect.key_for_field("sample_from_anchor", arch) is None:
+            return []
+        return [MetadataEntry(f"{arch}.sample_from_anchor", bool(spec.sample_from_anchor), GGUFValueType.BOOL)]
+
     # ---- tensor set ------------------------------------------------------------------------------
     def expected_tensors(self, spec: DrafterSpec, *, vocab_size: int | None = None) -> dict[str, tuple[int, ...]]:
         h, hd = spec.hidden_size, spec.head_dim
@@ -371,11 +384,13 @@ class ZLabDFlash(DrafterFamily):
 
     def optional_tensors(self, spec: DrafterSpec) -> dict[str, tuple[int, ...]]:
         h, hd = spec.hidden_size, spec.head_dim
+        head_rows = spec.draft_vocab_size or spec.vocab_size or -1
         shapes: dict[str, tuple[int, ...]] = {
             "embed_tokens.weight": (spec.vocab_size or -1, h),
-            # a reduced draft vocabulary (with d2t) has an own head of draft_vocab_size rows
-            "lm_head.weight": (spec.draft_vocab_size or spec.vocab_size or -1, h),
+            "lm_head.weight": (head_rows, h),
         }
+        if spec.draft_vocab_size is not None:  # a reduced draft vocabulary (GGUF: d2t present)
+            shapes["d2t"] = (spec.draft_vocab_size,)
         for i in range(spec.n_layers):
             p = f"layers.{i}.self_attn."
             shapes[p + "o_proj.bias"] = (h,)

@@ -19,6 +19,7 @@ from dflashkit.spec import DrafterSpec, read_config_json
 from dflashkit.spec_checks import POSITIVE_FIELDS, size_problems
 from dflashkit.families import FAMILIES, KNOWN_ARCHITECTURES
 from dflashkit.families.tensor_set import tensor_set_problems
+from dflashkit.variants import MASK_KEY, PRE_MERGE, PRE_MERGE_MASK_KEY, PRE_MERGE_TAPS_KEY, RAW_TAPS, RAW_TAPS_KEY, TAPS_KEY, detect_variant
 
 MAX_BLOCK_SIZE = 64
 
@@ -65,12 +66,16 @@ def check_gguf_metadata(ctx: InspectContext) -> Iterator[Finding]:
         f"{dialect.tap_convention}",
         dialect=dialect.name, architecture=arch, tap_convention=dialect.tap_convention,
     )
+    variant = detect_variant({k: kv.value for k, kv in ctx.gguf.kvs.items()})
+    yield from _variant_findings(ctx, variant)
+    # a pre-merge file's mask id and taps are under its own keys; the finding above says so
+    moved = {MASK_KEY, TAPS_KEY} if variant == PRE_MERGE else set()
     missing = []
     for ks in dialect.keys:
         key = dialect.key(ks, arch)
         kv = ctx.gguf.kvs.get(key)
         if kv is None:
-            if ks.required:
+            if ks.required and key not in moved:
                 missing.append(key)
             continue
         if kv.type != ks.type or (ks.sub_type is not None and kv.sub_type != ks.sub_type):
@@ -126,6 +131,28 @@ def check_gguf_metadata(ctx: InspectContext) -> Iterator[Finding]:
                 "(Luce's Qwen loader reads it as the tap count)",
                 stored=n, taps=drafter.spec.n_taps,
             )
+
+
+def _variant_findings(ctx: InspectContext, variant: str | None) -> Iterator[Finding]:
+    """The llama.cpp ``dflash`` variants in circulation (`dflashkit.variants`), with the command that fixes them."""
+    assert ctx.gguf is not None
+    if variant == PRE_MERGE:
+        yield error(
+            "drafter.pre_merge",
+            f"{ctx.path}: pre-merge llama.cpp DFlash file ({PRE_MERGE_MASK_KEY} set, no {TAPS_KEY}) — current llama.cpp "
+            f"refuses it (\"DFlash model requires 'target_layers' in GGUF metadata\"); fix: dflash-convert {ctx.path} "
+            f"{ctx.path.with_suffix('.fixed.gguf')}",
+            taps=ctx.gguf.get(PRE_MERGE_TAPS_KEY), mask_token_id=ctx.gguf.get(PRE_MERGE_MASK_KEY),
+        )
+    elif variant == RAW_TAPS:
+        stored = ctx.gguf.get(TAPS_KEY)
+        yield warning(
+            "drafter.raw_tap_ids",
+            f"{ctx.path}: carries {RAW_TAPS_KEY}, a key only tools that copy raw tap ids write (beellama's "
+            f"convert-dflash-draft-to-upstream.py): {TAPS_KEY} {stored} probably tap one layer early; fix: "
+            f"dflash-convert {ctx.path} {ctx.path.with_suffix('.fixed.gguf')} --taps-are-raw",
+            target_layers=stored,
+        )
 
 
 @register_check("drafter.checkpoint", kinds=("safetensors",), order=200)

@@ -48,11 +48,13 @@ def check_dspark_heads(ctx: InspectContext) -> Iterator[Finding]:
     n_vocab = len(tokens) if isinstance(tokens, list) and tokens else spec.vocab_size
     ctx.summary["family"] = d.family.name
     if d.family.name not in DSPARK_FAMILIES:
-        yield error(
-            "dspark.flags_missing",
-            f"{path}: DSpark head tensors ({', '.join(_name(d, c) for c in (D2T, W1, W2, CONF_W) if c in d.tensors)}) but no "
-            f"{arch}.has_confidence_head / {arch}.sample_from_anchor keys — re-convert with dflash-convert",
-        )
+        # d2t alone is a DFlash drafter with a reduced vocabulary (speculators DFlash, 13C): no DSpark flags
+        if any(c in d.tensors for c in (W1, W2, CONF_W)):
+            yield error(
+                "dspark.flags_missing",
+                f"{path}: DSpark head tensors ({', '.join(_name(d, c) for c in (D2T, W1, W2, CONF_W) if c in d.tensors)}) but no "
+                f"{arch}.has_confidence_head / {arch}.sample_from_anchor keys — re-convert with dflash-convert",
+            )
     else:
         yield info(
             "dspark.family",

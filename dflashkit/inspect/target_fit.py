@@ -16,8 +16,10 @@ from dflashkit.converters.tokenizer import tokenizer_from_gguf
 from dflashkit.errors import DFlashError
 from dflashkit.inspect.checks import InspectContext, register_check
 from dflashkit.inspect.drafter import drafter_of
-from dflashkit.inspect.findings import Finding, error, info
+from dflashkit.converters.plan import target_uses_mrope
+from dflashkit.inspect.findings import Finding, error, info, warning
 from dflashkit.inspect.provenance import Verdict, verdict_for_path
+from dflashkit.spec import DrafterSpec
 from dflashkit.target_rules import target_violations
 
 
@@ -53,8 +55,23 @@ def check_target_fit(ctx: InspectContext) -> Iterator[Finding]:
     # the rule list the converter refuses pairs by (dflashkit.target_rules)
     for rule_id, message, data in target_violations(str(ctx.path), spec, target, drafter.dialect, drafter.tap_convention):
         yield error(rule_id, message, **data)
+    yield from _mrope_sections(ctx, spec, target)
     yield from _tokenizer_match(ctx, target)
     yield from _instruct_match(ctx, target)
+
+
+def _mrope_sections(ctx: InspectContext, spec: DrafterSpec, target: TargetInfo) -> Iterator[Finding]:
+    """An M-RoPE target's drafter needs ``rope.dimension_sections`` ([n_rot/2, 0, 0, 0], as llama.cpp's
+    converter writes it); DFlash 2 files made before 2026-08-27 lack it and lose acceptance on image input."""
+    if ctx.gguf is None or spec.rope_dimension_sections is not None or not target_uses_mrope(target):
+        return
+    yield warning(
+        "target.mrope_sections",
+        f"{ctx.path}: target {target.path} uses M-RoPE but the drafter has no rope.dimension_sections (llama.cpp "
+        f"writes [{spec.head_dim // 2}, 0, 0, 0]) — acceptance drops on image input; fix: dflash-convert {ctx.path} "
+        f"{ctx.path.with_suffix('.fixed.gguf')} --target {target.path}",
+        expected=[spec.head_dim // 2, 0, 0, 0],
+    )
 
 
 def _tokenizer_match(ctx: InspectContext, target: TargetInfo) -> Iterator[Finding]:
