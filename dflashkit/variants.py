@@ -17,7 +17,7 @@ command that fixes them, translation rewrites them.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 PRE_MERGE = "pre-merge"
 RAW_TAPS = "raw-taps"
@@ -52,6 +52,7 @@ def current_layout(metadata: Mapping[str, Any]) -> dict[str, Any]:
     out.setdefault(MASK_KEY, out.pop(PRE_MERGE_MASK_KEY))
     out.pop(PRE_MERGE_MASK_KEY, None)
     taps = out.pop(PRE_MERGE_TAPS_KEY, None)
-    if isinstance(taps, list):
+    # a GGUF numeric array reads as a `NumericArray` (a Sequence), a JSON-ish caller may pass a list
+    if isinstance(taps, Sequence) and not isinstance(taps, (str, bytes)):
         out[TAPS_KEY] = [int(i) + 1 for i in taps]
     return out
