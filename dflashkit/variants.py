@@ -1,5 +1,5 @@
 """Variants of the llama.cpp ``dflash`` GGUF layout in circulation that current llama.cpp misreads or refuses
-(facts: ../shared/zoo.md §3), as a table: how each is recognised from its metadata, and how its
+(facts: llama.cpp 0.3.36 and the converters named below), as a table: how each is recognised from its metadata, and how its
 metadata reads in the current layout.
 
 - ``pre-merge``: written before llama.cpp's DFlash support was merged — ``dflash.mask_token_id`` and

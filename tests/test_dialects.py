@@ -55,7 +55,7 @@ FACT_KEYS = {
         "{arch}.sample_from_anchor": (V.BOOL, None),
         "{arch}.has_confidence_head": (V.BOOL, None),
         "{arch}.attention.scale": (V.FLOAT32, None),
-        # issue 13 (../shared/zoo.md §2, llama.cpp's conversion/base.py and src/models/dflash.cpp)
+        # issue 13 (llama.cpp's conversion/base.py and src/models/dflash.cpp)
         "{arch}.rope.scaling.type": (V.STRING, None),
         "{arch}.rope.scaling.factor": (V.FLOAT32, None),
         "{arch}.rope.scaling.original_context_length": (V.UINT32, None),
