@@ -48,16 +48,18 @@ class _EmptyArrayWriter(gguf.GGUFWriter):
 
 
 def rewrite_gguf(src: Path, dst: Path, set_keys: dict[str, tuple] | None = None, drop_keys: tuple[str, ...] = (),
-                 replace: dict[str, np.ndarray] | None = None) -> Path:
-    """Copy a GGUF with metadata keys replaced: ``set_keys[key] = (value, type[, sub_type])``.
+                 replace: dict[str, np.ndarray] | None = None, *, drop_tensors: tuple[str, ...] = (),
+                 rename: dict[str, str] | None = None) -> Path:
+    """Copy a GGUF with edits: metadata keys set (``set_keys[key] = (value, type[, sub_type])``) or dropped,
+    tensors dropped, renamed or replaced (``replace[name]``: new float data of the same shape).
 
-    Tensors are copied byte for byte (``replace[name]``: new float data of the same shape). gguf-py writes any value of the declared type, so a key can be
-    given a string, an array, an empty array or an out-of-range number."""
+    Other tensors are copied byte for byte. gguf-py writes any value of the declared type, so a key can be
+    given a string, an array, an empty array or an out-of-range number. The one GGUF rewriter of the tests."""
     set_keys = set_keys or {}
+    rename = rename or {}
+    replace = replace or {}
     r = gguf.GGUFReader(src)
-    arch = r.fields["general.architecture"].contents()
-    if "general.architecture" in set_keys:
-        arch = set_keys["general.architecture"][0]
+    arch = set_keys.get("general.architecture", (r.fields["general.architecture"].contents(),))[0]
     w = _EmptyArrayWriter(dst, arch)
     for k, f in r.fields.items():
         if k.startswith("GGUF.") or k == "general.architecture" or k in drop_keys or k in set_keys:
@@ -67,11 +69,14 @@ def rewrite_gguf(src: Path, dst: Path, set_keys: dict[str, tuple] | None = None,
         if k != "general.architecture":
             w.add_key_value(k, value[0], value[1], value[2] if len(value) > 2 else None)
     for t in r.tensors:
-        if replace and t.name in replace:
-            w.add_tensor(t.name, replace[t.name])
+        if t.name in drop_tensors:
+            continue
+        name = rename.get(t.name, t.name)
+        if t.name in replace:
+            w.add_tensor(name, replace[t.name])
             continue
         # F32/F16 data is typed; any other type comes as bytes whose shape gguf-py maps back itself
-        w.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type if t.tensor_type not in (0, 1) else None)
+        w.add_tensor(name, np.asarray(t.data), raw_dtype=t.tensor_type if t.tensor_type not in (0, 1) else None)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

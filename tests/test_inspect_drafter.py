@@ -18,39 +18,9 @@ from dflashkit.converters.convert import convert
 from dflashkit.inspect import inspect_paths
 
 import make_target
+from hostile import rewrite_gguf  # noqa: F401  (other test files import it from here)
 
 QUIET = dict(progress=False, warn=lambda m: None)
-
-
-def rewrite_gguf(src: Path, dst: Path, *, drop_keys=(), set_keys=None, drop_tensors=(), rename=None, replace=None) -> Path:
-    """Copy a GGUF with edits (keys dropped/set, tensors dropped/renamed/replaced)."""
-    set_keys = set_keys or {}
-    rename = rename or {}
-    replace = replace or {}
-    r = gguf.GGUFReader(src)
-    arch = set_keys.get("general.architecture", (r.fields["general.architecture"].contents(),))[0]
-    w = gguf.GGUFWriter(dst, arch)
-    for k, f in r.fields.items():
-        if k.startswith("GGUF.") or k == "general.architecture" or k in drop_keys or k in set_keys:
-            continue
-        w.add_key_value(k, f.contents(), f.types[0], f.types[1] if len(f.types) > 1 else None)
-    for k, value in set_keys.items():
-        if k != "general.architecture":
-            w.add_key_value(k, value[0], value[1], value[2] if len(value) > 2 else None)
-    for t in r.tensors:
-        if t.name in drop_tensors:
-            continue
-        name = rename.get(t.name, t.name)
-        if t.name in replace:
-            w.add_tensor(name, replace[t.name])
-        else:
-            data = np.asarray(t.data)
-            w.add_tensor(name, data, raw_dtype=t.tensor_type if t.tensor_type not in (0, 1) else None)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return dst
 
 
 def findings(path, **kw) -> dict[str, list]:
