@@ -48,10 +48,7 @@ class TensorRef:
 
     @property
     def n_elements(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     @property
     def bits_per_weight(self) -> float:

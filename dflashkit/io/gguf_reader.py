@@ -20,6 +20,7 @@ Layout (little-endian; versions 2 and 3 are identical on disk)::
 from __future__ import annotations
 
 import mmap
+import math
 import os
 import stat
 import struct
@@ -166,10 +167,7 @@ class TensorInfo:
 
     @property
     def n_elements(self) -> int:
-        n = 1
-        for d in self.dims:
-            n *= d
-        return n
+        return math.prod(self.dims)
 
     @property
     def end(self) -> int:

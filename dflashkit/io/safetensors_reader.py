@@ -13,6 +13,7 @@ read-only ``numpy.memmap`` views.
 from __future__ import annotations
 
 import json
+import math
 import os
 import reprlib
 import stat
@@ -83,10 +84,7 @@ class SafetensorsTensor:
 
     @property
     def n_elements(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     @property
     def end(self) -> int:
