@@ -25,7 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _measure import run_measured  # noqa: E402
 
-# z-lab Qwen3-4B-DFlash-b16 (../shared/dialects.md)
+# z-lab Qwen3-4B-DFlash-b16 (docs/dialects.md)
 CONFIG = {
     "architectures": ["DFlashDraftModel"],
     "hidden_size": 2560,

@@ -60,7 +60,7 @@ LLAMA_SRC = Path(os.environ.get("DFLASHKIT_LLAMA_CPP_SRC",
                                 CACHE / "llama_cpp_python-0.3.36" / "vendor" / "llama.cpp"))
 LLAMA_BIN = Path(os.environ.get("DFLASHKIT_LLAMA_CPP_BIN", CACHE / "llama-build-0.3.36" / "bin"))
 
-# z-lab Qwen3-4B-DFlash-b16 (../shared/dialects.md)
+# z-lab Qwen3-4B-DFlash-b16 (docs/dialects.md)
 CONFIG_4B = {
     "architectures": ["DFlashDraftModel"],
     "model_type": "qwen3",

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import make_drafters  # noqa: E402
 from _measure import run_measured  # noqa: E402
 
-# z-lab Qwen3-4B-DFlash-b16 (../shared/dialects.md); the target Qwen3-4B has 36 layers, tied embeddings.
+# z-lab Qwen3-4B-DFlash-b16 (docs/dialects.md); the target Qwen3-4B has 36 layers, tied embeddings.
 OVERRIDES = {
     "hidden_size": 2560,
     "num_hidden_layers": 5,
