@@ -39,3 +39,26 @@ def test_copy_range_past_the_end_of_the_source_is_eof(tmp_path):
     dst.write_bytes(b"")
     with open(src, "rb") as s, open(dst, "r+b") as d, pytest.raises(EOFError):
         kcopy.copy_range(s.fileno(), 0, d.fileno(), 0, 10)
+
+
+def test_prefetch_advises_willneed_for_each_readable_file_and_never_raises(tmp_path, monkeypatch):
+    import threading
+
+    present = tmp_path / "model-00001-of-00002.safetensors"
+    present.write_bytes(b"x" * 4096)
+    calls: list[tuple[int, int, int]] = []
+    names: list[str] = []
+
+    def record(fd: int, offset: int, length: int, advice: int) -> None:
+        names.append(os.readlink(f"/proc/self/fd/{fd}") if os.path.exists("/proc/self/fd") else "?")
+        calls.append((offset, length, advice))
+        raise OSError(errno.ESPIPE, "advice refused")  # advisory: an error is ignored
+
+    monkeypatch.setattr(os, "posix_fadvise", record)
+    before = set(threading.enumerate())
+    kcopy.prefetch([tmp_path / "missing.safetensors", present])
+    for t in set(threading.enumerate()) - before:
+        t.join(timeout=10)
+    assert calls == [(0, 0, os.POSIX_FADV_WILLNEED)]  # the whole file; the missing one is skipped
+    if names != ["?"]:
+        assert names == [str(present)]

@@ -33,6 +33,7 @@ from ..io.gguf_writer import (
     llama_tensor_order_key,
     write_gguf,
 )
+from ..io.copy import prefetch
 from ..io.safetensors_reader import SafetensorsTensor
 from ..spec import DrafterSpec
 from ..spec_checks import check_spec, require_mask_in_vocab
@@ -302,6 +303,7 @@ def _convert_checkpoint(
     family = drafter.family
     assert family is not None
     mapped = {c: drafter.source_tensor(c) for c in drafter.tensors}
+    prefetch(sorted({t.file for t in mapped.values()}))  # shard reads overlap the target/tokenizer work
     check_dialect_holds(spec, dialect_table, str(directory), hint=" — use --dialect llama.cpp")
     codebook = mapped.get("candidate_selector.predecessor_codebook.weight")
     if codebook is not None and spec.vocab_size is None:

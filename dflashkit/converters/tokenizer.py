@@ -318,14 +318,15 @@ def tokenizer_from_hf_dir(directory: str | Path, vocab_size: int) -> TokenizerMe
             f"{directory}: no tokenizer files (tokenizer.json); pass the target's GGUF file "
             f"or a complete HF directory as --target"
         )
-    tok = _read_json(tokenizer_json)
+    files = _ParsedJson()  # each file parsed once (tokenizer.json is ~11 MB for a 152 k vocabulary)
+    tok = files.read(tokenizer_json)
     _require_byte_level_bpe(tok, tokenizer_json)
-    tokenizer_config = _read_json_if_present(directory / "tokenizer_config.json")
-    _read_json_if_present(directory / "config.json")  # a one-line error now, not SpecialVocab's traceback
+    tokenizer_config = files.read_if_present(directory / "tokenizer_config.json")
+    files.read_if_present(directory / "config.json")  # a one-line error now, not SpecialVocab's traceback
 
     backend = _load_backend(tokenizer_json)
     _add_config_tokens(backend, tokenizer_config)
-    pre = _pre_tokenizer_name(backend, tokenizer_json)
+    pre = _pre_tokenizer_name(backend, tokenizer_json, tok)
     vocab = backend.get_vocab(with_added_tokens=True)
     if vocab and max(vocab.values()) >= vocab_size:
         worst = max(vocab, key=vocab.__getitem__)
@@ -348,7 +349,7 @@ def tokenizer_from_hf_dir(directory: str | Path, vocab_size: int) -> TokenizerMe
     writer.add_token_list(tokens)
     writer.add_token_types(toktypes)
     try:
-        special = _ConverterSpecialVocab(directory, load_merges=True)
+        special = _ConverterSpecialVocab(directory, files, load_merges=True)
     except ValueError as exc:  # SpecialVocab's word for a negative special id or unknown merges format
         raise DFlashError(f"{directory}: {exc}; fix tokenizer.json / tokenizer_config.json / config.json") from exc
     special.add_to_gguf(writer, quiet=True)
@@ -356,17 +357,24 @@ def tokenizer_from_hf_dir(directory: str | Path, vocab_size: int) -> TokenizerMe
     return TokenizerMetadata(entries=entries, source=f"target HF dir {directory}", vocab_size=len(tokens))
 
 
-def _read_json(path: Path) -> Any:
-    return read_json(path, hint="; re-download the file")
+class _ParsedJson:
+    """The tokenizer's JSON files, each parsed at most once per conversion (callers do not mutate them)."""
 
+    def __init__(self) -> None:
+        self._parsed: dict[Path, Any] = {}
 
-def _read_json_if_present(path: Path) -> dict[str, Any] | None:
-    if not path.is_file():
-        return None
-    data = _read_json(path)
-    if not isinstance(data, dict):
-        raise DFlashError(f"{path}: expected a JSON object; re-download the file")
-    return data
+    def read(self, path: Path) -> Any:
+        if path not in self._parsed:
+            self._parsed[path] = read_json(path, hint="; re-download the file")
+        return self._parsed[path]
+
+    def read_if_present(self, path: Path) -> dict[str, Any] | None:
+        if not path.is_file():
+            return None
+        data = self.read(path)
+        if not isinstance(data, dict):
+            raise DFlashError(f"{path}: expected a JSON object; re-download the file")
+        return data
 
 
 def _require_byte_level_bpe(tok: Any, path: Path) -> None:
@@ -409,11 +417,11 @@ def pre_tokenizer_hash(backend: Any) -> str:
     return hashlib.sha256(str(ids).encode()).hexdigest()
 
 
-def _pre_tokenizer_name(backend: Any, tokenizer_json: Path) -> str:
+def _pre_tokenizer_name(backend: Any, tokenizer_json: Path, tok: dict[str, Any]) -> str:
     chkhsh = pre_tokenizer_hash(backend)
     name = LLAMA_CPP_PRE_HASHES.get(chkhsh)
     if name is None:
-        regexes = _split_regexes(_read_json(tokenizer_json).get("pre_tokenizer"))
+        regexes = _split_regexes(tok.get("pre_tokenizer"))
         if len(regexes) == 1:
             name = PRE_TOKENIZER_REGEXES.get(regexes[0])
     if name is None:
@@ -533,9 +541,13 @@ class _ConverterSpecialVocab(SpecialVocab):
     normalizer_lowercase: bool | None = None
     normalizer_strip_accents: bool | None = None
 
+    def __init__(self, path: Path, files: _ParsedJson, **kwargs: Any) -> None:
+        self._files = files  # set first: SpecialVocab.__init__ loads at once
+        super().__init__(path, **kwargs)
+
     def _try_load_from_tokenizer_json(self, path: Path) -> bool:
-        tokenizer = _read_json_if_present(path / "tokenizer.json") or {}
-        config = _read_json_if_present(path / "tokenizer_config.json")
+        tokenizer = self._files.read_if_present(path / "tokenizer.json") or {}
+        config = self._files.read_if_present(path / "tokenizer_config.json")
         self._added_tokens: list[Any] = tokenizer.get("added_tokens") or []
         self.add_special_token = log = _WriteLog()
         done = super()._try_load_from_tokenizer_json(path)
@@ -548,7 +560,7 @@ class _ConverterSpecialVocab(SpecialVocab):
     def _try_load_from_config_json(self, path: Path) -> bool:
         # gguf-py's rule (special ids at the top level, else in text_config), except that a text_config
         # that is not an object is no text config, as everywhere in dflashkit (gguf-py raises AttributeError)
-        config = _read_json_if_present(path / "config.json")
+        config = self._files.read_if_present(path / "config.json")
         if not isinstance(config, dict):
             return False
         text_config = config.get("text_config")

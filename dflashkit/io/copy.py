@@ -95,3 +95,32 @@ def copy_range(src_fd: int, src_off: int, dst_fd: int, dst_off: int, n: int) -> 
             w += os.pwrite(dst_fd, view[w:k], dst_off + done + w)
         done += k
     return "pread"
+
+
+def prefetch(paths: list[os.PathLike[str] | str]) -> None:
+    """Ask the kernel to start reading ``paths`` into the page cache now (``POSIX_FADV_WILLNEED``).
+
+    A conversion spends its first few hundred milliseconds on the config and the target's tokenizer
+    before the first tensor byte is copied; with a cold page cache the shards' reads then overlap
+    that work instead of following it. Advisory only: any error is ignored, nothing is allocated in
+    this process (page-cache pages are not its RSS), and the call runs in a daemon thread because
+    the kernel may block while it queues a large range."""
+    if not hasattr(os, "posix_fadvise"):
+        return
+
+    def advise() -> None:
+        for path in paths:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+
+    import threading
+
+    threading.Thread(target=advise, name="dflashkit-prefetch", daemon=True).start()
