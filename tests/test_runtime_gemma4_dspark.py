@@ -25,6 +25,7 @@ the GGUF llama.cpp's own converter writes.
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -227,3 +228,80 @@ def test_greedy_acceptance_reproduces_the_target(made: dict[str, Path]) -> None:
     assert [d.block_size for d in result.drafters] == [17, 17, 17]
     families = [row["family"] for row in json.loads(result.report().to_json())["sections"][0]["rows"]]
     assert families == ["Gemma-4 DSpark", "Gemma-4 DSpark (llama.cpp GGUF)", "Gemma-4 DSpark (llama.cpp GGUF)"]
+
+
+_CANDIDATE = re.compile(r"draft candidate\s+(\d+), pos\s+(\d+):\s+(\d+) \(\s*([-\d.]+)\)")
+_ROUND_END = re.compile(r"accepted (\d+)/(\d+) draft tokens, the last target token is: \((\d+)\)")
+
+
+def llama_cpp_rounds(stderr: str) -> list[tuple[dict[int, list[tuple[int, float]]], int]]:
+    """llama-speculative-simple's verbose log → per round: (block slot → its top candidates (id, p)
+    best first, the target's token that closed the round)."""
+    rounds, current = [], {}
+    for line in stderr.splitlines():
+        if m := _CANDIDATE.search(line):
+            current.setdefault(int(m[2]), []).append((int(m[3]), float(m[4])))
+        elif m := _ROUND_END.search(line):
+            rounds.append((current, int(m[3])))
+            current = {}
+    return rounds
+
+
+def test_llama_cpp_drafts_what_the_runtime_drafts(made: dict[str, Path], tmp_path: Path) -> None:
+    """llama.cpp (llama-speculative-simple, draft-dspark, temperature 0) running dflash-convert's f32 GGUF
+    of the fixture drafts, round by round, the tokens dflashkit's runtime drafts from the same GGUF: its
+    first round drafts from the last prompt token (ours starts after the prefill's token), so its round
+    r + 1 is our round r — the target's tokens that close the rounds say the two runs are aligned. A slot
+    may differ only where llama.cpp's two best candidates tie to its printed precision (0.001; its target
+    features come from ggml, ours from transformers) and our token is its second; the slot's successor
+    then conditions on another token, so that round is compared no further. Skips without
+    DFLASHKIT_LLAMA_CPP_BIN."""
+    import os
+    import subprocess
+
+    import make_target
+    from dflashkit.runtime import HFTarget
+    from dflashkit.runtime.speculative import speculative_generate
+
+    binary = Path(os.environ.get("DFLASHKIT_LLAMA_CPP_BIN", "/nonexistent")) / "llama-speculative-simple"
+    if not binary.exists():
+        pytest.skip("set DFLASHKIT_LLAMA_CPP_BIN to a llama.cpp build with llama-speculative-simple")
+    target_gguf = make_target.make_gguf_target(tmp_path / "target.gguf", made["target"])
+    r = subprocess.run([str(binary), "-m", str(target_gguf), "-md", str(made["gguf-f32"]), "--spec-type", "draft-dspark",
+                        "--spec-draft-n-max", "16", "-p", "hello world", "-n", "24", "--temp", "0", "-t", "2", "-c", "256",
+                        "-lv", "5"], capture_output=True, text=True, errors="replace", timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    theirs = llama_cpp_rounds(r.stderr)[1:]  # their round 1 drafts from the last prompt token
+    assert len(theirs) >= 10, r.stderr[-2000:]
+
+    runner = HFTarget(made["target"])
+    model = load_drafter(made["gguf-f32"])
+    ours: list[list[int]] = []
+    draft = model.draft
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        step = draft(*args, **kwargs)
+        ours.append(step.tokens[0].tolist())
+        return step
+
+    model.draft = recording  # type: ignore[method-assign]
+    prompt = runner.tokenizer("hello world")["input_ids"]
+    result = speculative_generate(model, runner, prompt, max_new_tokens=64, stop_token_ids=())
+    compared = exact_rounds = 0
+    for i, (slots, closing) in enumerate(theirs):
+        # the anchor of our round i is the token that closed their round i + 1 (aligned runs)
+        assert result.output_ids[i + 1] == closing, (i, result.output_ids[: i + 2], closing)
+        exact = True
+        for slot, token in enumerate(ours[i]):
+            if slot not in slots:  # a log line llama.cpp's logger lost
+                continue
+            (best, p_best), *rest = slots[slot]
+            compared += 1
+            if token != best:
+                assert rest and rest[0][0] == token and p_best - rest[0][1] <= 0.001 + 1e-9, (i, slot, token, slots[slot])
+                exact = False
+                break
+        exact_rounds += exact
+    assert compared >= 10 * 8 and exact_rounds >= len(theirs) // 2, (compared, exact_rounds, len(theirs))
+    print(f"\nllama.cpp vs dflashkit drafts: {len(theirs)} rounds, {compared} slots compared, "
+          f"{exact_rounds} rounds equal in every slot")
