@@ -5,7 +5,8 @@
 ``has_confidence_head``, ``hidden_act``, ``rope_scaling``, ``rope_is_neox_style``) — plus only what the
 runtime computes with and the spec does not say:
 
-- ``family`` (dflash / dflash2 / dspark): which runtime file runs it;
+- ``family`` (dflash / dflash2 / dspark): which runtime file runs it (a DSpark on a backbone of its own,
+  `BACKBONE_LABELS` — Gemma-4 — runs in ``runtime/gemma4_dspark.py``);
 - ``own_lm_head``: the drafter has a head of its own (rows mapped to target ids through ``d2t``);
 - ``confidence_head_with_markov``: the DSpark confidence head also sees the Markov features;
 - ``rope_interleaved``: the weights *in this file* are in the interleaved-RoPE order (an HF checkpoint with
