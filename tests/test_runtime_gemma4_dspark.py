@@ -37,6 +37,7 @@ from torch import nn
 import make_zoo
 from dflashkit.converters.convert import convert
 from dflashkit.runtime import load_drafter, load_target_head
+from dflashkit.runtime.config import runtime_config_from_hf
 
 pytest.importorskip("speculators.models.dspark")
 gemma4 = pytest.importorskip("transformers.models.gemma4.modeling_gemma4")
@@ -207,6 +208,10 @@ def test_loads_as_gemma4_dspark(made: dict[str, Path]) -> None:
         assert not hasattr(model.layers[0].self_attn, "v_proj")
         # proportional RoPE, partial_rotary_factor 0.25 of 32 dims: 4 rotated pairs, 12 kept (factor 1e30)
         assert torch.equal(model.rotary_emb.weight, torch.tensor([1.0] * 4 + [1e30] * 12))
+    # the HF config alone, read by runtime_config_from_hf, says the same
+    cfg = runtime_config_from_hf(json.loads((made["hf"] / "config.json").read_text()))
+    assert (cfg.label, cfg.family, cfg.own_lm_head, cfg.confidence_head_with_markov, cfg.draft_tokens) == (
+        "Gemma-4 DSpark", "dspark", True, True, 16)
 
 
 def test_greedy_acceptance_reproduces_the_target(made: dict[str, Path]) -> None:

@@ -42,7 +42,8 @@ from torch.nn import functional as F
 
 from ..spec import DrafterSpec
 from .cache import DraftCache
-from .dflash import MLP, Attention, RMSNorm, RotaryEmbedding, apply_rotary, attention_mask, repeat_kv
+from .dflash import (MLP, Attention, RMSNorm, RotaryEmbedding, apply_rotary, attention_mask, repeat_kv,
+                     sink_attention)
 from .dspark import DSparkDraftModel
 
 ARCH_GEMMA4_DSPARK = "Gemma4DSparkModel"
@@ -108,8 +109,12 @@ class Gemma4Attention(Attention):
         q, k = apply_rotary(q, k, cos, sin)
         if cache is not None:
             k, v = cache.update(self.layer, k, v)
+        mask = None
         if self.causal or self.window is not None:
             mask = attention_mask(q_len, k.shape[-2], causal=self.causal, window=self.window, device=x.device)
+        if self.sinks is not None:  # dflash.cpp passes a layer's attn_sinks to every DFlash attention
+            out = sink_attention(q, repeat_kv(k, self.n_rep), repeat_kv(v, self.n_rep), mask, self.sinks, self.scaling)
+        elif mask is not None:
             out = F.scaled_dot_product_attention(q, repeat_kv(k, self.n_rep), repeat_kv(v, self.n_rep),
                                                  attn_mask=mask, scale=self.scaling)
         else:
