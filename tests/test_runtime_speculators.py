@@ -165,18 +165,27 @@ def reference_block(ref: Any, feats: torch.Tensor, anchor_pos: int, anchor: int,
             block_tokens = ids[0, block_indices].view(1, block)
             prev = block_tokens if ref.config.sample_from_anchor else torch.cat(
                 [block_tokens[:, :1], block_tokens[:, :-1]], dim=1)
-            hidden_blocks = hidden.view(1, block, -1)
-            prev_emb = ref.markov_head.prev_embeddings(prev)
-            out["logits"] = (logits.view(1, block, -1) + ref.markov_head.block_bias(
-                prev_token_ids=prev, hidden_states=hidden_blocks, prev_emb=prev_emb)).view(block, -1)
-            if ref.confidence_head is not None:
-                feats_c = torch.cat([hidden_blocks, prev_emb], -1) if ref.config.confidence_head_with_markov \
-                    else hidden_blocks
-                out["confidence"] = torch.sigmoid(ref.confidence_head(feats_c).reshape(block))
+            out.update(dspark_heads(ref.markov_head, ref.confidence_head, logits, hidden, prev,
+                                    with_markov=ref.config.confidence_head_with_markov))
         if type(ref).__name__ == "DFlash2DraftModel":
             pred = ref._predecessor_ids(ids, block_indices).reshape(1, -1)
             cands, scores = ref.candidate_selector.select(logits, hidden, pred)
             out["path"] = cands[0].gather(-1, scores[0].argmax(-1, keepdim=True))[:, 0]
+    return out
+
+
+def dspark_heads(markov_head: Any, confidence_head: Any, logits: torch.Tensor, hidden: torch.Tensor,
+                 prev: torch.Tensor, *, with_markov: bool) -> dict[str, torch.Tensor]:
+    """``DSparkDraftModel.forward``'s head lines for one block (num_blocks = 1): the Markov bias of each slot's
+    previous token (``prev`` [1, block]) added to the block logits, and the confidence of each slot."""
+    block = prev.shape[1]
+    hidden_blocks = hidden.view(1, block, -1)
+    prev_emb = markov_head.prev_embeddings(prev)
+    out = {"logits": (logits.view(1, block, -1) + markov_head.block_bias(
+        prev_token_ids=prev, hidden_states=hidden_blocks, prev_emb=prev_emb)).view(block, -1)}
+    if confidence_head is not None:
+        feats_c = torch.cat([hidden_blocks, prev_emb], -1) if with_markov else hidden_blocks
+        out["confidence"] = torch.sigmoid(confidence_head(feats_c).reshape(block))
     return out
 
 
@@ -368,7 +377,6 @@ def test_specforge_layout_equals_speculators(zoo: dict[str, Path], targets: dict
 
 
 @pytest.mark.parametrize("architecture, message", [
-    ("Gemma4DSparkModel", "Gemma4DSparkModel is a Gemma-4 backbone"),
     ("DeepseekV4DSparkModel", "DeepseekV4DSparkModel is a DeepSeek-V4 backbone"),
 ])
 def test_unsupported_dspark_backbones_are_refused_by_name(tmp_path: Path, architecture: str, message: str) -> None:

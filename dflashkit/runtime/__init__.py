@@ -7,7 +7,8 @@
     step = model.draft(target_hidden, block_ids, position_ids, cache, head)   # one round
     step.logits, step.tokens, step.hidden
 
-`dflash.py` holds the DFlash model, `dflash2.py` the DFlash 2 additions, `cache.py` the croppable
+`dflash.py` holds the DFlash model, `dflash2.py` the DFlash 2 additions, `dspark.py` the DSpark heads,
+`gemma4_dspark.py` the Gemma-4 DSpark backbone, `cache.py` the croppable
 KV cache, `load.py` the loaders, `target.py` the transformers target runner (tap features).
 """
 

@@ -5,7 +5,8 @@
 ``has_confidence_head``, ``hidden_act``, ``rope_scaling``, ``rope_is_neox_style``) — plus only what the
 runtime computes with and the spec does not say:
 
-- ``family`` (dflash / dflash2 / dspark): which runtime file runs it;
+- ``family`` (dflash / dflash2 / dspark): which runtime file runs it (a DSpark on a backbone of its own,
+  `BACKBONE_LABELS` — Gemma-4 — runs in ``runtime/gemma4_dspark.py``);
 - ``own_lm_head``: the drafter has a head of its own (rows mapped to target ids through ``d2t``);
 - ``confidence_head_with_markov``: the DSpark confidence head also sees the Markov features;
 - ``rope_interleaved``: the weights *in this file* are in the interleaved-RoPE order (an HF checkpoint with
@@ -90,6 +91,9 @@ class RuntimeConfig(DrafterSpec):
     @property
     def label(self) -> str:
         layout = self.layout or "zlab"
+        if self.architecture in BACKBONE_LABELS:
+            backbone = BACKBONE_LABELS[self.architecture]
+            return f"{backbone} (llama.cpp GGUF)" if layout == "llama.cpp" else backbone
         return FAMILY_LABELS.get((layout, self.family), f"{layout} {self.family}")
 
     @property
@@ -120,9 +124,10 @@ def runtime_config_from_spec(spec: DrafterSpec, **extra: Any) -> RuntimeConfig:
 #: SpecForge / DeepSpec DSpark architectures on a Qwen3-style DFlash backbone (llama.cpp's ``DSparkModel``)
 SPECFORGE_DSPARK = ("DSparkDraftModel", "Qwen3DSparkModel", "DSparkSpeculator", "Lfm2DSparkDraftModel",
                     "LingDSparkModel")
+#: DSpark architectures on a backbone of their own (runtime/gemma4_dspark.py) → what reports call them
+BACKBONE_LABELS = {"Gemma4DSparkModel": "Gemma-4 DSpark"}
 #: DSpark architectures whose backbone this runtime does not implement, refused by name
 UNSUPPORTED = {
-    "Gemma4DSparkModel": "a Gemma-4 backbone (k_eq_v attention, sandwich norms, layer scalars)",
     "DeepseekV4DSparkModel": "a DeepSeek-V4 backbone (hyper-connections, MLA, MoE)",
 }
 
@@ -147,6 +152,9 @@ def runtime_config_from_hf(config: Mapping[str, Any], path: str = "config.json")
         raise DFlashError(f"{path}: {arch} is {UNSUPPORTED[arch]}, which dflashkit's runtime does not run")
     if arch in SPECFORGE_DSPARK:
         return _from_specforge_dspark(config, path)
+    if arch in BACKBONE_LABELS:
+        return backbone_dspark_config(spec_from_hf_config(config, path),
+                                      with_markov=bool(config.get("confidence_head_with_markov", True)), path=path)
     spec = spec_from_hf_config(config, path)
     return _checked(runtime_config_from_spec(spec, **_variant_fields(config, _nested(config), path)), path)
 
@@ -278,6 +286,21 @@ def _from_specforge_dspark(config: Mapping[str, Any], path: str) -> RuntimeConfi
         **_variant_fields(config, nested, path),
     )
     return _checked(runtime_config_from_spec(spec, **extra), path)
+
+
+def backbone_dspark_config(spec: DrafterSpec, shapes: Mapping[str, tuple[int, ...]] | None = None, *,
+                           with_markov: bool = True, path: str = "drafter") -> RuntimeConfig:
+    """A Gemma-4 DSpark spec (HF or GGUF, as `dflashkit.families.gemma4_dspark` reads it) → what
+    runtime/gemma4_dspark.py runs: a DSpark with its own full-vocabulary ``lm_head`` (llama.cpp uses a
+    drafter's ``output`` whenever it has one). ``shapes`` (canonical id → shape): the confidence head sees
+    the Markov features when its width is hidden + rank (the only shape llama.cpp loads), else ``with_markov``."""
+    rank = int(spec.markov_rank or 0)
+    conf = (shapes or {}).get("confidence_head.proj.weight")
+    if conf is not None:
+        with_markov = int(conf[-1]) == spec.hidden_size + rank
+    return _checked(runtime_config_from_spec(
+        spec, family="dspark", own_lm_head=True, draft_vocab_size=None, layout=spec.layout or "llama.cpp",
+        confidence_head_with_markov=with_markov and rank > 0), path)
 
 
 def _checked(cfg: RuntimeConfig, path: str) -> RuntimeConfig:

@@ -25,7 +25,8 @@ from ..spec import DrafterSpec
 from ..families import expected_tensors, family_for_spec
 from .dflash import DFlashDraftModel, Embedding, Linear, RMSNorm, TargetHead
 from .dflash2 import DFlash2DraftModel
-from .config import UNSUPPORTED, RuntimeConfig, runtime_config_from_gguf, with_hf_variants
+from .config import (BACKBONE_LABELS, UNSUPPORTED, RuntimeConfig, backbone_dspark_config, runtime_config_from_gguf,
+                     with_hf_variants)
 from .zoo import assign_tensors, gguf_zoo_canonical, gguf_zoo_tensors, is_zoo_checkpoint, load_hf_zoo, model_class_for
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -141,7 +142,7 @@ def load_drafter(
     with open_drafter(path) as f:
         spec = f.require_spec()
         extras: dict[str, torch.Tensor] = {}
-        if spec.architecture in UNSUPPORTED:  # e.g. a Gemma-4 DSpark GGUF: a backbone this runtime lacks
+        if spec.architecture in UNSUPPORTED:  # e.g. a DeepSeek-V4 DSpark GGUF: a backbone this runtime lacks
             raise DFlashError(f"{path}: {spec.architecture} is {UNSUPPORTED[spec.architecture]}, which dflashkit's "
                               "runtime does not run")
         if f.kind == "hf":  # gelu / RoPE scaling / interleaved RoPE as the runtime computes with them
@@ -155,6 +156,8 @@ def load_drafter(
             if zoo:
                 shapes, extras = gguf_zoo_tensors(path, zoo)
                 spec = runtime_config_from_gguf(spec, f.metadata, shapes, arch=f.architecture, path=str(path))
+        if spec.architecture in BACKBONE_LABELS:  # Gemma-4 DSpark, HF or GGUF: runtime/gemma4_dspark.py
+            spec = backbone_dspark_config(spec, {n: r.shape for n, r in f.tensors.items()}, path=str(path))
         # same rules as convert, and shapes before allocating (after the lift: a d2t sets the own head's rows)
         check_runnable(spec, f.tensors, f.path)
         model = (model_class_for(spec) if isinstance(spec, RuntimeConfig) else model_class(spec))(spec)

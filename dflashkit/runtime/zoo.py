@@ -31,6 +31,7 @@ from .config import SPECFORGE_DSPARK, UNSUPPORTED, RuntimeConfig, runtime_config
 from .dflash import DFlashDraftModel, Embedding, Linear
 from .dflash2 import DFlash2DraftModel
 from .dspark import DSparkDraftModel
+from .gemma4_dspark import ARCH_GEMMA4_DSPARK, Gemma4DSparkDraftModel
 
 #: speculators state-dict names → canonical ids (the rest are the same)
 _RENAMES = {
@@ -42,6 +43,8 @@ _VERIFIER_OWNED = ("embed_tokens.weight", "verifier_norm.weight", "verifier_lm_h
 
 
 def model_class_for(cfg: RuntimeConfig) -> type[DFlashDraftModel]:
+    if cfg.architecture == ARCH_GEMMA4_DSPARK:  # a DSpark on its own backbone
+        return Gemma4DSparkDraftModel
     return {"dflash": DFlashDraftModel, "dflash2": DFlash2DraftModel, "dspark": DSparkDraftModel}[cfg.family]
 
 
