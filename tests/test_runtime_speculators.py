@@ -255,9 +255,10 @@ def test_runtime_config_reads_speculators_layout(zoo: dict[str, Path]) -> None:
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda c: c.pop("transformer_layer_config"), "speculators config without a 'transformer_layer_config' object"),
+    # the families' wording (dflashkit.families reads every layout; the runtime adds only its own fields)
+    (lambda c: c.pop("transformer_layer_config"), "'transformer_layer_config' is missing — a speculators checkpoint"),
     (lambda c: c.update(aux_hidden_state_layer_ids=[0, 9]), "counts the embedding output as 0"),
-    (lambda c: c.update(markov_head_type="gated"), "markov_head_type 'gated' is not supported"),
+    (lambda c: c.update(markov_head_type="gated"), "unsupported markov_head_type 'gated'"),
     (lambda c: c.update(speculators_model_type="eagle3"), "speculators_model_type 'eagle3' is not a DFlash-family"),
 ])
 def test_bad_speculators_configs(zoo: dict[str, Path], edit: Any, message: str) -> None:
@@ -271,8 +272,9 @@ def test_d2t_out_of_range_or_duplicated_is_refused(zoo: dict[str, Path], tmp_pat
     from safetensors.torch import load_file, save_file
     import shutil
 
-    for label, change, message in (("range", lambda d: d.__setitem__(0, 10_000), "outside the target vocabulary"),
-                                   ("dup", lambda d: d.__setitem__(1, d[0] - 1), "two draft rows to the same target id")):
+    # the family's checks (the converter's, worded as llama.cpp's converter words them)
+    for label, change, message in (("range", lambda d: d.__setitem__(0, 10_000), "d2t target ids out of range"),
+                                   ("dup", lambda d: d.__setitem__(1, d[0] - 1), "d2t contains duplicate target ids")):
         out = tmp_path / label
         shutil.copytree(zoo["dspark"], out)
         tensors = load_file(str(out / "model.safetensors"))
