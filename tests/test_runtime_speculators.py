@@ -141,7 +141,9 @@ def reference_model(directory: Path) -> Any:
 
     config = SpeculatorModelConfig.from_pretrained(str(directory))
     config.transformer_layer_config._attn_implementation = "eager"
-    model = SpeculatorModel.from_pretrained(str(directory), config=config)
+    # float32 throughout: a bf16 checkpoint's weights upcast exactly, and the verifier's embeddings / head
+    # (pulled from the target directory) are not rounded to the checkpoint's dtype on the way in
+    model = SpeculatorModel.from_pretrained(str(directory), config=config, dtype=torch.float32)
     return model.float().eval()
 
 
@@ -429,3 +431,32 @@ def test_llama_cpp_dspark_gguf_equals_speculators(zoo: dict[str, Path], targets:
         greedy = runner.model.generate(torch.tensor([ids]), max_new_tokens=20, do_sample=False,
                                        eos_token_id=None)[0, len(ids):].tolist()
     assert result.drafters[0].runs[0].output_ids == greedy
+
+
+ZOO_DFLASH = ["spec-dflash", "spec-dflash-fullvocab", "spec-dflash2"]
+
+
+@pytest.fixture(scope="module")
+def zoo_dflash(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
+    """fixtures/make_zoo.py's speculators DFlash / DFlash 2 checkpoints (written by speculators' classes)."""
+    import make_zoo
+
+    return make_zoo.make_zoo(tmp_path_factory.mktemp("zoo-dflash"), ZOO_DFLASH)
+
+
+@pytest.mark.parametrize("name", ZOO_DFLASH)
+def test_dflash_convert_speculators_dflash_gguf_equals_speculators(zoo_dflash, tmp_path: Path, name: str) -> None:
+    """dflash-convert's GGUF of a speculators DFlash / DFlash 2 checkpoint (d2t + own output for the reduced
+    vocabulary, dflash.sample_from_anchor false) drafts in the runtime what speculators' own model drafts from
+    the HF checkpoint, 3 rounds, float32."""
+    from dflashkit.converters.convert import convert
+
+    target, made = zoo_dflash
+    gguf_path = tmp_path / f"{name}.gguf"
+    convert(made[name], gguf_path, outtype="f32", target=target, progress=False, warn=lambda _: None)
+    worst = run_rounds(f"dflash-convert gguf {name}", gguf_path, target, ANCHORS_3, reference_dir=made[name])
+    model = load_drafter(gguf_path)
+    assert (model.load_info.kind, model.spec.sample_from_anchor, model.draft_tokens) == ("gguf", False, 7)
+    assert (model.d2t is not None) == (name == "spec-dflash")
+    assert not any("ignored" in n for n in model.load_info.notes), model.load_info.notes
+    print(f"\ndflash-convert GGUF of {name}, 3 rounds: max relative difference {worst:.3g}")
