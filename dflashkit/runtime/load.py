@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Mapping
 
 import numpy as np
@@ -144,8 +145,9 @@ def load_drafter(
         spec = runtime_config(family, spec, kind=f.kind, shapes={c: f.tensors[c].shape for c in used},
                               config=f.metadata if f.kind == "hf" else None,
                               path=str(Path(path) / "config.json") if f.kind == "hf" else str(path))
+        shapes = _loader_shapes(f, spec)
         # same rules as convert, and shapes before allocating (a d2t sets the own head's rows)
-        check_runnable(spec, f.tensors, f.path)
+        check_runnable(spec, {c: SimpleNamespace(shape=s) for c, s in shapes.items()}, f.path)
         model = model_class_for(spec)(spec)
         quantized = keep_quantized and kernels_available()
         notes = reference_notes(spec)
@@ -155,7 +157,7 @@ def load_drafter(
         if mask is not None:
             model.mask_embedding = mask.to(dev)
             notes.append("mask_embedding.pt replaces the mask token's embedding row (as llama.cpp's converter does)")
-        _fill(model, f, used, dev, dt, quantized, notes, packed=packed and dt == torch.float32)
+        _fill(model, f, used, shapes, dev, dt, quantized, notes, packed=packed and dt == torch.float32)
         types: dict[str, int] = {}
         for ref in f.tensors.values():
             types[ref.type_name] = types.get(ref.type_name, 0) + 1
@@ -180,6 +182,21 @@ def load_drafter(
         )
     model.load_info = info  # type: ignore[attr-defined]
     return model.eval()
+
+
+def _loader_shapes(f: DrafterFile, spec: DrafterSpec) -> dict[str, tuple[int, ...]]:
+    """Canonical id → shape, a GGUF's taken as llama.cpp's loader takes them: ggml pads ``ne`` with 1s, and a
+    file records only up to its last dim > 1 (llama-quantize writes DSpark's ``conf_proj.weight`` {n_embd + rank, 1}
+    as one dim), so a shape that differs from the expected one only by leading 1s (numpy order) is that one."""
+    shapes = {c: tuple(r.shape) for c, r in f.tensors.items()}
+    if f.kind != "gguf":
+        return shapes
+    for c, want in expected_tensors(spec, vocab_size=spec.vocab_size).items():
+        got = shapes.get(c)
+        pad = len(want) - len(got) if got is not None else 0
+        if pad > 0 and all(w == 1 for w in want[:pad]) and all(w in (-1, g) for w, g in zip(want[pad:], got)):
+            shapes[c] = (1,) * pad + got
+    return shapes
 
 
 def _hf_architecture(directory: Path) -> str:
@@ -250,8 +267,8 @@ def _dtype_name(dt: torch.dtype) -> str:
     return next(k for k, v in DTYPES.items() if v == dt)
 
 
-def _fill(model: DFlashDraftModel, f: DrafterFile, used: list[str], dev: torch.device, dt: torch.dtype, quantized: bool,
-          notes: list[str], *, packed: bool = False) -> None:
+def _fill(model: DFlashDraftModel, f: DrafterFile, used: list[str], shapes: Mapping[str, tuple[int, ...]],
+          dev: torch.device, dt: torch.dtype, quantized: bool, notes: list[str], *, packed: bool = False) -> None:
     spec = model.spec
     expected = expected_tensors(spec, vocab_size=spec.vocab_size)
     # an HF interleaved-RoPE checkpoint runs in its own layout (RuntimeConfig.rope_interleaved): its q/k are
@@ -276,9 +293,9 @@ def _fill(model: DFlashDraftModel, f: DrafterFile, used: list[str], dev: torch.d
             module = model.get_submodule(module_path_)
         except AttributeError:
             raise DFlashError(f"{f.path}: tensor '{ref.name}' has no place in a {spec.architecture} with this config") from None
-        want = expected.get(canonical)
-        if want is not None and (len(want) != len(ref.shape) or any(w not in (-1, g) for w, g in zip(want, ref.shape))):
-            raise DFlashError(f"{f.path}: tensor '{ref.name}' has shape {list(ref.shape)}, the config implies {list(want)}")
+        want, shape = expected.get(canonical), shapes[canonical]
+        if want is not None and (len(want) != len(shape) or any(w not in (-1, g) for w, g in zip(want, shape))):
+            raise DFlashError(f"{f.path}: tensor '{ref.name}' has shape {list(shape)}, the config implies {list(want)}")
         if isinstance(module, Linear) and attr == "weight" and quantized and ref.ggml_type in _kernel_types():
             data = torch.from_numpy(np.array(f.read_raw(canonical), dtype=np.uint8)).to(dev)
             module.set_quantized(data, ref.ggml_type)
@@ -292,6 +309,7 @@ def _fill(model: DFlashDraftModel, f: DrafterFile, used: list[str], dev: torch.d
             tensor = _dequantize(f.read_raw(canonical), ref.ggml_type, ref.shape, dev, dt)
         else:
             tensor = torch.from_numpy(np.ascontiguousarray(f.read_f32(canonical, sanitize=not as_stored))).to(device=dev, dtype=dt)
+        tensor = tensor.reshape(shape)
         if isinstance(module, Linear) and attr == "weight":
             try:
                 module.set_weight(tensor)
