@@ -1,10 +1,13 @@
 """Build a runnable drafter from any file `dflashkit.drafters.open_drafter` reads, and the target's head.
 
-A drafter comes from an HF checkpoint directory or a GGUF of any dialect and any tensor type:
-weights are read by canonical id and dequantized to float32 (``read_f32``), or — with
+A drafter comes from an HF checkpoint directory of any layout (z-lab, vLLM ``speculators``, SpecForge /
+DeepSpec DSpark) or a GGUF of any dialect and any tensor type, always through `open_drafter`: its family
+reads the config (or the dialect the metadata) into a `DrafterSpec`, `runtime_config` adds the
+runtime-only fields, and weights are read by canonical id and dequantized to float32 (``read_f32``), or — with
 ``keep_quantized=True`` and when ``dflashkit.kernels`` provides ``qmatmul`` — kept as ggml blocks
 and multiplied by the fused kernels. The target's ``embed_tokens`` / ``lm_head`` come from a target
-GGUF (``token_embd.weight`` / ``output.weight``) or an HF target directory.
+GGUF (``token_embd.weight`` / ``output.weight``) or an HF target directory — unless the drafter has its
+own (``embed_tokens`` / ``lm_head``; MiMo's ``mask_embedding.pt`` row), which replace them as in llama.cpp.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from ..spec import DrafterSpec, read_config_json
 from ..families import architecture_of, expected_tensors, family_for_spec
 from .dflash import DFlashDraftModel, Embedding, Linear, RMSNorm, TargetHead
 from .config import RuntimeConfig, refuse_unsupported, runtime_config
-from .zoo import RUNTIME_CLASSES, model_class_for, module_path
+from .zoo import model_class_for, module_path
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _DTYPE_ALIASES = {"f32": "float32", "fp32": "float32", "bf16": "bfloat16", "f16": "float16", "fp16": "float16", "half": "float16"}
@@ -97,14 +100,6 @@ FAMILY_NAMES = {"DFlashDraftModel": "z-lab DFlash", "DFlash2DraftModel": "z-lab 
 #: How every dflashkit runtime verifies a draft (reports say it: tree-verify numbers are not chain τ).
 VERIFY_MODE = ("chain verify (one draft path per round, longest accepted prefix + bonus token; not tree "
                "verification such as Luce DDTree, whose numbers are not chain τ)")
-
-
-def model_class(spec: DrafterSpec) -> type[DFlashDraftModel]:
-    family = family_for_spec(spec)
-    try:
-        return RUNTIME_CLASSES[family.runtime_module]
-    except KeyError:
-        raise DFlashError(f"the runtime cannot run a {family.name} drafter yet") from None
 
 
 def reference_notes(spec: DrafterSpec) -> list[str]:
