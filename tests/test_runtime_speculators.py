@@ -141,7 +141,9 @@ def reference_model(directory: Path) -> Any:
 
     config = SpeculatorModelConfig.from_pretrained(str(directory))
     config.transformer_layer_config._attn_implementation = "eager"
-    model = SpeculatorModel.from_pretrained(str(directory), config=config)
+    # float32 throughout: a bf16 checkpoint's weights upcast exactly, and the verifier's embeddings / head
+    # (pulled from the target directory) are not rounded to the checkpoint's dtype on the way in
+    model = SpeculatorModel.from_pretrained(str(directory), config=config, dtype=torch.float32)
     return model.float().eval()
 
 
@@ -264,9 +266,10 @@ def test_runtime_config_reads_speculators_layout(zoo: dict[str, Path]) -> None:
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda c: c.pop("transformer_layer_config"), "speculators config without a 'transformer_layer_config' object"),
+    # the families' wording (dflashkit.families reads every layout; the runtime adds only its own fields)
+    (lambda c: c.pop("transformer_layer_config"), "'transformer_layer_config' is missing — a speculators checkpoint"),
     (lambda c: c.update(aux_hidden_state_layer_ids=[0, 9]), "counts the embedding output as 0"),
-    (lambda c: c.update(markov_head_type="gated"), "markov_head_type 'gated' is not supported"),
+    (lambda c: c.update(markov_head_type="gated"), "unsupported markov_head_type 'gated'"),
     (lambda c: c.update(speculators_model_type="eagle3"), "speculators_model_type 'eagle3' is not a DFlash-family"),
 ])
 def test_bad_speculators_configs(zoo: dict[str, Path], edit: Any, message: str) -> None:
@@ -280,8 +283,9 @@ def test_d2t_out_of_range_or_duplicated_is_refused(zoo: dict[str, Path], tmp_pat
     from safetensors.torch import load_file, save_file
     import shutil
 
-    for label, change, message in (("range", lambda d: d.__setitem__(0, 10_000), "outside the target vocabulary"),
-                                   ("dup", lambda d: d.__setitem__(1, d[0] - 1), "two draft rows to the same target id")):
+    # the family's checks (the converter's, worded as llama.cpp's converter words them)
+    for label, change, message in (("range", lambda d: d.__setitem__(0, 10_000), "d2t target ids out of range"),
+                                   ("dup", lambda d: d.__setitem__(1, d[0] - 1), "d2t contains duplicate target ids")):
         out = tmp_path / label
         shutil.copytree(zoo["dspark"], out)
         tensors = load_file(str(out / "model.safetensors"))
@@ -435,3 +439,32 @@ def test_llama_cpp_dspark_gguf_equals_speculators(zoo: dict[str, Path], targets:
         greedy = runner.model.generate(torch.tensor([ids]), max_new_tokens=20, do_sample=False,
                                        eos_token_id=None)[0, len(ids):].tolist()
     assert result.drafters[0].runs[0].output_ids == greedy
+
+
+ZOO_DFLASH = ["spec-dflash", "spec-dflash-fullvocab", "spec-dflash2"]
+
+
+@pytest.fixture(scope="module")
+def zoo_dflash(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
+    """fixtures/make_zoo.py's speculators DFlash / DFlash 2 checkpoints (written by speculators' classes)."""
+    import make_zoo
+
+    return make_zoo.make_zoo(tmp_path_factory.mktemp("zoo-dflash"), ZOO_DFLASH)
+
+
+@pytest.mark.parametrize("name", ZOO_DFLASH)
+def test_dflash_convert_speculators_dflash_gguf_equals_speculators(zoo_dflash, tmp_path: Path, name: str) -> None:
+    """dflash-convert's GGUF of a speculators DFlash / DFlash 2 checkpoint (d2t + own output for the reduced
+    vocabulary, dflash.sample_from_anchor false) drafts in the runtime what speculators' own model drafts from
+    the HF checkpoint, 3 rounds, float32."""
+    from dflashkit.converters.convert import convert
+
+    target, made = zoo_dflash
+    gguf_path = tmp_path / f"{name}.gguf"
+    convert(made[name], gguf_path, outtype="f32", target=target, progress=False, warn=lambda _: None)
+    worst = run_rounds(f"dflash-convert gguf {name}", gguf_path, target, ANCHORS_3, reference_dir=made[name])
+    model = load_drafter(gguf_path)
+    assert (model.load_info.kind, model.spec.sample_from_anchor, model.draft_tokens) == ("gguf", False, 7)
+    assert (model.d2t is not None) == (name == "spec-dflash")
+    assert not any("ignored" in n for n in model.load_info.notes), model.load_info.notes
+    print(f"\ndflash-convert GGUF of {name}, 3 rounds: max relative difference {worst:.3g}")

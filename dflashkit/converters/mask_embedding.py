@@ -81,6 +81,23 @@ def _target_tensor(target_dir: Path, checkpoint: SafetensorsCheckpoint, name: st
     return t
 
 
+def read_mask_embedding(directory: Path, spec: DrafterSpec) -> Any:
+    """The mask token's embedding (a torch tensor [hidden], as stored) of a drafter with ``mask_embedding.pt``,
+    checked against the spec's mask token id and hidden size as llama.cpp's converter checks it; None when
+    the directory has no such file. (The runtime reads it here too: one reader for the file.)"""
+    path = Path(directory) / MASK_EMBEDDING_FILE
+    if not path.is_file():
+        return None
+    mask = _load_mask(path)
+    stored_id = mask["mask_token_id"]
+    stored_id = int(stored_id.item()) if hasattr(stored_id, "item") else stored_id
+    if spec.mask_token_id is None or stored_id != spec.mask_token_id:
+        raise DFlashError(f"{path}: mask_embedding.pt mask_token_id does not match dflash_config")
+    if tuple(getattr(mask["embedding"], "shape", ())) != (spec.hidden_size,):
+        raise DFlashError(f"{path}: mask_embedding.pt has an unexpected embedding shape")
+    return mask["embedding"]
+
+
 def mask_embedding_tensors(
     directory: Path,
     spec: DrafterSpec,
@@ -90,17 +107,12 @@ def mask_embedding_tensors(
 ) -> tuple[list[GeneratedTensor], list[str]] | None:
     """(tensors to write first, drafter canonical ids they replace) for a drafter with
     ``mask_embedding.pt``; None when there is no such file."""
-    path = directory / MASK_EMBEDDING_FILE
-    if not path.is_file():
+    vector = read_mask_embedding(directory, spec)
+    if vector is None:
         return None
-    mask = _load_mask(path)
+    path = directory / MASK_EMBEDDING_FILE
     mask_id = spec.mask_token_id
-    stored_id = mask["mask_token_id"]
-    stored_id = int(stored_id.item()) if hasattr(stored_id, "item") else stored_id
-    if mask_id is None or stored_id != mask_id:
-        raise DFlashError(f"{path}: mask_embedding.pt mask_token_id does not match dflash_config")
-    if tuple(mask["embedding"].shape) != (spec.hidden_size,):
-        raise DFlashError(f"{path}: mask_embedding.pt has an unexpected embedding shape")
+    assert mask_id is not None
     target_dir = Path(target) if target is not None else None
     needs_target = DFlashError(
         f"{path}: mask_embedding.pt requires --target with the target's HF directory (its embeddings and output head)"
@@ -134,7 +146,7 @@ def mask_embedding_tensors(
         if tuple(embeddings.shape) != (spec.vocab_size, spec.hidden_size):
             raise DFlashError(f"{target_dir}: Target token embedding shape does not match the DFlash draft")
         # MiMo's target mask row is untrained; the drafter provides its own vector
-        embeddings[mask_id] = _as_numpy(mask["embedding"], emb_source.dtype)
+        embeddings[mask_id] = _as_numpy(vector, emb_source.dtype)
         generated.append(GeneratedTensor("embed_tokens.weight", tuple(embeddings.shape), emb_source.dtype, data=embeddings))
         return generated, replaced
     finally:

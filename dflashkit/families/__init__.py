@@ -65,8 +65,16 @@ def architecture_of(config: Mapping[str, Any], path: str = "config.json") -> str
     return archs[0]
 
 
+#: ``speculators_model_type`` values of the DFlash families (speculators' other algorithms, e.g. eagle3, are not)
+SPECULATORS_MODEL_TYPES = ("dflash", "dflash2", "dspark")
+
+
 def family_for_config(config: Mapping[str, Any], path: str = "config.json") -> DrafterFamily:
     """The family that reads an HF ``config.json`` (one-line DFlashError when none does)."""
+    kind = config.get("speculators_model_type")
+    if kind is not None and kind not in SPECULATORS_MODEL_TYPES:  # before a family claims it by its shape
+        raise DFlashError(f"{path}: speculators_model_type {bounds.quote(kind)} is not a DFlash-family drafter "
+                          f"(one of {', '.join(SPECULATORS_MODEL_TYPES)})")
     architecture = architecture_of(config, path)
     for family in FAMILIES:
         if family.matches(config, architecture):

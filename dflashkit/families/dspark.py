@@ -154,7 +154,7 @@ class DSpark(ZLabDFlash):
         shapes[MARKOV_W1] = (vocab, rank)
         shapes[MARKOV_W2] = (draft, rank)
         if spec.has_confidence_head:
-            shapes[CONF_W] = (1, spec.hidden_size + (spec.markov_rank or 0)) if spec.markov_rank else (1, -1)
+            shapes[CONF_W] = _confidence_shape(spec)
             shapes[CONF_B] = (1,)
         if spec.draft_vocab_size is not None:
             shapes[D2T] = (spec.draft_vocab_size,)
@@ -166,7 +166,7 @@ class DSpark(ZLabDFlash):
         shapes[T2D] = (spec.vocab_size or -1,)
         if not spec.has_confidence_head:
             # a head the config does not announce is still read (llama.cpp: any confidence_head.proj tensor)
-            shapes[CONF_W] = (1, spec.hidden_size + (spec.markov_rank or 0)) if spec.markov_rank else (1, -1)
+            shapes[CONF_W] = _confidence_shape(spec)
             shapes[CONF_B] = (1,)
         return shapes
 
@@ -200,6 +200,17 @@ class DSpark(ZLabDFlash):
     # ---- metadata -------------------------------------------------------------------------------
     def extra_metadata(self, spec: DrafterSpec, dialect: Any, arch: str) -> list[MetadataEntry]:
         return dspark_flags(spec, arch)
+
+
+def _confidence_shape(spec: DrafterSpec) -> tuple[int, int]:
+    """[1, hidden + rank] (llama.cpp's loader shape: the head sees the Markov features). The runtime also runs
+    speculators' ``confidence_head_with_markov: false`` head, [1, hidden], from an HF checkpoint: its spec
+    (a ``dflashkit.runtime`` RuntimeConfig) says so in that field, which a converter's spec does not have."""
+    if not spec.markov_rank:
+        return (1, -1)
+    if getattr(spec, "confidence_head_with_markov", True) is False:
+        return (1, spec.hidden_size)
+    return (1, spec.hidden_size + spec.markov_rank)
 
 
 def dspark_flags(spec: DrafterSpec, arch: str) -> list[MetadataEntry]:

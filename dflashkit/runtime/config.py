@@ -1,13 +1,16 @@
 """What the runtime needs to know about a drafter of any family: `RuntimeConfig`.
 
-`RuntimeConfig` is a `DrafterSpec` — including the zoo fields main's spec carries (``layout``,
-``sample_from_anchor``, ``draft_vocab_size``, ``markov_rank``, ``markov_head_type``,
-``has_confidence_head``, ``hidden_act``, ``rope_scaling``, ``rope_is_neox_style``) — plus only what the
-runtime computes with and the spec does not say:
+A drafter's `DrafterSpec` comes from its family (`dflashkit.families`: every HF layout, and the GGUF
+metadata through the dialect tables) with the zoo fields (``layout``, ``sample_from_anchor``,
+``draft_vocab_size``, ``markov_rank``, ``markov_head_type``, ``has_confidence_head``, ``hidden_act``,
+``rope_scaling``, ``rope_is_neox_style``). `RuntimeConfig` is that spec plus only what the runtime computes
+with and the spec does not say (`runtime_fields` derives them from the family, the tensors present and the
+file kind — no config is parsed here a second time):
 
-- ``family`` (dflash / dflash2 / dspark): which runtime file runs it (a DSpark on a backbone of its own,
-  `BACKBONE_LABELS` — Gemma-4 — runs in ``runtime/gemma4_dspark.py``);
-- ``own_lm_head``: the drafter has a head of its own (rows mapped to target ids through ``d2t``);
+- ``family`` (dflash / dflash2 / dspark): the family's ``runtime_module``, which runtime file runs it (a
+  DSpark on a backbone of its own, `BACKBONE_LABELS` — Gemma-4 — runs in ``runtime/gemma4_dspark.py``);
+- ``own_embed_tokens`` / ``own_lm_head``: the drafter's own embeddings / head replace the target's, as
+  llama.cpp's loader does (own head rows mapped to target ids through ``d2t``);
 - ``confidence_head_with_markov``: the DSpark confidence head also sees the Markov features;
 - ``rope_interleaved``: the weights *in this file* are in the interleaved-RoPE order (an HF checkpoint with
   ``rope_is_neox_style: false``; a converted GGUF is already NeoX-permuted and leaves it false);
@@ -17,14 +20,11 @@ runtime computes with and the spec does not say:
 Spec fields left None mean z-lab DFlash behaviour here: ``sample_from_anchor`` None = slot 0 is only the
 anchor (block_size − 1 draft tokens), ``hidden_act`` None = silu, ``markov_rank`` None = no Markov head.
 ``rope_scaling`` is held as the spec holds it (llama.cpp's names: ``type``, ``factor``,
-``original_context_length``, ``attn_factor``, ``ext_factor``, ``beta_fast``, ``beta_slow``; other
-transformers keys such as ``mscale`` / ``truncate`` kept under their own names); `rope_parameters` gives
-transformers' form, which the rotary embedding computes with.
+``original_context_length``, ``attn_factor``, ``ext_factor``, ``beta_fast``, ``beta_slow``);
+`rope_parameters` gives transformers' form, which the rotary embedding computes with.
 
-Two entry points: `runtime_config_from_hf` reads an HF ``config.json`` of any layout, and
-`runtime_config_from_spec` lifts a `DrafterSpec` (what ``dflashkit.drafters`` reads from a GGUF) and the
-extra fields. The converters own the zoo's *file* semantics; this module only says what the runtime
-computes with.
+Entry points: `runtime_config` (a family's spec + the tensors at hand; what the loader uses),
+`runtime_config_from_hf` (a config.json alone) and `runtime_config_from_spec` (a spec + explicit fields).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 from ..errors import DFlashError
-from ..families import spec_from_hf_config
-from ..spec import ARCH_DFLASH, ARCH_DFLASH2, DrafterSpec
+from ..families import DrafterFamily, read_hf_config
+from ..spec import ARCH_DFLASH2, DrafterSpec
 
 FAMILIES = ("dflash", "dflash2", "dspark")
 LAYOUTS = ("zlab", "speculators", "specforge", "llama.cpp")  # DrafterSpec.layout spellings
@@ -54,7 +54,6 @@ FAMILY_LABELS = {
 #: DrafterSpec.rope_scaling key (llama.cpp's converter names) → transformers' rope_parameters key
 _ROPE_KEYS_TO_HF = {"type": "rope_type", "original_context_length": "original_max_position_embeddings",
                     "attn_factor": "attention_factor", "ext_factor": "extrapolation_factor"}
-_ROPE_KEYS_FROM_HF = {v: k for k, v in _ROPE_KEYS_TO_HF.items()}
 
 
 def rope_parameters(scaling: Any) -> dict[str, Any] | None:
@@ -64,19 +63,12 @@ def rope_parameters(scaling: Any) -> dict[str, Any] | None:
     return {_ROPE_KEYS_TO_HF.get(k, k): v for k, v in dict(scaling).items()}
 
 
-def spec_rope_scaling(params: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
-    """transformers' ``rope_parameters`` (or llama.cpp-named keys) → ``DrafterSpec.rope_scaling`` pairs,
-    ``type`` and ``factor`` first."""
-    named = {_ROPE_KEYS_FROM_HF.get(k, k): v for k, v in params.items()}
-    head = [k for k in ("type", "factor") if k in named]
-    return tuple((k, named[k]) for k in head + [k for k in named if k not in head])
-
-
 @dataclass(frozen=True, eq=False)
 class RuntimeConfig(DrafterSpec):
     """A `DrafterSpec` plus the runtime-only fields (defaults = z-lab DFlash behaviour)."""
 
     family: str = "dflash"
+    own_embed_tokens: bool = False
     own_lm_head: bool = False
     confidence_head_with_markov: bool = True
     rope_interleaved: bool = False
@@ -109,6 +101,10 @@ class RuntimeConfig(DrafterSpec):
 
 def runtime_config_from_spec(spec: DrafterSpec, **extra: Any) -> RuntimeConfig:
     """A `DrafterSpec` (e.g. from a GGUF) with the zoo fields in ``extra`` (names of `RuntimeConfig`)."""
+    return _checked(_lift(spec, extra), "drafter")
+
+
+def _lift(spec: DrafterSpec, extra: Mapping[str, Any]) -> RuntimeConfig:
     base = {f.name: getattr(spec, f.name) for f in fields(DrafterSpec)}
     if isinstance(spec, RuntimeConfig):
         base.update({f.name: getattr(spec, f.name) for f in fields(RuntimeConfig)})
@@ -118,189 +114,96 @@ def runtime_config_from_spec(spec: DrafterSpec, **extra: Any) -> RuntimeConfig:
     if unknown:
         raise TypeError(f"runtime_config_from_spec: unknown field(s) {unknown}")
     base.update(extra)
-    return _checked(RuntimeConfig(**base), "drafter")
+    return RuntimeConfig(**base)
 
 
-#: SpecForge / DeepSpec DSpark architectures on a Qwen3-style DFlash backbone (llama.cpp's ``DSparkModel``)
-SPECFORGE_DSPARK = ("DSparkDraftModel", "Qwen3DSparkModel", "DSparkSpeculator", "Lfm2DSparkDraftModel",
-                    "LingDSparkModel")
 #: DSpark architectures on a backbone of their own (runtime/gemma4_dspark.py) → what reports call them
 BACKBONE_LABELS = {"Gemma4DSparkModel": "Gemma-4 DSpark"}
 #: DSpark architectures whose backbone this runtime does not implement, refused by name
 UNSUPPORTED = {
     "DeepseekV4DSparkModel": "a DeepSeek-V4 backbone (hyper-connections, MLA, MoE)",
 }
+#: canonical ids of the tensors that decide runtime-only fields (`runtime_fields`)
+EMBED_TOKENS, LM_HEAD, CONFIDENCE_W = "embed_tokens.weight", "lm_head.weight", "confidence_head.proj.weight"
 
 
-def runtime_config_from_hf(config: Mapping[str, Any], path: str = "config.json") -> RuntimeConfig:
-    """Any HF drafter ``config.json``: z-lab (+ its variants) or vLLM ``speculators`` (dflash / dflash2 / dspark).
+def refuse_unsupported(architecture: str, path: str) -> None:
+    """A one-line DFlashError for an architecture whose backbone this runtime does not implement."""
+    if architecture in UNSUPPORTED:
+        raise DFlashError(f"{path}: {architecture} is {UNSUPPORTED[architecture]}, which dflashkit's "
+                          "runtime does not run")
 
-    Kept for now: the converter-side families (`dflashkit.families`, issue 13) will read these layouts
-    into `DrafterSpec` themselves and then feed the runtime; until then the runtime reads them here.
 
-    A speculators config is told by ``speculators_model_type`` + ``transformer_layer_config`` (its
-    ``architectures`` holds the same class names as z-lab's); its hparams are nested and its taps
-    (``aux_hidden_state_layer_ids``) count the embedding output as 0, so HF ids are those − 1.
+def runtime_fields(family: DrafterFamily, spec: DrafterSpec, *, kind: str, shapes: Mapping[str, tuple[int, ...]] | None,
+                   config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The `RuntimeConfig`-only fields of a drafter its family has read into ``spec``.
+
+    ``kind``: "hf" or "gguf"; ``shapes``: canonical id → shape of the tensors the runtime uses (None: a
+    config alone, then a reduced draft vocabulary means an own head); ``config``: the HF config.json, for
+    the one speculators key no `DrafterSpec` field holds (``sliding_window_non_causal``).
+
+    As llama.cpp's loader (``src/models/dflash.cpp``) decides them for a GGUF: an own ``token_embd``
+    replaces the target's embeddings, an own ``output`` the target's head, and an own ``token_embd``
+    without an ``output`` is the head too (``TENSOR_DUPLICATED``); the confidence head sees the Markov
+    features when its width is hidden + rank.
     """
-    if not isinstance(config, Mapping):
-        raise DFlashError(f"{path}: expected a JSON object at the top level")
-    if "speculators_model_type" in config:
-        return _from_speculators(config, path)
-    archs = config.get("architectures") or []
-    arch = archs[0] if isinstance(archs, list) and archs else None
-    if arch in UNSUPPORTED:
-        raise DFlashError(f"{path}: {arch} is {UNSUPPORTED[arch]}, which dflashkit's runtime does not run")
-    if arch in SPECFORGE_DSPARK:
-        return _from_specforge_dspark(config, path)
-    if arch in BACKBONE_LABELS:
-        return backbone_dspark_config(spec_from_hf_config(config, path),
-                                      with_markov=bool(config.get("confidence_head_with_markov", True)), path=path)
-    spec = spec_from_hf_config(config, path)
-    return _checked(runtime_config_from_spec(spec, **_variant_fields(config, _nested(config), path)), path)
-
-
-def with_hf_variants(spec: DrafterSpec, config: Mapping[str, Any], path: str = "config.json") -> DrafterSpec:
-    """A z-lab `DrafterSpec` read from ``config`` (an HF config.json), lifted to a `RuntimeConfig` when the
-    config uses a variant the spec has no field for (gelu, linear / yarn RoPE, interleaved RoPE);
-    unchanged otherwise."""
-    extra = _variant_fields(config, _nested(config), path)
-    plain = {"hidden_act": ("silu", None), "rope_interleaved": (False,), "rope_is_neox_style": (True,)}
-    if all(value in plain.get(key, ()) for key, value in extra.items()):
-        return spec
-    return runtime_config_from_spec(spec, **extra)
-
-
-def _nested(config: Mapping[str, Any]) -> Mapping[str, Any]:
-    nested = config.get("dflash_config")
-    return nested if isinstance(nested, Mapping) else {}
-
-
-def _variant_fields(layer: Mapping[str, Any], top: Mapping[str, Any], path: str) -> dict[str, Any]:
-    """hidden_act, RoPE scaling and layout, shared by every layout (``layer``: where the Qwen3 keys sit)."""
-    out: dict[str, Any] = {}
-    act = top.get("hidden_act", layer.get("hidden_act"))
-    if act is not None:
-        out["hidden_act"] = act
-    neox = top.get("rope_is_neox_style", layer.get("rope_is_neox_style"))
-    if neox is not None:
-        if not isinstance(neox, bool):
-            raise DFlashError(f"{path}: 'rope_is_neox_style' must be true or false, got {neox!r}")
-        out["rope_is_neox_style"], out["rope_interleaved"] = neox, not neox  # HF layout: weights interleaved
-    scaling = _rope_scaling(layer, path)
-    if scaling is not None:
-        out["rope_scaling"] = spec_rope_scaling(scaling)
+    out: dict[str, Any] = {"family": family.runtime_module}
+    if shapes is None:  # a Gemma-4 DSpark always has its own full-vocabulary head (llama.cpp's converter)
+        own_embed, own_head = False, spec.draft_vocab_size is not None or spec.architecture in BACKBONE_LABELS
+    else:
+        own_embed = EMBED_TOKENS in shapes
+        own_head = LM_HEAD in shapes or own_embed
+    out["own_embed_tokens"], out["own_lm_head"] = own_embed, own_head
+    width = (shapes or {}).get(CONFIDENCE_W)
+    if width is not None:
+        out["confidence_head_with_markov"] = bool(spec.markov_rank) and width[-1] == spec.hidden_size + (spec.markov_rank or 0)
+    out["rope_interleaved"] = kind == "hf" and not spec.rope_is_neox_style  # stored interleaved, run so
+    out["attention_sinks"] = any(c.endswith(".self_attn.sinks") for c in shapes or ())
+    if spec.layout == "speculators":  # its sliding window counts back from the anchor (speculators' mask)
+        non_causal = (config or {}).get("sliding_window_non_causal", family.runtime_module == "dflash2")
+        out.update(window_from_anchor=True, sliding_window_non_causal=bool(non_causal))
     return out
 
 
-def _rope_scaling(layer: Mapping[str, Any], path: str) -> dict[str, Any] | None:
-    """transformers-5 ``rope_parameters`` or transformers-4 ``rope_scaling`` (``type`` or ``rope_type``)."""
-    for key in ("rope_parameters", "rope_scaling"):
-        params = layer.get(key)
-        if not isinstance(params, Mapping):
-            continue
-        kind = params.get("rope_type", params.get("type"))
-        if kind in (None, "default"):
-            continue
-        if kind not in ROPE_TYPES:
-            raise DFlashError(f"{path}: {key}.rope_type '{kind}' is not supported by the runtime "
-                              f"(one of {', '.join(ROPE_TYPES)})")
-        out = {k: v for k, v in params.items() if k not in ("type", "rope_theta")}
-        out["rope_type"] = kind
-        if not isinstance(out.get("factor"), (int, float)) or isinstance(out.get("factor"), bool) or out["factor"] <= 0:
-            raise DFlashError(f"{path}: {key}.factor must be a positive number for rope_type {kind}")
-        if kind == "yarn" and not isinstance(out.get("original_max_position_embeddings"), int):
-            raise DFlashError(f"{path}: {key}.original_max_position_embeddings (an integer) is required for yarn")
-        return out
-    return None
+_RUNTIME_DEFAULTS = {f.name: f.default for f in fields(RuntimeConfig) if f.name not in DrafterSpec.field_names()}
 
 
-def _from_speculators(config: Mapping[str, Any], path: str) -> RuntimeConfig:
-    kind = config.get("speculators_model_type")
-    if kind not in FAMILIES:
-        raise DFlashError(f"{path}: speculators_model_type '{kind}' is not a DFlash-family drafter "
-                          f"(one of {', '.join(FAMILIES)})")
-    layer = config.get("transformer_layer_config")
-    if not isinstance(layer, Mapping):
-        raise DFlashError(f"{path}: speculators config without a 'transformer_layer_config' object — it holds the "
-                          "drafter's hidden_size, layers and heads")
-    aux = config.get("aux_hidden_state_layer_ids")
-    if not isinstance(aux, list) or not aux or not all(isinstance(i, int) and not isinstance(i, bool) for i in aux):
-        raise DFlashError(f"{path}: 'aux_hidden_state_layer_ids' must be a non-empty list of integers, got {aux!r}")
-    if any(i < 1 for i in aux):
-        raise DFlashError(f"{path}: 'aux_hidden_state_layer_ids' counts the embedding output as 0, so every tap is "
-                          f">= 1; got {aux}")
-    nested = {"target_layer_ids": [i - 1 for i in aux], "block_size": config.get("block_size", 8),
-              "mask_token_id": config.get("mask_token_id")}
-    if kind == "dflash2":  # speculators' DFlash2SpeculatorConfig defaults
-        for key, default in (("conv_kernel_size", 2), ("conv_group_size", 16), ("selector_rank", 256),
-                             ("selector_top_k", 16)):
-            nested[key] = config.get(key, default)
-    flat = {k: v for k, v in layer.items() if k not in ("architectures", "dflash_config", "is_causal", "causal")}
-    flat["architectures"] = [ARCH_DFLASH2 if kind == "dflash2" else ARCH_DFLASH]
-    flat["dflash_config"] = nested
-    spec = spec_from_hf_config(flat, path)
-    target_vocab = spec.vocab_size
-    draft_vocab = config.get("draft_vocab_size", 32000)
-    if not isinstance(draft_vocab, int) or isinstance(draft_vocab, bool) or draft_vocab < 1:
-        raise DFlashError(f"{path}: 'draft_vocab_size' must be a positive integer, got {draft_vocab!r}")
-    default_anchor = kind == "dspark"
-    sample_from_anchor = config.get("sample_from_anchor", default_anchor)
-    extra: dict[str, Any] = dict(
-        family=kind, layout="speculators", sample_from_anchor=bool(sample_from_anchor),
-        own_lm_head=draft_vocab != target_vocab, draft_vocab_size=draft_vocab,
-        window_from_anchor=True,
-        sliding_window_non_causal=bool(config.get("sliding_window_non_causal", kind == "dflash2")),
-        causal=None, **_variant_fields(layer, config, path),
-    )
-    if kind == "dspark":
-        rank = config.get("markov_rank", 256)
-        extra.update(markov_rank=int(rank), markov_head_type=config.get("markov_head_type", "vanilla"),
-                     has_confidence_head=bool(config.get("enable_confidence_head", True)),
-                     confidence_head_with_markov=bool(config.get("confidence_head_with_markov", True)))
-    return _checked(runtime_config_from_spec(spec, **extra), path)
+def runtime_config(family: DrafterFamily, spec: DrafterSpec, *, kind: str,
+                   shapes: Mapping[str, tuple[int, ...]] | None = None, config: Mapping[str, Any] | None = None,
+                   path: str = "drafter") -> DrafterSpec:
+    """``spec`` (what ``family`` read from an HF config or a GGUF's metadata) lifted to a `RuntimeConfig` with
+    `runtime_fields` — or unchanged when the runtime computes nothing beyond z-lab DFlash with it (a plain
+    z-lab checkpoint keeps its `DrafterSpec`, so its HF and GGUF forms compare equal). A lifted GGUF is
+    labelled with llama.cpp's layout."""
+    refuse_unsupported(spec.architecture, path)
+    extra = runtime_fields(family, spec, kind=kind, shapes=shapes, config=config)
+    plain_family = "dflash2" if spec.architecture == ARCH_DFLASH2 else "dflash"
+    differs = [k for k, v in extra.items() if k != "family" and k in _RUNTIME_DEFAULTS and v != _RUNTIME_DEFAULTS[k]]
+    variant = kind == "hf" and (spec.layout not in (None, "zlab") or spec.hidden_act not in (None, "silu")
+                                or spec.rope_scaling is not None)
+    if spec.rope_scaling is not None and dict(spec.rope_scaling).get("type") not in ROPE_TYPES:
+        raise DFlashError(f"{path}: rope scaling type '{dict(spec.rope_scaling).get('type')}' is not supported by the "
+                          f"runtime (one of {', '.join(ROPE_TYPES)})")
+    if not (differs or variant or extra["family"] != plain_family):
+        return spec
+    if kind == "gguf":
+        extra["layout"] = "llama.cpp"
+    return _checked(_lift(spec, extra), path)
 
 
-def _from_specforge_dspark(config: Mapping[str, Any], path: str) -> RuntimeConfig:
-    """SpecForge / DeepSpec DSpark: a z-lab-style config (``dflash_config`` first, then top level) with the
-    DSpark keys; ``sample_from_anchor`` defaults to true (llama.cpp's converter), a ``draft_vocab_size``
-    below the target's means an own ``lm_head`` + ``d2t``."""
-    nested = _nested(config)
-
-    def get(key: str, default: Any = None) -> Any:
-        if nested.get(key) is not None:
-            return nested[key]
-        return config.get(key, default)
-
-    arch = (config.get("architectures") or ["?"])[0]
-    flat = dict(config)
-    flat["architectures"] = [ARCH_DFLASH]
-    spec = spec_from_hf_config(flat, path)
-    draft_vocab = get("draft_vocab_size")
-    own = draft_vocab is not None and draft_vocab != spec.vocab_size
-    extra: dict[str, Any] = dict(
-        family="dspark", layout="specforge", architecture=arch, sample_from_anchor=bool(get("sample_from_anchor", True)),
-        own_lm_head=own, draft_vocab_size=draft_vocab if own else None,
-        markov_rank=int(get("markov_rank", 0) or 0), markov_head_type=get("markov_head_type", "vanilla"),
-        has_confidence_head=bool(get("enable_confidence_head", False)),
-        confidence_head_with_markov=bool(get("confidence_head_with_markov", True)),
-        **_variant_fields(config, nested, path),
-    )
-    return _checked(runtime_config_from_spec(spec, **extra), path)
-
-
-def backbone_dspark_config(spec: DrafterSpec, shapes: Mapping[str, tuple[int, ...]] | None = None, *,
-                           with_markov: bool = True, path: str = "drafter") -> RuntimeConfig:
-    """A Gemma-4 DSpark spec (HF or GGUF, as `dflashkit.families.gemma4_dspark` reads it) → what
-    runtime/gemma4_dspark.py runs: a DSpark with its own full-vocabulary ``lm_head`` (llama.cpp uses a
-    drafter's ``output`` whenever it has one). ``shapes`` (canonical id → shape): the confidence head sees
-    the Markov features when its width is hidden + rank (the only shape llama.cpp loads), else ``with_markov``."""
-    rank = int(spec.markov_rank or 0)
-    conf = (shapes or {}).get("confidence_head.proj.weight")
-    if conf is not None:
-        with_markov = int(conf[-1]) == spec.hidden_size + rank
-    return _checked(runtime_config_from_spec(
-        spec, family="dspark", own_lm_head=True, draft_vocab_size=None, layout=spec.layout or "llama.cpp",
-        confidence_head_with_markov=with_markov and rank > 0), path)
+def runtime_config_from_hf(config: Mapping[str, Any], path: str = "config.json") -> RuntimeConfig:
+    """Any HF drafter ``config.json`` (z-lab and its variants, vLLM ``speculators`` dflash / dflash2 / dspark,
+    SpecForge / DeepSpec DSpark), read by its family (`dflashkit.families`) and lifted with the runtime-only
+    fields a config alone decides (no tensors: a reduced draft vocabulary means an own head)."""
+    if isinstance(config, Mapping):
+        archs = config.get("architectures")
+        refuse_unsupported(archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else "", path)
+    family, spec = read_hf_config(config, path)
+    extra = runtime_fields(family, spec, kind="hf", shapes=None, config=config)
+    if spec.markov_rank and spec.has_confidence_head is None:
+        # the family decides it from the tensors (`refine_spec`); without them, the head the config announces
+        extra["has_confidence_head"] = config.get("enable_confidence_head") is True
+    return _checked(_lift(spec, extra), path)
 
 
 def _checked(cfg: RuntimeConfig, path: str) -> RuntimeConfig:
@@ -322,57 +225,3 @@ def _checked(cfg: RuntimeConfig, path: str) -> RuntimeConfig:
     return cfg
 
 
-# ---------------------------------------------------------------------------------------------
-# GGUF (llama.cpp's DFlash / DSpark files): the zoo fields from metadata and tensor shapes
-# ---------------------------------------------------------------------------------------------
-
-#: llama.cpp's key for the MLP activation (vendor gguf-py ``Keys.LLM.HIDDEN_ACT``; older gguf wheels lack it)
-HIDDEN_ACT_KEY = "{arch}.hidden_activation"
-
-
-def runtime_config_from_gguf(spec: DrafterSpec, metadata: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]],
-                             arch: str = "dflash", path: str = "drafter.gguf") -> DrafterSpec:
-    """What llama.cpp's loader (``src/models/dflash.cpp``, ``common/speculative.cpp``) reads beyond the spec:
-    a ``markov_w1.weight`` tensor makes a DSpark (rank = its rows in numpy order [n_vocab, rank] → shape[1]),
-    ``conf_proj.weight`` its confidence head, ``d2t`` (absolute ids) an own ``output`` of that many rows,
-    ``dflash.sample_from_anchor`` (missing = true, read for DSpark only), ``{arch}.rope.scaling.*`` and
-    ``{arch}.hidden_activation``, ``blk.N.attn_sinks.weight``. ``shapes``: stored name → numpy shape. A file
-    with none of these keeps its `DrafterSpec` (unchanged)."""
-    import gguf
-
-    def key(template: str) -> str:
-        return template.format(arch=arch)
-
-    extra: dict[str, Any] = {}
-    if "markov_w1.weight" in shapes:
-        rank = int(shapes["markov_w1.weight"][-1])
-        extra.update(family="dspark", markov_rank=rank, markov_head_type="vanilla")
-        value = metadata.get(f"{arch}.sample_from_anchor")
-        extra["sample_from_anchor"] = True if value is None else bool(value)
-        if "conf_proj.weight" in shapes:
-            width = int(shapes["conf_proj.weight"][-1])
-            extra.update(has_confidence_head=True, confidence_head_with_markov=width == spec.hidden_size + rank)
-    if "d2t" in shapes:
-        extra.update(own_lm_head=True, draft_vocab_size=int(shapes["d2t"][0]))
-    if any(name.endswith(".attn_sinks.weight") for name in shapes):
-        extra["attention_sinks"] = True
-    act = metadata.get(key(HIDDEN_ACT_KEY))
-    if act is not None:
-        extra["hidden_act"] = str(act)
-    kind = metadata.get(key(gguf.Keys.Rope.SCALING_TYPE))
-    if kind not in (None, "none"):
-        scaling: dict[str, Any] = {"type": str(kind), "factor": float(metadata[key(gguf.Keys.Rope.SCALING_FACTOR)])}
-        for template, name in ((gguf.Keys.Rope.SCALING_ORIG_CTX_LEN, "original_context_length"),
-                               (gguf.Keys.Rope.SCALING_YARN_EXT_FACTOR, "ext_factor"),
-                               (gguf.Keys.Rope.SCALING_YARN_ATTN_FACTOR, "attn_factor"),
-                               (gguf.Keys.Rope.SCALING_YARN_BETA_FAST, "beta_fast"),
-                               (gguf.Keys.Rope.SCALING_YARN_BETA_SLOW, "beta_slow")):
-            if metadata.get(key(template)) is not None:
-                scaling[name] = metadata[key(template)]
-        if scaling["type"] not in ROPE_TYPES:
-            raise DFlashError(f"{path}: rope scaling type '{kind}' is not supported by the runtime")
-        extra["rope_scaling"] = spec_rope_scaling(scaling)
-    if not extra:
-        return spec
-    extra["layout"] = "llama.cpp"
-    return _checked(runtime_config_from_spec(spec, **extra), path)

@@ -486,6 +486,11 @@ class DFlashDraftModel(nn.Module):
         self.lm_head = Linear(h, getattr(spec, "draft_vocab_size", None) or spec.vocab_size or 0) \
             if getattr(spec, "own_lm_head", False) else None
         self.register_buffer("d2t", None)
+        # Embeddings of its own (self-contained drafters, MiMo GGUFs): they replace the target's, as llama.cpp's
+        # loader takes a drafter file's token_embd over the target's (z-lab's `dflash` has no such drafter).
+        self.embed_tokens = Embedding() if getattr(spec, "own_embed_tokens", False) else None
+        # MiMo's mask_embedding.pt: the mask token's embedding row, replacing the target's untrained one
+        self.register_buffer("mask_embedding", None)
 
     # -- properties the decoding loop needs ----------------------------------------------------
     @property
@@ -543,8 +548,15 @@ class DFlashDraftModel(nn.Module):
         return self.norm(x)
 
     def noise_embedding(self, block_ids: torch.Tensor, head: TargetHead) -> torch.Tensor:
-        """The target's embedding of ``[anchor, mask, ...]`` × the input embedding scale."""
-        return head.embed(block_ids) * self.embedding_scale
+        """The embedding of ``[anchor, mask, ...]`` × the input embedding scale: the drafter's own
+        ``embed_tokens`` when it has one, else the target's; with a ``mask_embedding`` (MiMo) the mask token's
+        row is that vector — what llama.cpp computes from the ``token_embd`` its converter writes for MiMo
+        (the target's embeddings with the mask row replaced)."""
+        emb = self.embed_tokens(block_ids) if self.embed_tokens is not None else head.embed(block_ids)
+        if self.mask_embedding is not None and self.spec.mask_token_id is not None:
+            is_mask = (block_ids == self.spec.mask_token_id).unsqueeze(-1)
+            emb = torch.where(is_mask, self.mask_embedding.to(emb.dtype), emb)
+        return emb * self.embedding_scale
 
     def compute_logits(self, hidden: torch.Tensor, head: TargetHead | nn.Module) -> torch.Tensor:
         """Target ``lm_head`` (or the drafter's own) × output multiplier, then final logit softcapping (if

@@ -1,10 +1,13 @@
 """Build a runnable drafter from any file `dflashkit.drafters.open_drafter` reads, and the target's head.
 
-A drafter comes from an HF checkpoint directory or a GGUF of any dialect and any tensor type:
-weights are read by canonical id and dequantized to float32 (``read_f32``), or — with
+A drafter comes from an HF checkpoint directory of any layout (z-lab, vLLM ``speculators``, SpecForge /
+DeepSpec DSpark) or a GGUF of any dialect and any tensor type, always through `open_drafter`: its family
+reads the config (or the dialect the metadata) into a `DrafterSpec`, `runtime_config` adds the
+runtime-only fields, and weights are read by canonical id and dequantized to float32 (``read_f32``), or — with
 ``keep_quantized=True`` and when ``dflashkit.kernels`` provides ``qmatmul`` — kept as ggml blocks
 and multiplied by the fused kernels. The target's ``embed_tokens`` / ``lm_head`` come from a target
-GGUF (``token_embd.weight`` / ``output.weight``) or an HF target directory.
+GGUF (``token_embd.weight`` / ``output.weight``) or an HF target directory — unless the drafter has its
+own (``embed_tokens`` / ``lm_head``; MiMo's ``mask_embedding.pt`` row), which replace them as in llama.cpp.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Mapping
 
 import numpy as np
@@ -21,19 +25,16 @@ from ..codecs import to_float32
 from ..errors import DFlashError, UsageError
 from ..drafters import DrafterFile, open_drafter, release_pages
 from ..spec_checks import check_runnable
-from ..spec import DrafterSpec
-from ..families import expected_tensors, family_for_spec
+from ..spec import DrafterSpec, read_config_json
+from ..families import architecture_of, expected_tensors, family_for_spec
 from .dflash import DFlashDraftModel, Embedding, Linear, RMSNorm, TargetHead
-from .dflash2 import DFlash2DraftModel
-from .config import (BACKBONE_LABELS, UNSUPPORTED, RuntimeConfig, backbone_dspark_config, runtime_config_from_gguf,
-                     with_hf_variants)
-from .zoo import assign_tensors, gguf_zoo_canonical, gguf_zoo_tensors, is_zoo_checkpoint, load_hf_zoo, model_class_for
+from .config import RuntimeConfig, refuse_unsupported, runtime_config
+from .zoo import model_class_for, module_path
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _DTYPE_ALIASES = {"f32": "float32", "fp32": "float32", "bf16": "bfloat16", "f16": "float16", "fp16": "float16", "half": "float16"}
 _FLOAT_TYPES = {"F32", "F16", "BF16", "F64"}
-#: Tensors a drafter may carry that the reference never uses (it borrows the target's).
-_UNUSED = ("embed_tokens.weight", "lm_head.weight")
+
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -94,21 +95,11 @@ class LoadInfo:
         }
 
 
-#: family `runtime_module` → its model class (one runtime file per family)
-RUNTIME_CLASSES: dict[str, type[DFlashDraftModel]] = {"dflash": DFlashDraftModel, "dflash2": DFlash2DraftModel}
 #: The family a report names for a z-lab architecture (other layouts set ``LoadInfo.family`` themselves).
 FAMILY_NAMES = {"DFlashDraftModel": "z-lab DFlash", "DFlash2DraftModel": "z-lab DFlash 2"}
 #: How every dflashkit runtime verifies a draft (reports say it: tree-verify numbers are not chain τ).
 VERIFY_MODE = ("chain verify (one draft path per round, longest accepted prefix + bonus token; not tree "
                "verification such as Luce DDTree, whose numbers are not chain τ)")
-
-
-def model_class(spec: DrafterSpec) -> type[DFlashDraftModel]:
-    family = family_for_spec(spec)
-    try:
-        return RUNTIME_CLASSES[family.runtime_module]
-    except KeyError:
-        raise DFlashError(f"the runtime cannot run a {family.name} drafter yet") from None
 
 
 def reference_notes(spec: DrafterSpec) -> list[str]:
@@ -137,35 +128,31 @@ def load_drafter(
     ``packed`` (float32 only): matrices stay in the file's 16-bit or ggml type and are unpacked at each
     matmul (`Linear.set_packed`) — the same results at a fraction of the memory (dflash-parity)."""
     dev, dt = resolve_device(device), resolve_dtype(dtype)
-    if is_zoo_checkpoint(path):  # speculators layouts: read through runtime.config (runtime/zoo.py)
-        return _load_zoo(path, dev, dt)
+    if Path(path).is_dir():  # named before its family reads the config (which may refuse it in its own words)
+        refuse_unsupported(_hf_architecture(Path(path)), str(Path(path) / "config.json"))
     with open_drafter(path) as f:
         spec = f.require_spec()
-        extras: dict[str, torch.Tensor] = {}
-        if spec.architecture in UNSUPPORTED:  # e.g. a DeepSeek-V4 DSpark GGUF: a backbone this runtime lacks
-            raise DFlashError(f"{path}: {spec.architecture} is {UNSUPPORTED[spec.architecture]}, which dflashkit's "
-                              "runtime does not run")
-        if f.kind == "hf":  # gelu / RoPE scaling / interleaved RoPE as the runtime computes with them
-            # (an interleaved-RoPE checkpoint runs interleaved: `_fill` reads its q/k as stored, without the
-            # NeoX permutation the converter applies)
-            spec = with_hf_variants(spec, f.metadata, str(Path(path) / "config.json"))
-        else:
-            # DSpark heads, d2t, sinks: whether the GGUF dialect maps them (issue 13's families) or not
-            zoo = [r.name for r in f.tensors.values() if gguf_zoo_canonical(r.name)]
-            zoo += [n for n in f.unmapped if gguf_zoo_canonical(n)]
-            if zoo:
-                shapes, extras = gguf_zoo_tensors(path, zoo)
-                spec = runtime_config_from_gguf(spec, f.metadata, shapes, arch=f.architecture, path=str(path))
-        if spec.architecture in BACKBONE_LABELS:  # Gemma-4 DSpark, HF or GGUF: runtime/gemma4_dspark.py
-            spec = backbone_dspark_config(spec, {n: r.shape for n, r in f.tensors.items()}, path=str(path))
-        # same rules as convert, and shapes before allocating (after the lift: a d2t sets the own head's rows)
-        check_runnable(spec, f.tensors, f.path)
-        model = (model_class_for(spec) if isinstance(spec, RuntimeConfig) else model_class(spec))(spec)
+        refuse_unsupported(spec.architecture, str(path))  # e.g. a Gemma-4 DSpark GGUF: a backbone this runtime lacks
+        family = f.family or family_for_spec(spec)
+        used = runtime_tensors(f, spec)
+        # the runtime-only fields (own embeddings / head, DSpark heads, interleaved RoPE, speculators' window)
+        # from the family's spec and the tensors at hand
+        spec = runtime_config(family, spec, kind=f.kind, shapes={c: f.tensors[c].shape for c in used},
+                              config=f.metadata if f.kind == "hf" else None,
+                              path=str(Path(path) / "config.json") if f.kind == "hf" else str(path))
+        shapes = _loader_shapes(f, spec)
+        # same rules as convert, and shapes before allocating (a d2t sets the own head's rows)
+        check_runnable(spec, {c: SimpleNamespace(shape=s) for c, s in shapes.items()}, f.path)
+        model = model_class_for(spec)(spec)
         quantized = keep_quantized and kernels_available()
         notes = reference_notes(spec)
         if keep_quantized and not quantized:
             notes.append("--keep-quantized: dflashkit.kernels is not available; weights were dequantized")
-        _fill(model, f, dev, dt, quantized, notes, extras, packed=packed and dt == torch.float32)
+        mask = _mask_embedding(f, spec)
+        if mask is not None:
+            model.mask_embedding = mask.to(dev)
+            notes.append("mask_embedding.pt replaces the mask token's embedding row (as llama.cpp's converter does)")
+        _fill(model, f, used, shapes, dev, dt, quantized, notes, packed=packed and dt == torch.float32)
         types: dict[str, int] = {}
         for ref in f.tensors.values():
             types[ref.type_name] = types.get(ref.type_name, 0) + 1
@@ -192,15 +179,49 @@ def load_drafter(
     return model.eval()
 
 
-def _load_zoo(path: str | os.PathLike, dev: torch.device, dt: torch.dtype) -> DFlashDraftModel:
-    model, types = load_hf_zoo(path, device=dev, dtype=dt)
-    cfg = model.spec
-    model.load_info = LoadInfo(  # type: ignore[attr-defined]
-        path=str(path), kind="hf", dialect=None, architecture=cfg.architecture, tensor_types=types,
-        matmul=f"dense {_dtype_name(dt)}", device=str(dev), dtype=_dtype_name(dt), notes=reference_notes(cfg),
-        family=cfg.label,  # type: ignore[attr-defined]
-    )
-    return model
+def _loader_shapes(f: DrafterFile, spec: DrafterSpec) -> dict[str, tuple[int, ...]]:
+    """Canonical id → shape, a GGUF's taken as llama.cpp's loader takes them: ggml pads ``ne`` with 1s, and a
+    file records only up to its last dim > 1 (llama-quantize writes DSpark's ``conf_proj.weight`` {n_embd + rank, 1}
+    as one dim), so a shape that differs from the expected one only by leading 1s (numpy order) is that one."""
+    shapes = {c: tuple(r.shape) for c, r in f.tensors.items()}
+    if f.kind != "gguf":
+        return shapes
+    for c, want in expected_tensors(spec, vocab_size=spec.vocab_size).items():
+        got = shapes.get(c)
+        pad = len(want) - len(got) if got is not None else 0
+        if pad > 0 and all(w == 1 for w in want[:pad]) and all(w in (-1, g) for w, g in zip(want[pad:], got)):
+            shapes[c] = (1,) * pad + got
+    return shapes
+
+
+def _hf_architecture(directory: Path) -> str:
+    try:
+        return architecture_of(read_config_json(directory))
+    except DFlashError:
+        return ""  # open_drafter reports the config
+
+
+def runtime_tensors(f: DrafterFile, spec: DrafterSpec) -> list[str]:
+    """Canonical ids of the tensors the runtime loads: every mapped one of a GGUF (what llama.cpp's loader
+    reads), and of an HF checkpoint those its family keeps in a conversion (``dropped_on_convert``: e.g.
+    DSpark's ``t2d``, a full-vocabulary DSpark's ``lm_head``) — so both forms run the same drafter."""
+    if f.kind != "hf":
+        return list(f.tensors)
+    family = f.family or family_for_spec(spec)
+    dropped = family.dropped_on_convert(spec)
+    return [c for c in f.tensors if c not in dropped]
+
+
+def _mask_embedding(f: DrafterFile, spec: DrafterSpec) -> torch.Tensor | None:
+    """MiMo's ``mask_embedding.pt`` beside an HF checkpoint (float32 [hidden]); None without one. A GGUF already
+    holds it in its ``token_embd`` (llama.cpp's converter writes the target's embeddings with that row)."""
+    if f.kind != "hf":
+        return None
+    # (with embeddings of its own, the converter writes the row into those: the same lookup as here)
+    from ..converters.mask_embedding import read_mask_embedding
+
+    vector = read_mask_embedding(Path(f.path), spec)
+    return None if vector is None else vector.detach().to(torch.float32).reshape(-1)
 
 
 def _kernel_types() -> frozenset[Any]:
@@ -241,8 +262,8 @@ def _dtype_name(dt: torch.dtype) -> str:
     return next(k for k, v in DTYPES.items() if v == dt)
 
 
-def _fill(model: DFlashDraftModel, f: DrafterFile, dev: torch.device, dt: torch.dtype, quantized: bool, notes: list[str],
-          extras: Mapping[str, torch.Tensor] | None = None, *, packed: bool = False) -> None:
+def _fill(model: DFlashDraftModel, f: DrafterFile, used: list[str], shapes: Mapping[str, tuple[int, ...]],
+          dev: torch.device, dt: torch.dtype, quantized: bool, notes: list[str], *, packed: bool = False) -> None:
     spec = model.spec
     expected = expected_tensors(spec, vocab_size=spec.vocab_size)
     # an HF interleaved-RoPE checkpoint runs in its own layout (RuntimeConfig.rope_interleaved): its q/k are
@@ -252,26 +273,24 @@ def _fill(model: DFlashDraftModel, f: DrafterFile, dev: torch.device, dt: torch.
     if missing:
         shown = ", ".join(missing[:6]) + (f" (+{len(missing) - 6} more)" if len(missing) > 6 else "")
         raise DFlashError(f"{f.path}: missing tensor(s) the drafter needs: {shown}")
-    ignored = [n for n in f.unmapped if not (extras and gguf_zoo_canonical(n) in extras)]
-    if ignored:
-        notes.append(f"ignored {len(ignored)} tensor(s) with no DFlash meaning: {', '.join(ignored[:4])}")
-    for canonical, ref in f.tensors.items():
-        if extras and f.kind == "gguf" and gguf_zoo_canonical(ref.name) in extras:
-            continue  # read through runtime/zoo.py (its canonical ids), assigned below
-        if canonical in _UNUSED and getattr(model, canonical.split(".")[0], None) is None:
-            notes.append(f"the drafter's own {canonical} is ignored: the reference uses the target's")
+    if f.unmapped:
+        notes.append(f"ignored {len(f.unmapped)} tensor(s) with no DFlash meaning: {', '.join(f.unmapped[:4])}")
+    family = f.family or family_for_spec(spec)
+    for canonical in used:
+        ref = f.tensors[canonical]
+        if canonical == "d2t":  # absolute target ids: a GGUF stores them (I64), an HF checkpoint offsets
+            raw = f.read_raw(canonical)
+            ids = family.finalize_tensor(spec, canonical, raw, str(f.path))[0] if f.kind == "hf" else np.array(raw)
+            model.d2t = torch.from_numpy(np.asarray(ids).astype(np.int64).reshape(-1)).to(dev)
             continue
-        if canonical == "d2t":  # absolute target ids (I64), as llama.cpp stores them
-            model.d2t = torch.from_numpy(np.array(f.read_raw(canonical)).astype(np.int64).reshape(-1)).to(dev)
-            continue
-        module_path, _, attr = canonical.rpartition(".")
+        module_path_, _, attr = module_path(canonical).rpartition(".")
         try:
-            module = model.get_submodule(module_path)
+            module = model.get_submodule(module_path_)
         except AttributeError:
             raise DFlashError(f"{f.path}: tensor '{ref.name}' has no place in a {spec.architecture} with this config") from None
-        want = expected.get(canonical)
-        if want is not None and (len(want) != len(ref.shape) or any(w not in (-1, g) for w, g in zip(want, ref.shape))):
-            raise DFlashError(f"{f.path}: tensor '{ref.name}' has shape {list(ref.shape)}, the config implies {list(want)}")
+        want, shape = expected.get(canonical), shapes[canonical]
+        if want is not None and (len(want) != len(shape) or any(w not in (-1, g) for w, g in zip(want, shape))):
+            raise DFlashError(f"{f.path}: tensor '{ref.name}' has shape {list(shape)}, the config implies {list(want)}")
         if isinstance(module, Linear) and attr == "weight" and quantized and ref.ggml_type in _kernel_types():
             data = torch.from_numpy(np.array(f.read_raw(canonical), dtype=np.uint8)).to(dev)
             module.set_quantized(data, ref.ggml_type)
@@ -285,18 +304,27 @@ def _fill(model: DFlashDraftModel, f: DrafterFile, dev: torch.device, dt: torch.
             tensor = _dequantize(f.read_raw(canonical), ref.ggml_type, ref.shape, dev, dt)
         else:
             tensor = torch.from_numpy(np.ascontiguousarray(f.read_f32(canonical, sanitize=not as_stored))).to(device=dev, dtype=dt)
+        tensor = tensor.reshape(shape)
         if isinstance(module, Linear) and attr == "weight":
-            module.set_weight(tensor)
+            try:
+                module.set_weight(tensor)
+            except ValueError as exc:
+                raise DFlashError(f"{f.path}: tensor '{ref.name}': {exc}") from None
         elif isinstance(module, (Linear, RMSNorm, Embedding)) or attr in module._buffers:  # base_kernel, sinks, ...
             setattr(module, attr, tensor.reshape(-1) if attr == "sinks" else tensor)
         else:  # pragma: no cover - every canonical id maps to one of the above
             raise DFlashError(f"{f.path}: tensor '{ref.name}' cannot be loaded into {type(module).__name__}")
-    if extras:  # the zoo's tensors read through runtime/zoo.py (canonical ids)
-        assign_tensors(model, extras, where=str(f.path), device=dev)
+    if model.embed_tokens is not None and model.lm_head is not None and not model.lm_head.is_loaded:
+        # llama.cpp: a drafter with its own token_embd and no output uses token_embd as its head too
+        model.lm_head.set_weight(model.embed_tokens.weight)
     # Norms default to ones, so only the shape check above guards them; everything else must be set.
     for name, module in model.named_modules():
         if isinstance(module, Linear) and not module.is_loaded or isinstance(module, Embedding) and module.weight is None:
             raise DFlashError(f"{f.path}: no weight for '{name}'")
+        if getattr(module, "base_kernel", False) is None:
+            raise DFlashError(f"{f.path}: no weight for '{name}.base_kernel'")
+    if model.d2t is not None and model.lm_head is not None and model.d2t.numel() != model.lm_head.out_features:
+        raise DFlashError(f"{f.path}: d2t has {model.d2t.numel()} rows, lm_head {model.lm_head.out_features}")
     model.to(device=dev, dtype=dt)  # float buffers only: quantized blocks stay uint8
 
 
