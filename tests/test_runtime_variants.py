@@ -22,6 +22,7 @@ from safetensors.torch import load_file, save_file
 from transformers import Qwen3Config
 
 from dflashkit.runtime import load_drafter
+from dflashkit.errors import DFlashError
 from dflashkit.runtime.config import RuntimeConfig, runtime_config_from_hf
 from dflashkit.runtime.dflash import RotaryEmbedding, apply_rotary, neox_order, sink_attention
 from test_runtime import ROUNDS_3, assert_rounds_equal, rel, run_both
@@ -159,3 +160,28 @@ def test_sink_attention_equals_gpt_oss_eager(masked: bool) -> None:
     assert rel(ours, ref) < 1e-6
     no_sink = torch.nn.functional.scaled_dot_product_attention(q, rep(k), rep(v), attn_mask=mask).transpose(1, 2)
     assert rel(no_sink, ref) > 1e-3
+
+
+def test_llama3_rope_runs_from_the_gguf_but_not_from_the_hf_checkpoint(tmp_path: Path) -> None:
+    """llama.cpp's converter writes nothing for llama3 / dynamic RoPE, so the GGUF runs plain RoPE (as llama.cpp
+    does); the HF checkpoint's own model rotates with the scaling, which the runtime does not compute: refused
+    (exit 1) rather than silently run with plain RoPE."""
+    from click.testing import CliRunner
+
+    from dflashkit.cli import parity_command
+    from dflashkit.converters.convert import convert
+
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+              "original_max_position_embeddings": 1024, "rope_theta": 1000000.0}
+    hf = write_zlab(tmp_path / "llama3", 6, rope_parameters=llama3)
+    gguf_path = tmp_path / "llama3.gguf"
+    convert(hf, gguf_path, outtype="f32", progress=False, warn=lambda _: None)
+    assert load_drafter(gguf_path).spec.rope_scaling is None  # plain RoPE, as llama.cpp runs the file
+    message = (f"{hf / 'config.json'}: rope type 'llama3' is not run by dflashkit's runtime from the HF checkpoint "
+               "(one of default, linear, yarn); llama.cpp ignores it too — run the converted GGUF to see what "
+               "llama.cpp computes")
+    with pytest.raises(DFlashError) as err:
+        load_drafter(hf)
+    assert str(err.value) == message
+    res = CliRunner().invoke(parity_command, [str(hf), str(gguf_path)])
+    assert res.exit_code == 1 and res.output.strip().splitlines()[-1] == f"error: {message}"

@@ -184,11 +184,36 @@ def runtime_config(family: DrafterFamily, spec: DrafterSpec, *, kind: str,
     if spec.rope_scaling is not None and dict(spec.rope_scaling).get("type") not in ROPE_TYPES:
         raise DFlashError(f"{path}: rope scaling type '{dict(spec.rope_scaling).get('type')}' is not supported by the "
                           f"runtime (one of {', '.join(ROPE_TYPES)})")
+    dropped = _rope_type_llama_cpp_drops(config) if kind == "hf" else None
+    if dropped is not None:
+        # the checkpoint's own model (transformers) rotates with it, so plain RoPE here would be silently wrong;
+        # its GGUF is another matter: llama.cpp runs plain RoPE for these types, and so does the runtime
+        raise DFlashError(f"{path}: rope type '{dropped}' is not run by dflashkit's runtime from the HF checkpoint "
+                          f"(one of {', '.join(ROPE_TYPES)}); llama.cpp ignores it too — run the converted GGUF to see "
+                          "what llama.cpp computes")
     if not (differs or variant or extra["family"] != plain_family):
         return spec
     if kind == "gguf":
         extra["layout"] = "llama.cpp"
     return _checked(_lift(spec, extra), path)
+
+
+#: RoPE types llama.cpp's converter writes nothing for (`dflashkit.families.zlab_dflash.rope_scaling_of`)
+_ROPE_TYPES_LLAMA_CPP_DROPS = ("dynamic", "llama3")
+
+
+def _rope_type_llama_cpp_drops(config: Mapping[str, Any] | None) -> str | None:
+    """The config's RoPE type when llama.cpp's converter drops it (top level, or speculators' nested layer)."""
+    for where in (config or {}, (config or {}).get("transformer_layer_config")):
+        if not isinstance(where, Mapping):
+            continue
+        for key in ("rope_parameters", "rope_scaling"):
+            rope = where.get(key)
+            rope = rope.get("full_attention", rope) if isinstance(rope, Mapping) else None
+            kind = rope.get("rope_type", rope.get("type")) if isinstance(rope, Mapping) else None
+            if kind in _ROPE_TYPES_LLAMA_CPP_DROPS:
+                return kind
+    return None
 
 
 def runtime_config_from_hf(config: Mapping[str, Any], path: str = "config.json") -> RuntimeConfig:
