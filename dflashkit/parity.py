@@ -21,6 +21,7 @@ Where the inputs come from:
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import math
 import os
@@ -353,6 +354,7 @@ def run_parity(
     mode = "hf-target" if hf_target else "gguf-target" if target is not None else "no-target"
     _check_pair(ref_model, models["candidate"], mode)
 
+    runner: HFTarget | None = None
     if hf_target:
         runner = HFTarget(target, device=device)  # type: ignore[arg-type]
         head: TargetHead | None = runner.head(dtype=dtype)
@@ -382,12 +384,17 @@ def run_parity(
         hidden_overall=run.hidden_overall,
         prompt_ids=inputs.tokens(inputs.first_start) if hf_target else None,
     )
+    specs = {side: m.spec for side, m in models.items()}
+    first = run.first
+    # Nothing below runs a model: drop the weights (2 GB packed for a 4B-size pair) before the diff streams its own.
+    del models, ref_model, head, inputs, run, runner  # (an HF target's model too)
+    gc.collect()
     if weights:
         from .diff import diff_drafters
 
         result.weights = diff_drafters(reference, candidate)
     if dump is not None:
-        _write_dump(Path(dump), result, run.first, models, force=force)
+        _write_dump(Path(dump), result, first, specs, force=force)
         result.dump = str(dump)
     return result
 
@@ -491,7 +498,7 @@ def _np(t: torch.Tensor, dtype: Any) -> np.ndarray:
                                 dtype=dtype)
 
 
-def _write_dump(path: Path, result: ParityResult, first: _FirstRound, models: dict[str, DFlashDraftModel], *,
+def _write_dump(path: Path, result: ParityResult, first: _FirstRound, specs: dict[str, Any], *,
                 force: bool = False) -> None:
     steps = first.steps
     arrays: dict[str, np.ndarray] = {
@@ -514,8 +521,8 @@ def _write_dump(path: Path, result: ParityResult, first: _FirstRound, models: di
         if cand.shape != arrays[key].shape or not np.array_equal(cand, arrays[key]):
             arrays[key + "_candidate"] = cand
     meta = {
-        "reference": _side_meta(result.reference, models["reference"]),
-        "candidate": _side_meta(result.candidate, models["candidate"]),
+        "reference": _side_meta(result.reference, specs["reference"]),
+        "candidate": _side_meta(result.candidate, specs["candidate"]),
         "target": result.target,
         "mode": result.mode,
         "device": result.device,
@@ -529,8 +536,8 @@ def _write_dump(path: Path, result: ParityResult, first: _FirstRound, models: di
         np.savez(f, **arrays)
 
 
-def _side_meta(info: LoadInfo, model: DFlashDraftModel) -> dict[str, Any]:
-    s = model.spec
+def _side_meta(info: LoadInfo, s: Any) -> dict[str, Any]:
+    """The dump's description of one side (``s``: its drafter's spec)."""
     return {
         "path": info.path, "kind": info.kind, "dialect": info.dialect, "architecture": info.architecture,
         "family": info.family_name, "tensor_types": info.tensor_types, "matmul": info.matmul, "target_layer_ids": list(s.target_layer_ids),

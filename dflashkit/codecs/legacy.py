@@ -25,6 +25,10 @@ class Q8_0(KernelQuantType, ggml_type=GGMLQuantizationType.Q8_0):
     def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
         return q[:, 2:].view(np.int8).astype(np.float32) * fp16_col(q, 0)
 
+    def dequantize_blocks_into(self, q: np.ndarray, out: np.ndarray) -> None:
+        # the same float32 products, the int8 -> float32 cast done by the ufunc in small buffers (no temporaries)
+        np.multiply(q[:, 2:].view(np.int8), fp16_col(q, 0), out=out, dtype=np.float32)
+
 
 class Q4_0(KernelQuantType, ggml_type=GGMLQuantizationType.Q4_0):
     """d (fp16) = max / -8 (max: signed value of largest magnitude); 4-bit levels with offset 8."""
