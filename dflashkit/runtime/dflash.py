@@ -80,22 +80,20 @@ class Linear(nn.Module):
 
     def _packed_forward(self, x: torch.Tensor) -> torch.Tensor:
         assert self.qdata is not None
-        out = x.new_empty(*x.shape[:-1], self.out_features)
-        if out.numel() == 0:
-            return out
-        tiles = packed_tiles(self.out_features, self.in_features, x.device)
+        outs: list[torch.Tensor] = []
 
         def run(a: int, b: int, buf: torch.Tensor | None) -> None:
-            # rows a..b unpacked (on the CPU into the reused buffer): their product fills output columns a..b
+            # rows a..b unpacked (on the CPU into the reused buffer): the output columns a..b
             w = unpack_rows(self.qdata[a:b], self.ggml_type, (b - a, self.in_features), out=buf)
-            out[..., a:b] = F.linear(x, w.to(x.dtype), None if self.bias is None else self.bias[a:b])
+            outs.append(F.linear(x, w.to(x.dtype), None if self.bias is None else self.bias[a:b]))
 
-        if x.device.type != "cpu":
-            for a, b in tiles:
+        tiles = packed_tiles(self.out_features, self.in_features, x.device)
+        if x.device.type != "cpu" or (x.requires_grad and torch.is_grad_enabled()):
+            for a, b in tiles:  # (autograd keeps each tile's weight for the backward: no shared buffer)
                 run(a, b, None)
         else:
             run_tiles(tiles, self.in_features, run)
-        return out
+        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows ``ids`` of the weight as float32 (an embedding lookup), unpacking only those rows."""
@@ -161,7 +159,8 @@ class _Scratch(threading.local):
 
     def get(self, numel: int) -> torch.Tensor:
         if self.buf is None or self.buf.numel() < numel:
-            self.buf = torch.empty(numel, dtype=torch.float32)
+            with torch.inference_mode(False):  # a normal tensor: written in and out of inference mode alike
+                self.buf = torch.empty(numel, dtype=torch.float32)
         return self.buf[:numel]
 
 
