@@ -21,6 +21,7 @@ Where the inputs come from:
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import math
 import os
@@ -88,8 +89,19 @@ class HiddenStats:
         return dict(self.__dict__)
 
 
+#: rows of logits whose float64 figures are computed at once: each is a row of its own, and a few rows keep the
+#: float64 temporaries of a 152 k vocabulary at a few MB (all 15 rows at once took ~120 MB of the run's peak)
+_LOGIT_ROWS_AT_ONCE = 4
+
+
 def _logit_rows(ref: torch.Tensor, cand: torch.Tensor) -> dict[str, np.ndarray]:
-    """Per-row figures for [n, vocab] logits (float64)."""
+    """Per-row figures for [n, vocab] logits (float64), a few rows at a time."""
+    parts = [_logit_rows_block(ref[i : i + _LOGIT_ROWS_AT_ONCE], cand[i : i + _LOGIT_ROWS_AT_ONCE])
+             for i in range(0, ref.shape[0], _LOGIT_ROWS_AT_ONCE)]
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def _logit_rows_block(ref: torch.Tensor, cand: torch.Tensor) -> dict[str, np.ndarray]:
     r, c = ref.double(), cand.double()
     lr, lc = torch.log_softmax(r, -1), torch.log_softmax(c, -1)
     kl = (lr.exp() * (lr - lc)).sum(-1).clamp_min(0.0)  # tiny negative values are rounding
@@ -353,6 +365,7 @@ def run_parity(
     mode = "hf-target" if hf_target else "gguf-target" if target is not None else "no-target"
     _check_pair(ref_model, models["candidate"], mode)
 
+    runner: HFTarget | None = None
     if hf_target:
         runner = HFTarget(target, device=device)  # type: ignore[arg-type]
         head: TargetHead | None = runner.head(dtype=dtype)
@@ -382,12 +395,17 @@ def run_parity(
         hidden_overall=run.hidden_overall,
         prompt_ids=inputs.tokens(inputs.first_start) if hf_target else None,
     )
+    specs = {side: m.spec for side, m in models.items()}
+    first = run.first
+    # Nothing below runs a model: drop the weights (2 GB packed for a 4B-size pair) before the diff streams its own.
+    del models, ref_model, head, inputs, run, runner  # (an HF target's model too)
+    gc.collect()
     if weights:
         from .diff import diff_drafters
 
         result.weights = diff_drafters(reference, candidate)
     if dump is not None:
-        _write_dump(Path(dump), result, run.first, models, force=force)
+        _write_dump(Path(dump), result, first, specs, force=force)
         result.dump = str(dump)
     return result
 
@@ -491,7 +509,7 @@ def _np(t: torch.Tensor, dtype: Any) -> np.ndarray:
                                 dtype=dtype)
 
 
-def _write_dump(path: Path, result: ParityResult, first: _FirstRound, models: dict[str, DFlashDraftModel], *,
+def _write_dump(path: Path, result: ParityResult, first: _FirstRound, specs: dict[str, Any], *,
                 force: bool = False) -> None:
     steps = first.steps
     arrays: dict[str, np.ndarray] = {
@@ -514,8 +532,8 @@ def _write_dump(path: Path, result: ParityResult, first: _FirstRound, models: di
         if cand.shape != arrays[key].shape or not np.array_equal(cand, arrays[key]):
             arrays[key + "_candidate"] = cand
     meta = {
-        "reference": _side_meta(result.reference, models["reference"]),
-        "candidate": _side_meta(result.candidate, models["candidate"]),
+        "reference": _side_meta(result.reference, specs["reference"]),
+        "candidate": _side_meta(result.candidate, specs["candidate"]),
         "target": result.target,
         "mode": result.mode,
         "device": result.device,
@@ -529,8 +547,8 @@ def _write_dump(path: Path, result: ParityResult, first: _FirstRound, models: di
         np.savez(f, **arrays)
 
 
-def _side_meta(info: LoadInfo, model: DFlashDraftModel) -> dict[str, Any]:
-    s = model.spec
+def _side_meta(info: LoadInfo, s: Any) -> dict[str, Any]:
+    """The dump's description of one side (``s``: its drafter's spec)."""
     return {
         "path": info.path, "kind": info.kind, "dialect": info.dialect, "architecture": info.architecture,
         "family": info.family_name, "tensor_types": info.tensor_types, "matmul": info.matmul, "target_layer_ids": list(s.target_layer_ids),

@@ -8,7 +8,7 @@ import pytest
 from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as Q
 
-from dflashkit.codecs import quantize, tensor_nbytes, to_float32
+from dflashkit.codecs import dequantize_into, quantize, tensor_nbytes, to_float32
 from dflashkit.errors import DFlashError
 
 
@@ -35,6 +35,31 @@ def test_ggml_types_decode_as_gguf_py(qtype: Q) -> None:
     got = to_float32(raw, qtype)
     assert got.shape == (4, 256) and got.tobytes() == expected.tobytes()
     assert to_float32(raw, qtype.name, (2, 2, 256)).tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_K])
+def test_dequantize_into_writes_gguf_py_values(qtype: Q) -> None:
+    """Into a caller's buffer (the runtime's packed matmuls): gguf-py's floats bit for bit, for real blocks and for
+    random bytes (NaN / inf / subnormal scales); Q4_K takes the generic path."""
+    rng = np.random.default_rng(2)
+    block, type_size = GGML_QUANT_SIZES[qtype]
+    real = quantize(rng.standard_normal((8, 512)).astype(np.float32), qtype)
+    noise = rng.integers(0, 256, size=(8, 512 // block * type_size), dtype=np.uint8)
+    for raw in (real, noise):
+        with np.errstate(all="ignore"):
+            expected = np.asarray(gguf.quants.dequantize(raw, qtype), np.float32)
+        out = np.full((8, 512), 7.0, np.float32)
+        with np.errstate(all="ignore"):
+            assert dequantize_into(raw, qtype, out) is out
+        assert out.view(np.uint32).tobytes() == expected.view(np.uint32).tobytes()
+
+
+def test_dequantize_into_refuses_a_buffer_of_the_wrong_size() -> None:
+    raw = quantize(np.ones((2, 64), np.float32), Q.Q8_0)
+    with pytest.raises(DFlashError) as e:
+        dequantize_into(raw, Q.Q8_0, np.empty(100, np.float32))
+    assert str(e.value) == ("cannot dequantize Q8_0 into a float32 array of 100 values: need C-contiguous float32 "
+                            "of 128 values and rows of whole 34-byte blocks")
 
 
 def test_safetensors_dtypes_decode_by_value() -> None:

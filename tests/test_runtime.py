@@ -14,6 +14,8 @@ import json
 import warnings
 from pathlib import Path
 
+import gguf
+import gguf.quants
 import numpy as np
 import pytest
 import torch
@@ -197,6 +199,33 @@ def test_packed_target_head_matches_transformers(targets: dict[int, dict[str, Pa
     assert torch.equal(packed.embed(ids), F.embedding(ids, runner.embed_tokens))
     x = torch.randn(3, 64, generator=torch.Generator().manual_seed(0))
     torch.testing.assert_close(packed(x), x @ runner.lm_head.weight.T, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("qtype", [gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.BF16])
+@pytest.mark.parametrize("n_rows", [1, 16])
+def test_packed_tiles_multiply_as_one_dense_matmul(monkeypatch, qtype, n_rows: int) -> None:
+    """A packed Linear unpacked tile by tile into its reused buffer (here 5 tiles, the last with the remainder)
+    gives what one torch matmul gives on the whole weight as gguf-py dequantizes it — bit for bit with MKL (torch's
+    CPU BLAS here), in and out of inference mode."""
+    from dflashkit.runtime import dflash as runtime_dflash
+
+    rows, k = 5 * 32 + 13, 256
+    monkeypatch.setattr(runtime_dflash, "PACKED_TILE_BYTES", 32 * k * 4)
+    assert len(runtime_dflash.packed_tiles(rows, k)) == 5
+    w = np.random.default_rng(3).standard_normal((rows, k)).astype(np.float32)
+    raw = (gguf.quants.quantize(w, qtype) if qtype != gguf.GGMLQuantizationType.BF16
+           else torch.from_numpy(w).to(torch.bfloat16).view(torch.uint8).numpy().reshape(rows, 2 * k))
+    dense = torch.from_numpy(np.asarray(gguf.quants.dequantize(raw, qtype), np.float32))
+    lin = Linear(k, rows)
+    lin.set_packed(torch.from_numpy(np.ascontiguousarray(raw)), qtype)
+    x = torch.randn(1, n_rows, k, generator=torch.Generator().manual_seed(4))
+    with torch.inference_mode():
+        inside = lin(x)
+    for got in (inside, lin(x)):
+        if torch.backends.mkl.is_available():
+            assert torch.equal(got, F.linear(x, dense))
+        else:  # another BLAS may round a narrower matmul differently
+            torch.testing.assert_close(got, F.linear(x, dense), rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("family", ["qwen3-b16", "dflash2"])

@@ -24,7 +24,7 @@ from .legacy import Q4_0, Q5_0, Q5_1, Q8_0
 __all__ = [
     "GGMLQuantizationType", "QUANT_TYPES", "QuantType", "get_quant_type", "quantize", "dequantize",
     "f32_to_f16_bits", "f32_to_bf16_bits", "bf16_bits_to_f32", "get_num_threads", "set_num_threads",
-    "tensor_nbytes", "to_float32",
+    "tensor_nbytes", "to_float32", "dequantize_into",
     "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K",
 ]
 
@@ -66,6 +66,12 @@ def quantize(x: np.ndarray, qtype: GGMLQuantizationType | int | str, *, threads:
 def dequantize(q: np.ndarray, qtype: GGMLQuantizationType | int | str) -> np.ndarray:
     """uint8 (..., row_bytes) -> float32 (..., n), bit-identical to ``gguf.quants.dequantize``."""
     return get_quant_type(qtype).dequantize(q)
+
+
+def dequantize_into(q: np.ndarray, qtype: GGMLQuantizationType | int | str, out: np.ndarray) -> np.ndarray:
+    """uint8 (..., row_bytes) -> float32 written into ``out`` (C-contiguous, as many values as ``q`` encodes), the
+    values of `dequantize` (Q8_0 without any temporary)."""
+    return get_quant_type(qtype).dequantize_into(q, out)
 
 
 #: Plain element types (safetensors dtype tags and ggml names): converted by value.

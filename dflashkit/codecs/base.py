@@ -218,6 +218,25 @@ class QuantType(BlockFormat):
         blocks = np.ascontiguousarray(q).reshape(-1, self.type_size)
         return self.dequantize_blocks(blocks).reshape(*lead, nb // self.type_size * self.block_size)
 
+    def dequantize_blocks_into(self, q: np.ndarray, out: np.ndarray) -> None:
+        """`dequantize_blocks` written into ``out`` float32 [n_blocks, block_size] (override: without temporaries)."""
+        out[...] = self.dequantize_blocks(q)
+
+    def dequantize_into(self, q: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """uint8 (..., row_bytes) -> ``out`` (float32, C-contiguous, as many values as ``q`` encodes): the values
+        of `dequantize`, for callers that dequantize the same weights again and again into one buffer (the
+        runtime's packed matmuls). Q8_0 writes straight into ``out``; other types still build the float32 array."""
+        q = np.asarray(q)
+        if q.dtype != np.uint8:
+            q = np.ascontiguousarray(q).view(np.uint8)
+        n_values = q.size // self.type_size * self.block_size
+        if q.ndim == 0 or q.shape[-1] % self.type_size or out.dtype != np.float32 or not out.flags.c_contiguous \
+                or out.size != n_values:
+            raise DFlashError(f"cannot dequantize {self.name} into a {out.dtype} array of {out.size} values: need "
+                              f"C-contiguous float32 of {n_values} values and rows of whole {self.type_size}-byte blocks")
+        self.dequantize_blocks_into(np.ascontiguousarray(q).reshape(-1, self.type_size), out.reshape(-1, self.block_size))
+        return out
+
 
 class _LazyKernels:
     """``_kernels`` imported on first use: importing numba and loading its cached kernels costs about a second,

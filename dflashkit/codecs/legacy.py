@@ -23,7 +23,13 @@ class Q8_0(KernelQuantType, ggml_type=GGMLQuantizationType.Q8_0):
     _kernel = "q8_0_kernel"
 
     def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
-        return q[:, 2:].view(np.int8).astype(np.float32) * fp16_col(q, 0)
+        out = np.empty((q.shape[0], self.block_size), dtype=np.float32)
+        self.dequantize_blocks_into(q, out)
+        return out
+
+    def dequantize_blocks_into(self, q: np.ndarray, out: np.ndarray) -> None:
+        # float(qs) * d in float32; the ufunc casts the int8 levels in small buffers: one pass, no temporary array
+        np.multiply(q[:, 2:].view(np.int8), fp16_col(q, 0), out=out, dtype=np.float32)
 
 
 class Q4_0(KernelQuantType, ggml_type=GGMLQuantizationType.Q4_0):
