@@ -78,3 +78,18 @@ def test_tensor_nbytes_matches_gguf_py(qtype: Q) -> None:
 def test_tensor_nbytes_refuses_a_partial_block_row() -> None:
     with pytest.raises(DFlashError, match=r"^row length 100 is not a multiple of Q4_K's block size 256$"):
         tensor_nbytes(Q.Q4_K, (2, 100))
+
+
+def test_bf16_to_f16_kernel_equals_numpy_for_every_bf16_bit_pattern() -> None:
+    """All 65,536 bfloat16 patterns (zeros, subnormals, overflow to inf, every NaN payload) give numpy's
+    ``astype(float16)`` of the exact float32 value — what gguf-py and llama.cpp's converter write."""
+    from dflashkit.codecs import bf16_bits_to_f16_bits
+
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    with np.errstate(over="ignore"):
+        want = (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float16).view(np.uint16)
+    assert np.array_equal(bf16_bits_to_f16_bits(bits), want)
+    assert np.array_equal(bf16_bits_to_f16_bits(bits.view(np.uint8)), want)  # raw bytes as stored
+    out = np.empty(bits.shape, np.uint16)
+    assert bf16_bits_to_f16_bits(bits, out=out) is out and np.array_equal(out, want)
+

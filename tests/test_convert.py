@@ -246,6 +246,28 @@ def test_tensor_bytes(family: str, outtype: str, drafters, targets, tmp_path: Pa
         assert data == want, name
 
 
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f != "sharded"])  # "sharded" is stored f16
+def test_f16_through_the_bf16_kernel_writes_numpys_bytes(family: str, drafters, targets, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large bf16 → f16 jobs take the one-pass numba kernel (`FAST_F16_MIN_VALUES`, lowered here so a fixture
+    takes it): the file is byte-identical to the small-job path's (numpy's astype, gguf-py's bytes)."""
+    from dflashkit.converters import convert as convert_module
+
+    small, large = tmp_path / "numpy.gguf", tmp_path / "kernel.gguf"
+    convert(drafters[family], small, outtype="f16", target=target_for(family, targets), progress=False)
+    calls: list[int] = []
+    import dflashkit.codecs as codecs
+
+    real = codecs.bf16_bits_to_f16_bits
+    monkeypatch.setattr(codecs, "bf16_bits_to_f16_bits", lambda raw, **kw: calls.append(raw.size) or real(raw, **kw))
+    monkeypatch.setattr(convert_module, "FAST_F16_MIN_VALUES", 0)
+    convert(drafters[family], large, outtype="f16", target=target_for(family, targets), progress=False)
+    src = read_safetensors(drafters[family])
+    bf16_matrices = sum(raw.size for tag, raw in src.values() if tag == "BF16" and raw.ndim == 2)
+    assert sum(calls) == bf16_matrices > 0  # every bf16 matrix went through the kernel
+    assert large.read_bytes() == small.read_bytes()
+
+
 def test_auto_outtype_follows_checkpoint(drafters, tmp_path: Path) -> None:
     a = convert(drafters["qwen3-b16"], tmp_path / "a.gguf", progress=False, warn=lambda m: None)
     b = convert(drafters["sharded"], tmp_path / "b.gguf", progress=False, warn=lambda m: None)
@@ -459,7 +481,7 @@ def test_cli_target_layer_ids(drafters, tmp_path: Path) -> None:
 def test_failure_mid_write_leaves_no_output(drafters, tmp_path: Path, monkeypatch) -> None:
     import dflashkit.converters.convert as conv
 
-    def boom(raw, src_tag, out_type, row_elems):
+    def boom(*_args, **_kwargs):
         raise DFlashError("simulated failure while writing")
 
     monkeypatch.setattr(conv, "_convert_chunk", boom)

@@ -17,13 +17,14 @@ from gguf import GGMLQuantizationType
 from dflashkit.errors import DFlashError
 
 from .base import QUANT_TYPES, QuantType, get_num_threads, set_num_threads, tensor_nbytes
-from .float16 import BF16, F16, F32, bf16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits
+from .float16 import (BF16, F16, F32, bf16_bits_to_f16_bits, bf16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits,
+                      preload_kernels)
 from .kquants import Q4_K, Q5_K, Q6_K
 from .legacy import Q4_0, Q5_0, Q5_1, Q8_0
 
 __all__ = [
     "GGMLQuantizationType", "QUANT_TYPES", "QuantType", "get_quant_type", "quantize", "dequantize",
-    "f32_to_f16_bits", "f32_to_bf16_bits", "bf16_bits_to_f32", "get_num_threads", "set_num_threads",
+    "f32_to_f16_bits", "f32_to_bf16_bits", "bf16_bits_to_f32", "bf16_bits_to_f16_bits", "preload_kernels", "get_num_threads", "set_num_threads",
     "tensor_nbytes", "to_float32", "dequantize_into",
     "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K",
 ]

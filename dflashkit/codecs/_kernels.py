@@ -185,6 +185,20 @@ def f32_to_f16_kernel(x, out):  # type: ignore[no-untyped-def]
 
 
 @njit(**_JIT)
+def bf16_to_f16_kernel(bits, out):  # type: ignore[no-untyped-def]
+    """bfloat16 bits → IEEE half bits in one pass, as numpy's ``astype(float16)`` of the exact float32 value
+    (gguf-py's and llama.cpp's converter's F16 output): round-to-nearest-even (`fp32_to_fp16`), and a NaN
+    keeps its sign and top payload bits (numpy's rule; ggml's own conversion would write 0x7E00)."""
+    for i in range(bits.shape[0]):
+        b = np.int64(bits[i])
+        if (b & 0x7F80) == 0x7F80 and (b & 0x007F) != 0:
+            payload = ((b & 0x007F) << 16) >> 13  # float32 mantissa bits 22..13
+            out[i] = ((b & 0x8000) | 0x7C00 | payload) if payload != 0 else ((b & 0x8000) | 0x7C01)
+        else:
+            out[i] = fp32_to_fp16(u32_as_f32(b << 16))
+
+
+@njit(**_JIT)
 def f32_to_bf16_kernel(x, out):  # type: ignore[no-untyped-def]
     """ggml_fp32_to_bf16_row_ref / ggml_compute_fp32_to_bf16 over flat uint32 bits into uint16."""
     for i in range(x.shape[0]):
