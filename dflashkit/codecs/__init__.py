@@ -11,20 +11,22 @@ cached on disk.
 
 from __future__ import annotations
 
+from typing import Any, Callable, Iterable
+
 import numpy as np
 from gguf import GGMLQuantizationType
 
 from dflashkit.errors import DFlashError
 
 from .base import QUANT_TYPES, QuantType, get_num_threads, set_num_threads, tensor_nbytes
-from .float16 import (BF16, F16, F32, bf16_bits_to_f16_bits, bf16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits,
-                      preload_kernels)
+from .float16 import BF16, F16, F32, bf16_bits_to_f16_bits, bf16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits
 from .kquants import Q4_K, Q5_K, Q6_K
 from .legacy import Q4_0, Q5_0, Q5_1, Q8_0
 
 __all__ = [
     "GGMLQuantizationType", "QUANT_TYPES", "QuantType", "get_quant_type", "quantize", "dequantize",
-    "f32_to_f16_bits", "f32_to_bf16_bits", "bf16_bits_to_f32", "bf16_bits_to_f16_bits", "preload_kernels", "get_num_threads", "set_num_threads",
+    "f32_to_f16_bits", "f32_to_bf16_bits", "bf16_bits_to_f32", "bf16_bits_to_f16_bits", "get_num_threads",
+    "set_num_threads", "preload_kernels", "preload_quantizers",
     "tensor_nbytes", "to_float32", "dequantize_into",
     "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K",
 ]
@@ -122,3 +124,38 @@ def to_float32(
             except NotImplementedError:
                 raise DFlashError(f"{where}: dequantizing {name} is not supported") from None
     return out.reshape(shape) if shape is not None else out
+
+
+def _load_kernels(calls: list[Callable[[], Any]]) -> None:
+    for call in calls:
+        try:
+            call()
+        except Exception:  # noqa: BLE001 - the first real call reports any problem on the caller's thread
+            pass
+
+
+def _start(calls: list[Callable[[], Any]]) -> None:
+    import threading
+
+    if calls:
+        threading.Thread(target=_load_kernels, args=(calls,), name="dflashkit-numba-preload", daemon=True).start()
+
+
+def preload_quantizers(types: Iterable[GGMLQuantizationType | int | str]) -> None:
+    """Import numba and load the cached kernels of ``types`` on a daemon thread (one block each), so a caller
+    that will quantize pays numba's start-up (~0.4 s) while it does other work. Unknown types are ignored
+    here (the real call names them)."""
+    calls = []
+    for t in types:
+        qt = QUANT_TYPES.get(t) if isinstance(t, GGMLQuantizationType) else None
+        if qt is not None and qt.name not in ("F32", "F16", "BF16"):
+            calls.append(lambda qt=qt: qt.quantize(np.zeros((1, qt.block_size), np.float32), threads=1))
+    _start(calls)
+
+
+def preload_kernels() -> None:
+    """`preload_quantizers` for the bf16 → f16 kernel (a conversion reads the target's tokenizer meanwhile)."""
+    from .base import K
+
+    _start([lambda: K.bf16_to_f16_kernel(np.zeros(1, np.uint16), np.zeros(1, np.uint16))])
+

@@ -56,20 +56,6 @@ def bf16_bits_to_f16_bits(bits: np.ndarray, out: np.ndarray | None = None, threa
     return _convert(K.bf16_to_f16_kernel, src, out, threads, "bf16_bits_to_f16_bits")
 
 
-def preload_kernels() -> None:
-    """Import numba and load the cached bf16 → f16 kernel on a daemon thread, so a caller that will need it
-    pays numba's start-up (~0.4 s) while it does other work (a conversion reads the target's tokenizer)."""
-    import threading
-
-    def load() -> None:
-        try:
-            K.bf16_to_f16_kernel(np.zeros(1, np.uint16), np.zeros(1, np.uint16))
-        except Exception:  # noqa: BLE001 - the first real call reports any problem on the caller's thread
-            pass
-
-    threading.Thread(target=load, name="dflashkit-numba-preload", daemon=True).start()
-
-
 def f32_to_bf16_bits(x: np.ndarray, out: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
     """float32 array -> uint16 bfloat16 bits, same shape, exactly as ggml_fp32_to_bf16_row_ref."""
     return _convert(K.f32_to_bf16_kernel, _contig_f32(x).view(np.uint32), out, threads, "f32_to_bf16_bits")
