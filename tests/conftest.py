@@ -16,6 +16,19 @@ import make_target  # noqa: E402
 FAMILIES = list(make_drafters.FAMILIES)
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny matmuls: one BLAS thread is much faster than two fighting over a shared 2-core box. The runtime
+    test modules use it (``pytestmark = pytest.mark.usefixtures("one_torch_thread")``); torch is imported
+    only by them."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def drafters(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """family name → HF drafter directory."""

@@ -31,13 +31,7 @@ TRACE_KEYS = {"drafter", "prompt_ids", "output_ids", "accepted", "temperature"}
 TRACE_EXTRA_KEYS = {"reasoning", "chat_template_kwargs"}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny matmuls: one BLAS thread is much faster than two fighting over a shared 2-core box."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

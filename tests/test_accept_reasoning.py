@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 from click.testing import CliRunner
 
 from dflashkit.accept import Prompt, parse_template_kwargs, reasoning_template_kwargs, run_acceptance
@@ -31,12 +30,7 @@ THINKING_TEMPLATE = (
 HEAD = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

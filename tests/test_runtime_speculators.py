@@ -42,12 +42,7 @@ ANCHORS_3 = (20, 27, 33)  # anchor position of rounds 1..3 (rounds 2, 3 add 7 an
 MEASURED: dict[str, float] = {}  # name → max relative difference (printed at the end with -s)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _reinit(module: torch.nn.Module, seed: int) -> None:

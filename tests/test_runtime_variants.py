@@ -31,12 +31,7 @@ warnings.filterwarnings("ignore", module="transformers")
 HIDDEN, N_HEADS, N_KV, HEAD_DIM = 64, 4, 2, 16
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def write_zlab(directory: Path, seed: int, **overrides: Any) -> Path:

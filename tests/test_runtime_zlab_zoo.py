@@ -39,12 +39,7 @@ ANCHORS = (20, 27, 33)  # anchor position of rounds 1..3
 MEASURED: dict[str, float] = {}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -40,12 +40,7 @@ NAMES = [n for n in make_zoo.FIXTURES if n not in REFUSED]
 MAX_NEW = 16
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="session")
