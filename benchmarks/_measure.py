@@ -1,4 +1,5 @@
-"""Timing + peak memory of a dflashkit command run in a child process (shared by the benchmarks).
+"""Timing + peak memory of a dflashkit command run in a child process, and the 4B drafter's config (shared by
+the benchmarks).
 
 The child reports its own peak RSS at exit as VmHWM of its own address space: ``ru_maxrss``
 (self or children) also counts the pages of the large benchmark process it was forked from.
@@ -9,6 +10,29 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+
+#: z-lab Qwen3-4B-DFlash-b16's config.json (docs/dialects.md): the drafter every 4B-size benchmark writes
+CONFIG_4B = {
+    "architectures": ["DFlashDraftModel"],
+    "model_type": "qwen3",
+    "hidden_size": 2560,
+    "num_hidden_layers": 5,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "intermediate_size": 9728,
+    "rms_norm_eps": 1e-6,
+    "max_position_embeddings": 40960,
+    "rope_theta": 1000000.0,
+    "block_size": 16,
+    "num_target_layers": 36,
+    "vocab_size": 151936,
+    "hidden_act": "silu",
+    "attention_bias": False,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "dflash_config": {"mask_token_id": 151669, "target_layer_ids": [1, 9, 17, 25, 33]},
+}
 
 _WRAPPER = (
     "import atexit, re, sys\n"

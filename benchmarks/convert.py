@@ -23,26 +23,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _measure import run_measured  # noqa: E402
+from _measure import CONFIG_4B, run_measured  # noqa: E402
 
-# z-lab Qwen3-4B-DFlash-b16 (docs/dialects.md)
-CONFIG = {
-    "architectures": ["DFlashDraftModel"],
-    "hidden_size": 2560,
-    "num_hidden_layers": 5,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "intermediate_size": 9728,
-    "rms_norm_eps": 1e-6,
-    "max_position_embeddings": 40960,
-    "rope_theta": 1000000.0,
-    "block_size": 16,
-    "num_target_layers": 36,
-    "vocab_size": 151936,
-    "torch_dtype": "bfloat16",
-    "dflash_config": {"mask_token_id": 151669, "target_layer_ids": [1, 9, 17, 25, 33]},
-}
 
 
 def tensor_shapes(c: dict) -> dict[str, tuple[int, ...]]:
@@ -55,8 +37,8 @@ def tensor_shapes(c: dict) -> dict[str, tuple[int, ...]]:
 def write_checkpoint(directory: Path, seed: int = 0) -> int:
     """Stream a bf16 safetensors file tensor by tensor; returns the largest tensor's bytes."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps(CONFIG))
-    shapes = tensor_shapes(CONFIG)
+    (directory / "config.json").write_text(json.dumps(CONFIG_4B))
+    shapes = tensor_shapes(CONFIG_4B)
     header, offset = {}, 0
     for name, shape in shapes.items():
         n = int(np.prod(shape)) * 2

@@ -54,35 +54,13 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "fixtures"))
-from _measure import run_measured  # noqa: E402
+from _measure import CONFIG_4B, run_measured  # noqa: E402
 
 CACHE = Path.home() / ".cache" / "dflashkit"
 LLAMA_SRC = Path(os.environ.get("DFLASHKIT_LLAMA_CPP_SRC",
                                 CACHE / "llama_cpp_python-0.3.36" / "vendor" / "llama.cpp"))
 LLAMA_BIN = Path(os.environ.get("DFLASHKIT_LLAMA_CPP_BIN", CACHE / "llama-build-0.3.36" / "bin"))
 
-# z-lab Qwen3-4B-DFlash-b16 (docs/dialects.md)
-CONFIG_4B = {
-    "architectures": ["DFlashDraftModel"],
-    "model_type": "qwen3",
-    "hidden_size": 2560,
-    "num_hidden_layers": 5,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "intermediate_size": 9728,
-    "rms_norm_eps": 1e-6,
-    "max_position_embeddings": 40960,
-    "rope_theta": 1000000.0,
-    "block_size": 16,
-    "num_target_layers": 36,
-    "vocab_size": 151936,
-    "hidden_act": "silu",
-    "attention_bias": False,
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-    "dflash_config": {"mask_token_id": 151669, "target_layer_ids": [1, 9, 17, 25, 33]},
-}
 # z-lab Qwen3.6-27B drafter dimensions (written in the qwen3-b16 schema: the layout of the bytes is what counts)
 CONFIG_27B = {
     **CONFIG_4B,

@@ -31,22 +31,14 @@ sys.path.insert(0, str(ROOT / "fixtures"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import make_drafters  # noqa: E402
-from _measure import run_measured  # noqa: E402
+from _measure import CONFIG_4B, run_measured  # noqa: E402
 
-# z-lab Qwen3-4B-DFlash-b16 (docs/dialects.md); the target Qwen3-4B has 36 layers, tied embeddings.
-OVERRIDES = {
-    "hidden_size": 2560,
-    "num_hidden_layers": 5,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "intermediate_size": 9728,
-    "max_position_embeddings": 40960,
-    "vocab_size": 151936,
-    "num_target_layers": 36,
-    "dflash_config": {"mask_token_id": 151669, "target_layer_ids": [1, 9, 17, 25, 33]},
-}
-VOCAB, HIDDEN = 151936, 2560
+# z-lab Qwen3-4B-DFlash-b16's dimensions over the qwen3-b16 fixture schema; the target Qwen3-4B has 36 layers,
+# tied embeddings.
+OVERRIDES = {k: CONFIG_4B[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                                       "head_dim", "intermediate_size", "max_position_embeddings", "vocab_size",
+                                       "num_target_layers", "dflash_config")}
+VOCAB, HIDDEN = CONFIG_4B["vocab_size"], CONFIG_4B["hidden_size"]
 
 
 def write_target(path: Path, seed: int = 1) -> None:
