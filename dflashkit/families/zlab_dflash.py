@@ -121,6 +121,22 @@ def interleaved_to_neox(array: np.ndarray, head_dim: int) -> np.ndarray:
     return np.ascontiguousarray(array.reshape((-1, head_dim // 2, 2) + shape[1:]).swapaxes(1, 2)).reshape(shape)
 
 
+def _rope_entry(config: Mapping[str, Any], path: str) -> Mapping[str, Any] | None:
+    """The RoPE dict llama.cpp's converter reads: ``rope_parameters``, else ``rope_scaling``, its
+    ``full_attention`` entry when per layer type (None when there is none)."""
+    rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    if not isinstance(rope, Mapping):
+        raise DFlashError(f"{path}: 'rope_parameters' / 'rope_scaling' must be an object, got {bounds.quote(rope)}")
+    rope = rope.get("full_attention", rope)
+    return rope if isinstance(rope, Mapping) else None
+
+
+def rope_type_of(config: Mapping[str, Any], path: str) -> Any:
+    """The config's RoPE type (``rope_type``, or transformers-4's ``type``) as `rope_scaling_of` reads it."""
+    rope = _rope_entry(config, path)
+    return None if rope is None else rope.get("rope_type", rope.get("type"))
+
+
 def rope_scaling_of(config: Mapping[str, Any], path: str) -> tuple[tuple[str, Any], ...] | None:
     """RoPE scaling as llama.cpp's converter writes it, from config.json as transformers' AutoConfig
     normalises it (llama.cpp reads hparams through AutoConfig; transformers is not imported here).
@@ -130,11 +146,8 @@ def rope_scaling_of(config: Mapping[str, Any], path: str) -> tuple[tuple[str, An
     defaults to ``max_position_embeddings`` (transformers fills it so), extras only when present;
     linear: type + factor; su/longrope: type only; default/dynamic/llama3: nothing (llama.cpp writes
     nothing for them either)."""
-    rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
-    if not isinstance(rope, Mapping):
-        raise DFlashError(f"{path}: 'rope_parameters' / 'rope_scaling' must be an object, got {bounds.quote(rope)}")
-    rope = rope.get("full_attention", rope)
-    if not isinstance(rope, Mapping):
+    rope = _rope_entry(config, path)
+    if rope is None:
         return None
     rope_type = rope.get("rope_type", rope.get("type"))
     factor = rope.get("factor")

@@ -34,6 +34,7 @@ from typing import Any, Mapping
 
 from ..errors import DFlashError
 from ..families import DrafterFamily, read_hf_config
+from ..families.zlab_dflash import rope_type_of
 from ..spec import ARCH_DFLASH2, DrafterSpec
 
 FAMILIES = ("dflash", "dflash2", "dspark")
@@ -184,7 +185,7 @@ def runtime_config(family: DrafterFamily, spec: DrafterSpec, *, kind: str,
     if spec.rope_scaling is not None and dict(spec.rope_scaling).get("type") not in ROPE_TYPES:
         raise DFlashError(f"{path}: rope scaling type '{dict(spec.rope_scaling).get('type')}' is not supported by the "
                           f"runtime (one of {', '.join(ROPE_TYPES)})")
-    dropped = _rope_type_llama_cpp_drops(config) if kind == "hf" else None
+    dropped = _rope_type_llama_cpp_drops(config, path) if kind == "hf" else None
     if dropped is not None:
         # the checkpoint's own model (transformers) rotates with it, so plain RoPE here would be silently wrong;
         # its GGUF is another matter: llama.cpp runs plain RoPE for these types, and so does the runtime
@@ -202,17 +203,11 @@ def runtime_config(family: DrafterFamily, spec: DrafterSpec, *, kind: str,
 _ROPE_TYPES_LLAMA_CPP_DROPS = ("dynamic", "llama3")
 
 
-def _rope_type_llama_cpp_drops(config: Mapping[str, Any] | None) -> str | None:
+def _rope_type_llama_cpp_drops(config: Mapping[str, Any] | None, path: str) -> str | None:
     """The config's RoPE type when llama.cpp's converter drops it (top level, or speculators' nested layer)."""
     for where in (config or {}, (config or {}).get("transformer_layer_config")):
-        if not isinstance(where, Mapping):
-            continue
-        for key in ("rope_parameters", "rope_scaling"):
-            rope = where.get(key)
-            rope = rope.get("full_attention", rope) if isinstance(rope, Mapping) else None
-            kind = rope.get("rope_type", rope.get("type")) if isinstance(rope, Mapping) else None
-            if kind in _ROPE_TYPES_LLAMA_CPP_DROPS:
-                return kind
+        if isinstance(where, Mapping) and (kind := rope_type_of(where, path)) in _ROPE_TYPES_LLAMA_CPP_DROPS:
+            return kind
     return None
 
 
