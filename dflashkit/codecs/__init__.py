@@ -18,7 +18,7 @@ from gguf import GGMLQuantizationType
 
 from dflashkit.errors import DFlashError
 
-from .base import QUANT_TYPES, QuantType, get_num_threads, set_num_threads, tensor_nbytes
+from .base import QUANT_TYPES, K, QuantType, get_num_threads, set_num_threads, tensor_nbytes
 from .float16 import BF16, F16, F32, bf16_bits_to_f16_bits, bf16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits
 from .kquants import Q4_K, Q5_K, Q6_K
 from .legacy import Q4_0, Q5_0, Q5_1, Q8_0
@@ -26,7 +26,7 @@ from .legacy import Q4_0, Q5_0, Q5_1, Q8_0
 __all__ = [
     "GGMLQuantizationType", "QUANT_TYPES", "QuantType", "get_quant_type", "quantize", "dequantize",
     "f32_to_f16_bits", "f32_to_bf16_bits", "bf16_bits_to_f32", "bf16_bits_to_f16_bits", "get_num_threads",
-    "set_num_threads", "preload_kernels", "preload_quantizers",
+    "set_num_threads", "preload_bf16_to_f16", "preload_quantizers",
     "tensor_nbytes", "to_float32", "dequantize_into",
     "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K",
 ]
@@ -141,21 +141,14 @@ def _start(calls: list[Callable[[], Any]]) -> None:
         threading.Thread(target=_load_kernels, args=(calls,), name="dflashkit-numba-preload", daemon=True).start()
 
 
-def preload_quantizers(types: Iterable[GGMLQuantizationType | int | str]) -> None:
+def preload_quantizers(types: Iterable[GGMLQuantizationType]) -> None:
     """Import numba and load the cached kernels of ``types`` on a daemon thread (one block each), so a caller
-    that will quantize pays numba's start-up (~0.4 s) while it does other work. Unknown types are ignored
-    here (the real call names them)."""
-    calls = []
-    for t in types:
-        qt = QUANT_TYPES.get(t) if isinstance(t, GGMLQuantizationType) else None
-        if qt is not None and qt.name not in ("F32", "F16", "BF16"):
-            calls.append(lambda qt=qt: qt.quantize(np.zeros((1, qt.block_size), np.float32), threads=1))
-    _start(calls)
+    that will quantize pays numba's start-up (~0.4 s) while it does other work. F32 (no kernel) and types
+    without a codec are left out here (the real call names them)."""
+    _start([lambda qt=qt: qt.quantize(np.zeros((1, qt.block_size), np.float32), threads=1)
+            for t in types if (qt := QUANT_TYPES.get(t)) is not None and t != GGMLQuantizationType.F32])
 
 
-def preload_kernels() -> None:
+def preload_bf16_to_f16() -> None:
     """`preload_quantizers` for the bf16 → f16 kernel (a conversion reads the target's tokenizer meanwhile)."""
-    from .base import K
-
     _start([lambda: K.bf16_to_f16_kernel(np.zeros(1, np.uint16), np.zeros(1, np.uint16))])
-

@@ -150,7 +150,7 @@ _SAME_BYTES = {("BF16", Q.BF16), ("F16", Q.F16), ("F32", Q.F32)}
 
 
 #: bf16 → f16 values in a job above which the numba kernel (one pass, ~1.5 G values/s per thread) beats numpy's
-#: two passes (~0.1 G values/s) despite loading numba (~0.4 s, started in the background: `preload_kernels`)
+#: two passes (~0.1 G values/s) despite loading numba (~0.4 s, started in the background: `preload_bf16_to_f16`)
 FAST_F16_MIN_VALUES = 1 << 25
 
 
@@ -324,9 +324,9 @@ def _convert_checkpoint(
     fast_f16 = (resolve_outtype(outtype, mapped) == "f16"
                 and sum(t.n_elements for t in mapped.values() if t.dtype == "BF16") >= FAST_F16_MIN_VALUES)
     if fast_f16:
-        from ..codecs import preload_kernels
+        from ..codecs import preload_bf16_to_f16
 
-        preload_kernels()  # numba loads while the target's tokenizer is read
+        preload_bf16_to_f16()  # numba loads while the target's tokenizer is read
     # family-level tensor changes (DSpark / Gemma-4 DSpark): tensors llama.cpp's converter drops,
     # rewrites and writes last (d2t → absolute I64 ids), or generates and writes first (rope_freqs)
     finals = {
