@@ -38,7 +38,6 @@ from ..families.zlab_dflash import rope_type_of
 from ..spec import ARCH_DFLASH2, DrafterSpec
 
 FAMILIES = ("dflash", "dflash2", "dspark")
-LAYOUTS = ("zlab", "speculators", "specforge", "llama.cpp")  # DrafterSpec.layout spellings
 HIDDEN_ACTS = ("silu", "gelu", "gelu_pytorch_tanh")
 ROPE_TYPES = ("default", "linear", "yarn")
 #: What reports call each (layout, family).
