@@ -8,6 +8,8 @@ fixtures/golden_weights.py, q made by ggml), all made by llama-cpp-python 0.3.36
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import gguf
@@ -20,7 +22,7 @@ from dflashkit.quantize import GGMLQuantizationType, dequantize, get_quant_type,
 GOLDEN_DIR = Path(__file__).resolve().parent / "data" / "golden" / "quants"
 LARGE_DIR = GOLDEN_DIR.parent / "large"
 TYPES = ["F16", "BF16", "Q4_0", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
-FAMILIES = ["normal", "uniform", "outliers", "positive", "constant_rows", "zeros_mixed", "bf16_weights"]
+FAMILIES = ["normal", "uniform", "outliers", "positive", "constant_rows", "zeros_mixed", "bf16_weights", "extremes"]
 EXPECTED = [f"{t}__{f}.npz" for t in TYPES for f in FAMILIES]
 
 
@@ -52,7 +54,8 @@ def test_golden_folder_complete() -> None:
 def test_golden_bytes(name: str) -> None:
     qtype, x, q = _load(name)
     assert x.dtype == np.float32 and q.dtype == np.uint8
-    out = quantize(x, qtype)
+    with np.errstate(all="ignore"):  # the extremes family overflows on purpose
+        out = quantize(x, qtype)
     assert out.dtype == np.uint8 and out.shape == q.shape
     bad_rows = np.flatnonzero((out != q).any(axis=1))
     assert bad_rows.size == 0, f"{name}: rows {bad_rows.tolist()} differ from ggml"
@@ -100,3 +103,42 @@ def test_golden_large_realistic_weights(tname: str) -> None:
     assert out.shape == q.shape
     bad_rows = np.flatnonzero((out != q).any(axis=1))
     assert bad_rows.size == 0, f"{tname}: {bad_rows.size} of {rows} rows differ from ggml, first {bad_rows[:8].tolist()}"
+
+
+def test_q8_0_in_one_call_across_its_passes() -> None:
+    """Q8_0 is quantized in passes of 4,096 blocks: one thread over the 16,384 blocks of the large file, and
+    a prefix that ends mid-pass, give ggml's bytes."""
+    with np.load(LARGE_DIR / "Q8_0.npz") as z:
+        q, seed, rows, n = z["q"], int(z["seed"]), int(z["rows"]), int(z["n"])
+    blocks = realistic_weights(seed, rows, n).reshape(-1, 32)
+    q_blocks = q.reshape(-1, 34)
+    assert blocks.shape[0] == 16384
+    assert np.array_equal(quantize(blocks, "Q8_0", threads=1), q_blocks)
+    assert np.array_equal(quantize(blocks[:9000], "Q8_0", threads=1), q_blocks[:9000])
+
+
+_GGML_BIN = Path(os.environ.get("DFLASHKIT_LLAMA_CPP_BIN", "/nonexistent"))
+
+
+@pytest.mark.skipif(
+    not (_GGML_BIN / "libggml-base.so").exists(),
+    reason=os.environ.get("DFLASHKIT_LLAMA_CPP_SKIP_REASON")
+    or "set DFLASHKIT_LLAMA_CPP_BIN to a llama.cpp build (shared libraries) to re-derive the golden files with ggml",
+)
+def test_golden_files_are_ggmls_own_output() -> None:
+    """Every golden file, extremes included, is what ggml_quantize_chunk of the llama.cpp build writes today
+    (tools/make_golden.py's call, through ctypes)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    try:
+        import make_golden
+    finally:
+        sys.path.pop(0)
+    lib = make_golden.load_ggml(_GGML_BIN)
+    files = sorted(GOLDEN_DIR.glob("*__*.npz"))
+    assert len(files) == len(EXPECTED)
+    differ = []
+    for path in files:
+        with np.load(path) as z, np.errstate(all="ignore"):
+            if not np.array_equal(make_golden.ggml_quantize(lib, path.name.split("__")[0], z["x"]), z["q"]):
+                differ.append(path.name)
+    assert differ == []

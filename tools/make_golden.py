@@ -9,11 +9,15 @@ build (``cmake -DBUILD_SHARED_LIBS=ON``; the build ``.ci/run`` makes puts it in 
 Outputs:
 - ``tests/data/golden/large/<TYPE>.npz``: ``q`` (uint8 [rows, row_bytes], ggml's bytes) for ``rows`` x ``n`` inputs
   regenerated from ``seed`` by ``fixtures/golden_weights.realistic_weights`` (``x_sha256`` pins the input bits).
+- ``tests/data/golden/quants/<TYPE>__extremes.npz`` (with ``--extremes``): ``x`` from `extreme_rows` (zeros,
+  -0.0, subnormals, values whose block scale is subnormal, near-overflow magnitudes, inf and NaN) and ``q``
+  from ggml — the inputs where C's results depend on IEEE corner cases and x86's float -> int conversion.
 - With ``--check DIR``: every ``DIR/<TYPE>__<family>.npz`` (``x``, ``q``; the small families copied into
   ``tests/data/golden/quants``) is re-quantized by ggml and must give exactly ``q`` — proof that this script calls
   ggml the way those files were made.
 
 Usage: python tools/make_golden.py --lib-dir ~/.cache/dflashkit/llama-build-0.3.36/bin [--check tests/data/golden/quants]
+[--extremes tests/data/golden/quants]
 """
 
 from __future__ import annotations
@@ -56,13 +60,37 @@ def ggml_quantize(lib: ctypes.CDLL, type_name: str, x: np.ndarray) -> np.ndarray
     return out
 
 
+def extreme_rows(seed: int = 7, n: int = 256) -> np.ndarray:
+    """24 rows of ``n`` float32 values at IEEE corners, 8 kinds x 3 rows (deterministic from ``seed``)."""
+    rng = np.random.default_rng(seed)
+    normal = lambda scale: rng.standard_normal(n) * scale  # noqa: E731
+    kinds = [
+        lambda: np.zeros(n),
+        lambda: np.where(rng.random(n) < 0.5, -0.0, 0.0),
+        lambda: normal(1e-40),  # subnormal inputs
+        lambda: normal(3e-38),  # normal inputs whose 32-value scale (amax / 127) is subnormal
+        lambda: normal(1e-30),
+        lambda: rng.choice([3.4e38, -3.4e38, 1e38, 0.0, 1.0], n),  # near float32's maximum
+        lambda: np.where(rng.random(n) < 0.05, rng.choice([np.inf, -np.inf]), normal(1.0)),
+        lambda: np.where(rng.random(n) < 0.05, np.nan, normal(1.0)),
+    ]
+    with np.errstate(over="ignore"):
+        return np.array([kind() for kind in kinds for _ in range(3)], dtype=np.float32)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lib-dir", type=Path, required=True, help="folder holding libggml-base.so")
     ap.add_argument("--out", type=Path, default=ROOT / "tests" / "data" / "golden" / "large")
     ap.add_argument("--check", type=Path, help="folder of <TYPE>__<family>.npz files ggml must reproduce")
+    ap.add_argument("--extremes", type=Path, help="folder to write <TYPE>__extremes.npz into (x and ggml's q)")
     args = ap.parse_args()
     lib = load_ggml(args.lib_dir)
+    if args.extremes:
+        x = extreme_rows()
+        for type_name in GGML_TYPES:
+            np.savez_compressed(args.extremes / f"{type_name}__extremes.npz", x=x, q=ggml_quantize(lib, type_name, x))
+        print(f"wrote {len(GGML_TYPES)} extremes files to {args.extremes}")
     if args.check:
         files = sorted(args.check.glob("*__*.npz"))
         bad = []

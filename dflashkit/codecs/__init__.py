@@ -143,10 +143,10 @@ def _start(calls: list[Callable[[], Any]]) -> None:
 
 def preload_quantizers(types: Iterable[GGMLQuantizationType]) -> None:
     """Import numba and load the cached kernels of ``types`` on a daemon thread (one block each), so a caller
-    that will quantize pays numba's start-up (~0.4 s) while it does other work. F32 (no kernel) and types
-    without a codec are left out here (the real call names them)."""
+    that will quantize pays numba's start-up (~0.4 s) while it does other work. Types that run no numba code
+    (F32, Q8_0) and types without a codec are left out (the real call names the latter)."""
     _start([lambda qt=qt: qt.quantize(np.zeros((1, qt.block_size), np.float32), threads=1)
-            for t in types if (qt := QUANT_TYPES.get(t)) is not None and t != GGMLQuantizationType.F32])
+            for t in types if (qt := QUANT_TYPES.get(t)) is not None and qt.needs_numba])
 
 
 def preload_bf16_to_f16() -> None:

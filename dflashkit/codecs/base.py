@@ -177,6 +177,8 @@ class QuantType(BlockFormat):
     in ``QUANT_TYPES`` (``class Q4_K(QuantType, ggml_type=...)``)."""
 
     registry = QUANT_TYPES
+    #: quantizing runs numba code (`preload_quantizers` loads numba early only for these types)
+    needs_numba: ClassVar[bool] = False
 
     def __repr__(self) -> str:
         return f"<QuantType {self.name}: {self.block_size} values -> {self.type_size} bytes>"
@@ -253,10 +255,12 @@ K = _LazyKernels()
 
 
 class KernelQuantType(QuantType):
-    """A type whose quantize_blocks is one numba kernel from ``_kernels``: ``_kernel`` (set by the subclass) is
-    the kernel's name there, or a function that calls kernels itself."""
+    """A type whose quantize_blocks is one kernel ``(x [n_blocks, block_size], out [n_blocks, type_size])`` run
+    on row chunks across threads: ``_kernel`` (set by the subclass) is a numba kernel's name in ``_kernels``,
+    or a function (one that calls kernels itself, or Q8_0's numpy quantizer: ``needs_numba = False``)."""
 
     _kernel: ClassVar[str | Callable[[np.ndarray, np.ndarray], None]]
+    needs_numba: ClassVar[bool] = True
     _cost: ClassVar[int] = 1  # relative work per value, to size thread chunks (K-quants search many scales)
 
     def quantize_blocks(self, x: np.ndarray, threads: int | None = None) -> np.ndarray:

@@ -75,6 +75,8 @@ class F32(QuantType, ggml_type=GGMLQuantizationType.F32):
 
 
 class F16(QuantType, ggml_type=GGMLQuantizationType.F16):
+    needs_numba = True  # the conversion is a numba kernel
+
     def quantize_blocks(self, x: np.ndarray, threads: int | None = None) -> np.ndarray:
         return f32_to_f16_bits(x, threads=threads).view(np.uint8)
 
@@ -83,6 +85,8 @@ class F16(QuantType, ggml_type=GGMLQuantizationType.F16):
 
 
 class BF16(QuantType, ggml_type=GGMLQuantizationType.BF16):
+    needs_numba = True  # the conversion is a numba kernel
+
     def quantize_blocks(self, x: np.ndarray, threads: int | None = None) -> np.ndarray:
         return f32_to_bf16_bits(x, threads=threads).view(np.uint8)
 
