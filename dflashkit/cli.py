@@ -17,8 +17,6 @@ from .bounds import MAX_LAYERS, U32_MAX, dumps, escape_name
 from .dialects import DEFAULT_DIALECT, DIALECTS
 from .errors import DFlashError
 from .filetypes import OUTTYPE_CHOICES
-from .inspect.provenance import VERDICTS
-from .reporting import FORMATS
 
 
 def _fail(message: str, code: int) -> None:
@@ -59,6 +57,35 @@ class FiniteFloat(click.FloatRange):
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number.", param, ctx)
         return number
+
+
+class LazyChoice(click.Choice):
+    """A click.Choice whose choices are read from a table on first use. The report formats and the
+    provenance verdicts live in modules (the report model, the inspect checks) that the quantize and
+    convert commands never load; importing them at start-up would cost every command ~40 ms."""
+
+    def __init__(self, load: Callable[[], Any], case_sensitive: bool = True) -> None:  # noqa: D107
+        self._load = load
+        self._choices: tuple[str, ...] | None = None
+        self.case_sensitive = case_sensitive
+
+    @property  # type: ignore[override]
+    def choices(self) -> tuple[str, ...]:
+        if self._choices is None:
+            self._choices = tuple(self._load())
+        return self._choices
+
+
+def _report_formats() -> list[str]:
+    from .reporting import FORMATS
+
+    return list(FORMATS)
+
+
+def _expect_verdicts() -> list[str]:
+    from .inspect.provenance import VERDICTS
+
+    return [v for v in VERDICTS if v != "unknown"]
 
 
 def _layer_ids(value: str) -> list[int]:
@@ -235,7 +262,7 @@ _REPORT_SUFFIXES = {".html": "html", ".htm": "html", ".json": "json", ".md": "ma
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(list(FORMATS)),
+    type=LazyChoice(_report_formats),
     help="Report format. Default: from the -o suffix (.html/.json/.md), else text.",
 )
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report to this file (atomically) instead of stdout.")
@@ -288,7 +315,7 @@ def diff_command(
 @click.option("--target", help="Target model (GGUF file or HF dir) to check each drafter against.")
 @click.option(
     "--expect",
-    type=click.Choice([v for v in VERDICTS if v != "unknown"]),
+    type=LazyChoice(_expect_verdicts),
     help="Fail when a file does not look like this variant (instruct vs base).",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON document with every finding (for CI); same as --format json.")

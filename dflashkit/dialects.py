@@ -19,8 +19,6 @@ from gguf import GGUFValueType
 
 from . import bounds
 from .errors import DFlashError
-from .families import family_for_gguf
-from .families.zlab_dflash import split_bid as _split_bid
 from .io.gguf_writer import MetadataEntry
 from .spec import DrafterSpec
 
@@ -161,14 +159,18 @@ class Dialect:
     # ---- tensor names ---------------------------------------------------------------------
     def gguf_name(self, canonical: str) -> str:
         """GGUF name of a canonical tensor id (``layers.3.mlp.up_proj.weight`` → ``blk.3.ffn_up.weight``)."""
-        template, bid = _split_bid(canonical)
+        from .families.zlab_dflash import split_bid  # on use: dflash-quantize imports this table, never the families
+
+        template, bid = split_bid(canonical)
         if template not in self.tensor_names:
             raise DFlashError(f"tensor '{canonical}' cannot be stored in the {self.name} dialect (it has no name for it)")
         out = self.tensor_names[template]
         return out.replace("{bid}", bid) if bid is not None else out
 
     def has_tensor(self, canonical: str) -> bool:
-        return _split_bid(canonical)[0] in self.tensor_names
+        from .families.zlab_dflash import split_bid
+
+        return split_bid(canonical)[0] in self.tensor_names
 
     def canonical_name(self, gguf_name: str) -> str | None:
         """Canonical id of a GGUF tensor name in this dialect, or None when the name is not known."""
@@ -510,6 +512,8 @@ def spec_from_gguf_metadata(kvs: Mapping[str, Any], dialect: Dialect, arch: str,
     n_target_layers = fields_.get("num_target_layers")
     if dialect.stores_target_count(arch):
         n_target_layers = fields_.get("luce_n_target_layers")
+    from .families import family_for_gguf
+
     spec = DrafterSpec(
         # the family's GGUF signature (DFlash 2: the conv keys) gives the HF architecture back
         architecture=family_for_gguf(fields_).architectures[0],

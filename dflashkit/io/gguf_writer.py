@@ -13,13 +13,12 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter
 from gguf.constants import GGUFEndian
 from gguf.gguf_writer import WriterState
-from tqdm import tqdm
 
 from ..codecs import tensor_nbytes
 from ..errors import DFlashError, UsageError
@@ -112,16 +111,7 @@ def write_gguf(
         writer.add_tensor_info(t.name, t.shape, np.dtype(np.float32), t.nbytes, raw_dtype=t.ggml_type)
 
     total = sum(t.nbytes for t in tensors)
-    bar = tqdm(
-        total=total,
-        unit="B",
-        unit_scale=True,
-        unit_divisor=1024,
-        desc=out.name,
-        disable=not progress or not sys.stderr.isatty(),
-        file=sys.stderr,
-        leave=False,
-    )
+    bar = _progress_bar(total, out.name) if progress and sys.stderr.isatty() else _NoProgress()
     try:
         with atomic_output(out, force=force) as fout:
             # GGUFWriter writes to our file object instead of opening a path itself.
@@ -150,6 +140,20 @@ def write_gguf(
         return size
     finally:
         bar.close()
+
+
+class _NoProgress:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress_bar(total: int, desc: str) -> Any:
+    from tqdm import tqdm  # only for a terminal: importing tqdm costs ~15 ms of every command's start-up
+
+    return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, file=sys.stderr, leave=False)
 
 
 def _copy_source(t: TensorToWrite, fout) -> int:  # type: ignore[no-untyped-def]
