@@ -10,10 +10,10 @@ change is copied byte for byte. Metadata is copied in order with ``general.file_
 
 from __future__ import annotations
 
+import mmap
 import os
 import re
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -129,34 +129,50 @@ def _producer(gguf_file: GGUFFile, info: TensorInfo, new_type: GGMLQuantizationT
 
     def chunks() -> Iterator[np.ndarray]:
         gguf_file.raw(info.name)  # validates the tensor lies inside the file
-        # chunk by the float32 working size: that is what a chunk costs in memory. Chunks are read
-        # with pread, not sliced from the memmap: mapped pages stay resident and count towards RSS
-        # until the map goes, so a memmap walk peaks at the input file's size.
+        ranges = list(iter_row_chunks(n_rows, max(src_row, ne0 * 4)))  # by the float32 working size
+        if not ranges:
+            return
+        # Chunks are numpy views of a read-only map of the file: no copy through a read buffer (a pread
+        # of every chunk cost a quarter of a Q8_0 run). Each chunk's pages leave our resident set once it
+        # is quantized (MADV_DONTNEED; the page cache keeps them), so the peak stays about one chunk, and
+        # the next chunk is read ahead (MADV_WILLNEED) while this one is quantized.
         with open(gguf_file.path, "rb") as f:
-
-            def read(rows: tuple[int, int]) -> np.ndarray:
-                a, b = rows
-                part = np.frombuffer(os.pread(f.fileno(), (b - a) * src_row, info.offset + a * src_row), np.uint8)
-                if part.size != (b - a) * src_row:
-                    raise DFlashError(f"{gguf_file.path}: tensor '{info.name}' is truncated (file shrank while reading it)")
-                return part
-
-            ranges = list(iter_row_chunks(n_rows, max(src_row, ne0 * 4)))
-            if same or len(ranges) < 2:
-                for rows in ranges:
-                    part = read(rows)
-                    yield part if same else quantize(to_float32(part.reshape(-1, src_row), info.ggml_type), new_type)
-                return
-            # pread (no GIL) of the next chunk overlaps the quantization of this one: one chunk more in memory
-            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dflashkit-read") as reader:
-                pending = reader.submit(read, ranges[0])
-                for i in range(len(ranges)):
-                    part = pending.result()
-                    if i + 1 < len(ranges):
-                        pending = reader.submit(read, ranges[i + 1])
-                    yield quantize(to_float32(part.reshape(-1, src_row), info.ggml_type), new_type)
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            if len(mm) < info.offset + info.nbytes:
+                raise DFlashError(f"{gguf_file.path}: tensor '{info.name}' is truncated (file shrank while reading it)")
+            for i, (a, b) in enumerate(ranges):
+                first, n = info.offset + a * src_row, (b - a) * src_row
+                if i + 1 < len(ranges):
+                    _advise(mm, "MADV_WILLNEED", first + n, (ranges[i + 1][1] - ranges[i + 1][0]) * src_row)
+                part = np.frombuffer(mm, np.uint8, count=n, offset=first)
+                try:
+                    out = part.copy() if same else quantize(
+                        to_float32(part.reshape(-1, src_row), info.ggml_type, copy=False), new_type)
+                    if np.may_share_memory(out, part):  # F32 kept as F32: the codec returns its input
+                        out = out.copy()
+                finally:
+                    del part
+                yield out
+                _advise(mm, "MADV_DONTNEED", first, n)
+        finally:
+            try:
+                mm.close()
+            except BufferError:  # a traceback still holds a view of it: the map goes with the last view
+                pass
 
     return chunks
+
+
+def _advise(mm: mmap.mmap, advice: str, first: int, n: int) -> None:
+    """madvise the whole pages inside [first, first + n) (a hint: skipped where the platform lacks it)."""
+    code = getattr(mmap, advice, None)
+    if code is None or not hasattr(mm, "madvise"):
+        return
+    lo = first // mmap.PAGESIZE * mmap.PAGESIZE  # madvise wants a page-aligned start
+    hi = min(len(mm), first + n)
+    if hi > lo:
+        mm.madvise(code, lo, hi - lo)
 
 
 def _metadata(gguf_file: GGUFFile, ft: FileType) -> list[MetadataEntry]:
