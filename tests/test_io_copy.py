@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -62,3 +63,36 @@ def test_prefetch_advises_willneed_for_each_readable_file_and_never_raises(tmp_p
     assert calls == [(0, 0, os.POSIX_FADV_WILLNEED)]  # the whole file; the missing one is skipped
     if names != ["?"]:
         assert names == [str(present)]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fallocate is Linux's")
+def test_preallocate_reserves_the_size_and_kernel_copies_fill_it_exactly(tmp_path):
+    from dflashkit.files import preallocate
+
+    src = tmp_path / "src.bin"
+    data = np.random.default_rng(1).integers(0, 256, 3 << 20, dtype=np.uint8).tobytes()
+    src.write_bytes(data)
+    out = tmp_path / "out.bin"
+    with open(src, "rb") as s, open(out, "wb") as d:
+        assert preallocate(d.fileno(), len(data) + 100) is True
+        assert os.fstat(d.fileno()).st_size == len(data) + 100  # reserved before a byte is written
+        kcopy.copy_range(s.fileno(), 0, d.fileno(), 100, len(data))
+        os.pwrite(d.fileno(), b"h" * 100, 0)
+    assert out.read_bytes() == b"h" * 100 + data
+    with open(out, "r+b") as d:
+        assert preallocate(d.fileno(), 0) is False  # nothing to reserve
+
+
+def test_write_gguf_preallocates_exactly_the_file_it_writes(tmp_path, monkeypatch):
+    """The reservation is the final size (header, padding, every tensor): no zeros are left at the end."""
+    from dflashkit.io import gguf_writer
+
+    calls = []
+    real = gguf_writer.preallocate
+    monkeypatch.setattr(gguf_writer, "preallocate", lambda fd, n: calls.append(n) or real(fd, n))
+    x = np.arange(96, dtype=np.float32).reshape(3, 32)
+    plan = [gguf_writer.TensorToWrite(name, x.shape, gguf_writer.GGMLQuantizationType.F32, lambda: iter([x]))
+            for name in ("a.weight", "b.weight")]
+    out = tmp_path / "t.gguf"
+    size = gguf_writer.write_gguf(out, "llama", [], plan, progress=False)
+    assert calls == [size] == [out.stat().st_size]

@@ -22,7 +22,7 @@ from gguf.gguf_writer import WriterState
 
 from ..codecs import tensor_nbytes
 from ..errors import DFlashError, UsageError
-from ..files import atomic_output, check_output
+from ..files import atomic_output, check_output, preallocate
 from .gguf_reader import NumericArray
 from .kv_pack import pack_typed_array
 
@@ -120,6 +120,10 @@ def write_gguf(
             writer.write_header_to_file()
             writer.write_kv_data_to_file()
             writer.write_ti_data_to_file()
+            fout.flush()
+            data_start = _aligned(fout.tell(), alignment)
+            expected = data_start + sum(_aligned(t.nbytes, alignment) for t in tensors)
+            preallocate(fout.fileno(), expected)
             for t in tensors:
                 writer.write_padding(fout, fout.tell())
                 written = 0
@@ -136,10 +140,16 @@ def write_gguf(
                 writer.write_padding(fout, written)
             fout.flush()
             size = fout.tell()
+            if size != expected:  # cannot happen with gguf-py's padding; never leave preallocated zeros behind
+                raise DFlashError(f"{out}: wrote {size} bytes, expected {expected} (internal error)")
             writer.fout = None  # atomic_output closes and publishes the file
         return size
     finally:
         bar.close()
+
+
+def _aligned(n: int, alignment: int) -> int:
+    return -(-n // alignment) * alignment
 
 
 class _NoProgress:
