@@ -135,7 +135,9 @@ def _producer(gguf_file: GGUFFile, info: TensorInfo, new_type: GGMLQuantizationT
         # Chunks are numpy views of a read-only map of the file: no copy through a read buffer (a pread
         # of every chunk cost a quarter of a Q8_0 run). Each chunk's pages leave our resident set once it
         # is quantized (MADV_DONTNEED; the page cache keeps them), so the peak stays about one chunk, and
-        # the next chunk is read ahead (MADV_WILLNEED) while this one is quantized.
+        # the next chunk is read ahead (MADV_WILLNEED) while this one is quantized. The size is checked
+        # first; a file truncated by another process during the run ends it with SIGBUS, as it would
+        # any mapped reader (llama.cpp's loader included).
         with open(gguf_file.path, "rb") as f:
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         try:
@@ -149,7 +151,7 @@ def _producer(gguf_file: GGUFFile, info: TensorInfo, new_type: GGMLQuantizationT
                 try:
                     out = part.copy() if same else quantize(
                         to_float32(part.reshape(-1, src_row), info.ggml_type, copy=False), new_type)
-                    if np.may_share_memory(out, part):  # F32 kept as F32: the codec returns its input
+                    if np.may_share_memory(out, part):  # no view of the map past this chunk (F32 returns its input)
                         out = out.copy()
                 finally:
                     del part
