@@ -298,3 +298,30 @@ def test_foreign_gguf(tmp_path):
     # 1 attn_v tensor in 1 layer: use_more_bits(0, 1) (0 >= 7/8 = 0) -> Q6_K
     assert {t.name: Q(t.tensor_type) for t in r.tensors} == {
         "blk.0.attn_q.weight": K4, "blk.0.attn_v.weight": K6, "blk.0.attn_norm.weight": Q.F32}
+
+
+def test_a_source_that_shrinks_between_chunks_is_one_line_and_writes_nothing(tmp_path, monkeypatch):
+    """The chunks are read from a map of the source; its size is checked before each one, so a file cut
+    short by another process mid-run gives the one-line error (not SIGBUS) and no output."""
+    src, out = tmp_path / "one.gguf", tmp_path / "out.gguf"
+    w = gguf.GGUFWriter(str(src), "llama")
+    w.add_block_count(1)
+    w.add_tensor("blk.0.attn_q.weight", np.ones((2048, 4096), np.float32))  # 32 MB: two 16 MB chunks
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    real, calls = gguf_file.quantize, []
+
+    def cut_after_first_chunk(*args, **kwargs):  # the source loses its second half while chunk 1 is quantized
+        if not calls:
+            with open(src, "r+b") as f:
+                f.truncate(src.stat().st_size // 2)
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gguf_file, "quantize", cut_after_first_chunk)
+    r = CliRunner().invoke(quantize_command, [str(src), str(out), "Q8_0", "--pure", "-q"])
+    assert r.exit_code == 1 and len(calls) == 1
+    assert r.output.strip() == f"error: {src}: tensor 'blk.0.attn_q.weight' is truncated (file shrank while reading it)"
+    assert not out.exists()

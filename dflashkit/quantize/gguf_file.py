@@ -135,16 +135,16 @@ def _producer(gguf_file: GGUFFile, info: TensorInfo, new_type: GGMLQuantizationT
         # Chunks are numpy views of a read-only map of the file: no copy through a read buffer (a pread
         # of every chunk cost a quarter of a Q8_0 run). Each chunk's pages leave our resident set once it
         # is quantized (MADV_DONTNEED; the page cache keeps them), so the peak stays about one chunk, and
-        # the next chunk is read ahead (MADV_WILLNEED) while this one is quantized. The size is checked
-        # first; a file truncated by another process during the run ends it with SIGBUS, as it would
-        # any mapped reader (llama.cpp's loader included).
-        with open(gguf_file.path, "rb") as f:
-            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        # the next chunk is read ahead (MADV_WILLNEED) while this one is quantized. The file's size is
+        # checked before each chunk (one line, exit 1); a file truncated by another process in the middle
+        # of a chunk still ends the run with SIGBUS, as it would any mapped reader (llama.cpp's loader too).
+        f = open(gguf_file.path, "rb")  # noqa: SIM115 - closed in the finally below, with the map
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         try:
-            if len(mm) < info.offset + info.nbytes:
-                raise DFlashError(f"{gguf_file.path}: tensor '{info.name}' is truncated (file shrank while reading it)")
             for i, (a, b) in enumerate(ranges):
                 first, n = info.offset + a * src_row, (b - a) * src_row
+                if min(len(mm), os.fstat(f.fileno()).st_size) < first + n:
+                    raise DFlashError(f"{gguf_file.path}: tensor '{info.name}' is truncated (file shrank while reading it)")
                 if i + 1 < len(ranges):
                     _advise(mm, "MADV_WILLNEED", first + n, (ranges[i + 1][1] - ranges[i + 1][0]) * src_row)
                 part = np.frombuffer(mm, np.uint8, count=n, offset=first)
@@ -158,6 +158,7 @@ def _producer(gguf_file: GGUFFile, info: TensorInfo, new_type: GGMLQuantizationT
                 yield out
                 _advise(mm, "MADV_DONTNEED", first, n)
         finally:
+            f.close()
             try:
                 mm.close()
             except BufferError:  # a traceback still holds a view of it: the map goes with the last view
