@@ -325,3 +325,26 @@ def test_a_source_that_shrinks_between_chunks_is_one_line_and_writes_nothing(tmp
     assert r.exit_code == 1 and len(calls) == 1
     assert r.output.strip() == f"error: {src}: tensor 'blk.0.attn_q.weight' is truncated (file shrank while reading it)"
     assert not out.exists()
+
+
+def test_chunks_reach_the_quantizers_as_writable_arrays(tmp_path, monkeypatch):
+    """numba compiles one specialization per array type, and a read-only array is another type than the
+    writable one `preload_quantizers` compiles and caches: F32 chunks read from the map (no copy) must
+    arrive writable, or every run compiles a second kernel (seconds) on first use."""
+    src, out = tmp_path / "one.gguf", tmp_path / "out.gguf"
+    w = gguf.GGUFWriter(str(src), "llama")
+    w.add_block_count(1)
+    w.add_tensor("blk.0.attn_q.weight", np.ones((64, 256), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    real, seen = gguf_file.quantize, []
+
+    def spy(x, qtype, **kwargs):
+        seen.append(x.flags.writeable)
+        return real(x, qtype, **kwargs)
+
+    monkeypatch.setattr(gguf_file, "quantize", spy)
+    quantize_gguf(src, out, "Q6_K", pure=True, progress=False)
+    assert seen == [True]

@@ -132,14 +132,18 @@ def _producer(gguf_file: GGUFFile, info: TensorInfo, new_type: GGMLQuantizationT
         ranges = list(iter_row_chunks(n_rows, max(src_row, ne0 * 4)))  # by the float32 working size
         if not ranges:
             return
-        # Chunks are numpy views of a read-only map of the file: no copy through a read buffer (a pread
+        # Chunks are numpy views of a map of the file: no copy through a read buffer (a pread
         # of every chunk cost a quarter of a Q8_0 run). Each chunk's pages leave our resident set once it
         # is quantized (MADV_DONTNEED; the page cache keeps them), so the peak stays about one chunk, and
         # the next chunk is read ahead (MADV_WILLNEED) while this one is quantized. The file's size is
         # checked before each chunk (one line, exit 1); a file truncated by another process in the middle
         # of a chunk still ends the run with SIGBUS, as it would any mapped reader (llama.cpp's loader too).
         f = open(gguf_file.path, "rb")  # noqa: SIM115 - closed in the finally below, with the map
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        # A private map (copy-on-write, never written): its views are writable to numpy, so the numba
+        # kernels see the array type their preload compiled. A read-only view is another specialization,
+        # compiled (seconds) on first use; its preloaded twin, compiling on a daemon thread, was then cut
+        # off at exit and never cached, so every run compiled it again.
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
         try:
             for i, (a, b) in enumerate(ranges):
                 first, n = info.offset + a * src_row, (b - a) * src_row
