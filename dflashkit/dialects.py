@@ -20,7 +20,7 @@ from gguf import GGUFValueType
 from . import bounds
 from .errors import DFlashError
 from .io.gguf_writer import MetadataEntry
-from .spec import DrafterSpec
+from .spec import DrafterSpec, split_bid
 
 T = GGUFValueType
 
@@ -159,8 +159,6 @@ class Dialect:
     # ---- tensor names ---------------------------------------------------------------------
     def gguf_name(self, canonical: str) -> str:
         """GGUF name of a canonical tensor id (``layers.3.mlp.up_proj.weight`` → ``blk.3.ffn_up.weight``)."""
-        from .families.zlab_dflash import split_bid  # on use: dflash-quantize imports this table, never the families
-
         template, bid = split_bid(canonical)
         if template not in self.tensor_names:
             raise DFlashError(f"tensor '{canonical}' cannot be stored in the {self.name} dialect (it has no name for it)")
@@ -168,8 +166,6 @@ class Dialect:
         return out.replace("{bid}", bid) if bid is not None else out
 
     def has_tensor(self, canonical: str) -> bool:
-        from .families.zlab_dflash import split_bid
-
         return split_bid(canonical)[0] in self.tensor_names
 
     def canonical_name(self, gguf_name: str) -> str | None:
@@ -512,7 +508,7 @@ def spec_from_gguf_metadata(kvs: Mapping[str, Any], dialect: Dialect, arch: str,
     n_target_layers = fields_.get("num_target_layers")
     if dialect.stores_target_count(arch):
         n_target_layers = fields_.get("luce_n_target_layers")
-    from .families import family_for_gguf
+    from .families import family_for_gguf  # on use: dflash-quantize reads this table and never needs the families
 
     spec = DrafterSpec(
         # the family's GGUF signature (DFlash 2: the conv keys) gives the HF architecture back

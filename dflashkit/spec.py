@@ -10,6 +10,7 @@ as in z-lab's ``dflash_config.target_layer_ids``); dialects convert on the way i
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
@@ -214,3 +215,12 @@ def read_config_json(directory: str | Path) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise DFlashError(f"{path}: expected a JSON object at the top level")
     return config
+
+
+def split_bid(canonical: str) -> tuple[str, str | None]:
+    """A canonical tensor id (the families' and dialects' shared naming) as its layer template and layer:
+    ``layers.3.mlp.up_proj.weight`` → (``layers.{bid}.mlp.up_proj.weight``, ``"3"``)."""
+    m = re.match(r"^layers\.(\d+)\.(.+)$", canonical)
+    if m:
+        return "layers.{bid}." + m.group(2), m.group(1)
+    return canonical, None

@@ -16,7 +16,6 @@ error naming ``--target-layer-ids``: z-lab's old default rule is not applied.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Mapping
 
 import numpy as np
@@ -32,6 +31,7 @@ from ..spec import (
     build_target_layer_ids,
     partial_rotary_factor_of,
     rope_theta_of,
+    split_bid,
 )
 from .base import DrafterFamily
 
@@ -92,14 +92,6 @@ _ROPE_PERMUTED = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_at
 
 #: hidden_act values llama.cpp's DFlash loader runs (``dflash.hidden_activation``; absent = silu)
 HIDDEN_ACTIVATIONS = ("silu", "gelu", "gelu_pytorch_tanh")
-
-
-def split_bid(canonical: str) -> tuple[str, str | None]:
-    """``layers.3.mlp.up_proj.weight`` → (``layers.{bid}.mlp.up_proj.weight``, ``"3"``)."""
-    m = re.match(r"^layers\.(\d+)\.(.+)$", canonical)
-    if m:
-        return "layers.{bid}." + m.group(2), m.group(1)
-    return canonical, None
 
 
 def zlab_hf_to_canonical(hf_name: str) -> str | None:
