@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from gguf import GGMLQuantizationType
 
-from .base import KernelQuantType, fp16_col, unpack_nibbles
+from .base import K, KernelQuantType, fp16_col, unpack_nibbles
 
 
 def _fifth_bits(qh: np.ndarray) -> np.ndarray:
@@ -66,9 +66,7 @@ def q8_0_numpy(x: np.ndarray, out: np.ndarray) -> None:
             amax = m[:nb]
             d = amax / _F127
             if not (np.isfinite(amax).all() and ((d == 0) | (d >= _FLT_MIN)).all()):
-                from .base import K
-
-                K.q8_0_kernel(xs, out[lo:hi])
+                K.q8_0_kernel(xs, out[lo:hi])  # K imports numba on this first use only
                 continue
             iv = inv[:nb]
             np.divide(_F1, d, out=iv)

@@ -153,10 +153,9 @@ def _producer(gguf_file: GGUFFile, info: TensorInfo, new_type: GGMLQuantizationT
                     _advise(mm, "MADV_WILLNEED", first + n, (ranges[i + 1][1] - ranges[i + 1][0]) * src_row)
                 part = np.frombuffer(mm, np.uint8, count=n, offset=first)
                 try:
+                    # a kept type is copied (no view may outlive the map); every conversion makes new arrays
                     out = part.copy() if same else quantize(
                         to_float32(part.reshape(-1, src_row), info.ggml_type, copy=False), new_type)
-                    if np.may_share_memory(out, part):  # no view of the map past this chunk (F32 returns its input)
-                        out = out.copy()
                 finally:
                     del part
                 yield out
