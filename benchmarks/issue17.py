@@ -277,24 +277,16 @@ def row_bf16(work: Path, pairs: int) -> None:
             print("[bf16 -> bf16, cold cache] not measured: /proc/sys/vm/drop_caches is not writable", flush=True)
             continue
         ref, our, floor = [], [], []
+        prepare = (lambda: warm_page_cache(src)) if cache == "warm" else drop_page_cache  # before every command
         for _ in range(pairs):
-            if cache == "warm":
-                warm_page_cache(src)
-            else:
-                drop_page_cache()
+            prepare()
             ref.append(run_external(["cp", "-r", str(src), str(work / "cp-copy")]))
             shutil.rmtree(work / "cp-copy")
             # what no Python converter can beat: start-up + the tensor ranges copied in the kernel, nothing else
-            if cache == "warm":
-                warm_page_cache(src)
-            else:
-                drop_page_cache()
+            prepare()
             floor.append(run_external([sys.executable, str(HERE / "copy_floor.py"), str(src), str(work / "floor.bin")]))
             (work / "floor.bin").unlink()
-            if cache == "warm":
-                warm_page_cache(src)
-            else:
-                drop_page_cache()
+            prepare()
             out = work / "bf16.gguf"
             our.append(ours("convert_command", [str(src), str(out), "--outtype", "bf16", "--target", str(target),
                                                 "-q", "--force"]))

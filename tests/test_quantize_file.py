@@ -300,17 +300,22 @@ def test_foreign_gguf(tmp_path):
         "blk.0.attn_q.weight": K4, "blk.0.attn_v.weight": K6, "blk.0.attn_norm.weight": Q.F32}
 
 
-def test_a_source_that_shrinks_between_chunks_is_one_line_and_writes_nothing(tmp_path, monkeypatch):
-    """The chunks are read from a map of the source; its size is checked before each one, so a file cut
-    short by another process mid-run gives the one-line error (not SIGBUS) and no output."""
-    src, out = tmp_path / "one.gguf", tmp_path / "out.gguf"
-    w = gguf.GGUFWriter(str(src), "llama")
+
+def _one_tensor_gguf(path: Path, weight: np.ndarray) -> None:
+    """A one-layer llama GGUF (gguf-py's writer) holding ``weight`` as blk.0.attn_q.weight."""
+    w = gguf.GGUFWriter(str(path), "llama")
     w.add_block_count(1)
-    w.add_tensor("blk.0.attn_q.weight", np.ones((2048, 4096), np.float32))  # 32 MB: two 16 MB chunks
+    w.add_tensor("blk.0.attn_q.weight", weight)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+def test_a_source_that_shrinks_between_chunks_is_one_line_and_writes_nothing(tmp_path, monkeypatch):
+    """The chunks are read from a map of the source; its size is checked before each one, so a file cut
+    short by another process mid-run gives the one-line error (not SIGBUS) and no output."""
+    src, out = tmp_path / "one.gguf", tmp_path / "out.gguf"
+    _one_tensor_gguf(src, np.ones((2048, 4096), np.float32))  # 32 MB: two 16 MB chunks
     real, calls = gguf_file.quantize, []
 
     def cut_after_first_chunk(*args, **kwargs):  # the source loses its second half while chunk 1 is quantized
@@ -332,13 +337,7 @@ def test_chunks_reach_the_quantizers_as_writable_arrays(tmp_path, monkeypatch):
     writable one `preload_quantizers` compiles and caches: F32 chunks read from the map (no copy) must
     arrive writable, or every run compiles a second kernel (seconds) on first use."""
     src, out = tmp_path / "one.gguf", tmp_path / "out.gguf"
-    w = gguf.GGUFWriter(str(src), "llama")
-    w.add_block_count(1)
-    w.add_tensor("blk.0.attn_q.weight", np.ones((64, 256), np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    _one_tensor_gguf(src, np.ones((64, 256), np.float32))
     real, seen = gguf_file.quantize, []
 
     def spy(x, qtype, **kwargs):
