@@ -25,6 +25,7 @@ import numpy as np
 from .bounds import dumps
 from .errors import DFlashError, UsageError
 from .files import atomic_output, check_output
+from .llama_cpp import LlamaCppDrafterRun
 from .reporting import Bar, BarChart, BarGroup, Column, Field, Notes, Report, Table, write_text_atomic
 from .runtime import HFTarget, LoadInfo, load_drafter
 from .runtime.load import VERIFY_MODE
@@ -36,6 +37,19 @@ BOOTSTRAP_RESAMPLES = 10_000
 WARMUP_TOKENS = 4
 CI_METHOD = (f"{CONFIDENCE:.0%} paired bootstrap percentile interval over prompts ({BOOTSTRAP_RESAMPLES} "
              "resamples of the per-prompt τ differences to the first drafter)")
+#: verdicts of a drafter row: against the first drafter (reference runtime) and against its own reference τ
+#: (llama.cpp column). Stable strings: the JSON report's ``verdict`` / ``llama_cpp_verdict``.
+VERDICT_REFERENCE = "reference"
+VERDICT_AGREES = "agrees"
+VERDICT_ABOVE = "above reference"
+VERDICT_BELOW = "below reference"
+VERDICT_ZERO = "zero accepted"
+VERDICT_NONFINITE = "non-finite logits"
+VERDICT_REFUSED = "refused to load"
+TAU_RANDOM_NOTE = ("τ ≈ 1 means the drafter's first token is almost never the target's: expected of random weights "
+                   "(fixtures/example), a sign of a broken file otherwise. A trained pair shows a real τ: "
+                   "dflash-accept fixtures/trained/drafter --target fixtures/trained/target "
+                   "--prompts fixtures/trained/prompts.jsonl")
 SPEED_NOTE = ("decode tok/s is this PyTorch reference runtime's speed (eager, dequantized or reference kernels) — "
               "not what a serving engine (llama.cpp, vLLM, SGLang) would reach; compare drafters by τ")
 
@@ -59,14 +73,23 @@ class Prompt:
         ``template_kwargs`` go to ``apply_chat_template`` (``enable_thinking``, ``reasoning_effort``, ...).
         """
         tok = target.tokenizer
+        text, templated, fallback = self.rendered(target, template_kwargs)
+        if templated:
+            return list(tok.encode(text, add_special_tokens=False)), False
+        return list(tok.encode(text)), fallback  # the tokenizer's own specials (a BOS where used)
+
+    def rendered(self, target: HFTarget, template_kwargs: Mapping[str, Any] | None = None) -> tuple[str, bool, bool]:
+        """(the prompt as the text the target reads, whether the chat template made it, whether a chat prompt
+        fell back to plain text). llama.cpp gets this text (its special tokens are parsed there too)."""
+        tok = target.tokenizer
         if self.messages is None:
-            return list(tok.encode(self.text or "")), False  # the tokenizer's own specials (a BOS where used)
+            return self.text or "", False, False
         if getattr(tok, "chat_template", None):
             chat = [{"role": r, "content": c} for r, c in self.messages]
             text = tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True, **(template_kwargs or {}))
-            return list(tok.encode(text, add_special_tokens=False)), False
+            return text, True, False
         # A base model: the contents as plain text, as HFTarget.encode does for one user turn.
-        return list(tok.encode("\n\n".join(c for _, c in self.messages))), True
+        return "\n\n".join(c for _, c in self.messages), False, True
 
 
 #: ``--reasoning`` levels that switch thinking on or off; anything else is a reasoning level.
@@ -238,6 +261,14 @@ class DrafterRun:
         return sum(len(r.output_ids) for r in self.runs)
 
     @property
+    def nonfinite_rounds(self) -> int:
+        return sum(r.nonfinite_rounds for r in self.runs)
+
+    @property
+    def accepted_total(self) -> int:
+        return sum(self.accepted)
+
+    @property
     def decode_tokens_per_s(self) -> float:
         n = sum(len(r.output_ids) - 1 for r in self.runs)
         t = sum(r.decode_s for r in self.runs)
@@ -258,6 +289,18 @@ class Comparison:
         return self.ci is not None and (self.ci[1] < 0 or self.ci[0] > 0)
 
 
+def paired_comparison(base: Sequence[float], other: Sequence[float], *, seed: int = 0) -> Comparison:
+    """``other`` against ``base``, paired over the prompts where both have a finite τ."""
+    pairs = [(a, b) for a, b in zip(base, other) if math.isfinite(a) and math.isfinite(b)]
+    if not pairs:
+        return Comparison(math.nan, math.nan, None, 0)
+    diffs = [b - a for a, b in pairs]
+    mean_base = float(np.mean([a for a, _ in pairs]))
+    delta = float(np.mean(diffs))
+    return Comparison(delta, delta / mean_base if mean_base else math.nan, paired_bootstrap_ci(diffs, seed=seed),
+                      len(pairs))
+
+
 @dataclass
 class AcceptResult:
     target: str
@@ -274,21 +317,52 @@ class AcceptResult:
     notes: list[str] = field(default_factory=list)
     reasoning: str | None = None  # --reasoning as given
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # what apply_chat_template received
+    llama_cpp: list[LlamaCppDrafterRun] | None = None  # ↔ drafters, with --llama-cpp
+    target_gguf: str | None = None
 
     def comparisons(self) -> list[Comparison | None]:
         """Per drafter, the comparison with the first (None for the first itself)."""
         first = self.drafters[0].taus
-        out: list[Comparison | None] = [None]
-        for d in self.drafters[1:]:
-            pairs = [(a, b) for a, b in zip(first, d.taus) if math.isfinite(a) and math.isfinite(b)]
-            if not pairs:
-                out.append(Comparison(math.nan, math.nan, None, 0))
-                continue
-            diffs = [b - a for a, b in pairs]
-            base = float(np.mean([a for a, _ in pairs]))
-            delta = float(np.mean(diffs))
-            out.append(Comparison(delta, delta / base if base else math.nan,
-                                  paired_bootstrap_ci(diffs, seed=self.seed), len(pairs)))
+        return [None] + [paired_comparison(first, d.taus, seed=self.seed) for d in self.drafters[1:]]
+
+    def llama_cpp_comparisons(self) -> list[Comparison | None]:
+        """Per drafter, llama.cpp's τ against the reference runtime's τ of the same drafter (None: refused)."""
+        if self.llama_cpp is None:
+            return []
+        return [None if l.refused is not None else paired_comparison(d.taus, l.taus, seed=self.seed)
+                for d, l in zip(self.drafters, self.llama_cpp)]
+
+    def verdicts(self) -> list[str]:
+        """Per drafter in the reference runtime: non-finite logits, zero accepted (where the first accepts), below /
+        above the first (significant: the paired CI excludes 0), agrees; the first is the reference."""
+        first = self.drafters[0]
+        out = []
+        for i, (d, c) in enumerate(zip(self.drafters, self.comparisons())):
+            if d.nonfinite_rounds:
+                out.append(VERDICT_NONFINITE)
+            elif i and d.accepted_total == 0 and first.accepted_total > 0:
+                out.append(VERDICT_ZERO)
+            elif c is None:
+                out.append(VERDICT_REFERENCE)
+            elif c.significant:
+                out.append(VERDICT_BELOW if c.delta < 0 else VERDICT_ABOVE)
+            else:
+                out.append(VERDICT_AGREES)
+        return out
+
+    def llama_cpp_verdicts(self) -> list[str]:
+        out = []
+        first = (self.llama_cpp or [None])[0]
+        first_accepts = first is not None and first.refused is None and first.accepted > 0
+        for d, l, c in zip(self.drafters, self.llama_cpp or [], self.llama_cpp_comparisons()):
+            if l.refused is not None:
+                out.append(VERDICT_REFUSED)
+            elif l.accepted == 0 and (d.accepted_total > 0 or first_accepts):
+                out.append(VERDICT_ZERO)
+            elif c is not None and c.significant:
+                out.append(VERDICT_BELOW if c.delta < 0 else VERDICT_ABOVE)
+            else:
+                out.append(VERDICT_AGREES)
         return out
 
     def divergences(self) -> list[str]:
@@ -307,21 +381,48 @@ class AcceptResult:
                                "bf16/fp16); τ is measured on each drafter's own output")
         return out
 
-    def failures(self, max_drop: float | None = None) -> list[str]:
-        if max_drop is None:
-            return []
+    def failures(self, max_drop: float | None = None, min_tau: float | None = None,
+                 max_gap: float | None = None) -> list[str]:
+        """What makes the exit code 1: non-finite logits always; the gates when given."""
         out = []
-        for d, c in zip(self.drafters[1:], self.comparisons()[1:]):
-            assert c is not None
-            if not math.isfinite(c.relative):
-                out.append(f"{d.name}: no prompt with rounds on both sides to compare")
-            elif -c.relative > max_drop:
-                out.append(f"{d.name}: τ {-c.relative:.1%} below {self.drafters[0].name} "
-                           f"(> --max-drop {max_drop:.1%})")
+        verdicts = self.verdicts()
+        for d, v in zip(self.drafters, verdicts):
+            if v == VERDICT_NONFINITE:
+                out.append(f"{d.name}: non-finite draft logits in {d.nonfinite_rounds} round(s) — a NaN or an "
+                           "infinity in its weights or its arithmetic (dflash-inspect names non-finite tensors)")
+        gated = max_drop is not None or min_tau is not None
+        if gated:
+            for d, v in zip(self.drafters[1:], verdicts[1:]):
+                if v == VERDICT_ZERO:
+                    out.append(f"{d.name}: accepted no draft token where {self.drafters[0].name} accepts "
+                               f"{self.drafters[0].accepted_total} ({VERDICT_ZERO})")
+        if max_drop is not None:
+            for d, c, v in zip(self.drafters[1:], self.comparisons()[1:], verdicts[1:]):
+                assert c is not None
+                if v == VERDICT_NONFINITE:
+                    continue
+                if not math.isfinite(c.relative):
+                    out.append(f"{d.name}: no prompt with rounds on both sides to compare")
+                elif -c.relative > max_drop:
+                    out.append(f"{d.name}: τ {-c.relative:.1%} below {self.drafters[0].name} "
+                               f"(> --max-drop {max_drop:.1%})")
+        if min_tau is not None:
+            for d, v in zip(self.drafters, verdicts):
+                if v not in (VERDICT_NONFINITE, VERDICT_ZERO) and not d.tau >= min_tau:
+                    out.append(f"{d.name}: τ {d.tau:.2f} below --min-tau {min_tau:g}")
+        if max_gap is not None and self.llama_cpp is not None:
+            for d, l, c in zip(self.drafters, self.llama_cpp, self.llama_cpp_comparisons()):
+                if l.refused is not None:
+                    out.append(f"{d.name}: llama.cpp refused to load it: {l.refused}")
+                elif c is not None and c.ci is not None and math.isfinite(d.tau) and d.tau > 0 \
+                        and -c.ci[1] / d.tau > max_gap:
+                    out.append(f"{d.name}: llama.cpp τ {l.tau:.2f} is significantly more than {max_gap:.1%} below the "
+                               f"reference runtime's {d.tau:.2f} (--max-gap; {_ci_text(c)})")
         return out
 
-    def exit_code(self, max_drop: float | None = None) -> int:
-        return EXIT_FAILED if self.failures(max_drop) else EXIT_OK
+    def exit_code(self, max_drop: float | None = None, min_tau: float | None = None,
+                  max_gap: float | None = None) -> int:
+        return EXIT_FAILED if self.failures(max_drop, min_tau, max_gap) else EXIT_OK
 
     def trace_lines(self) -> list[dict[str, Any]]:
         """The acceptance trace (docs/formats.md): one object per (drafter, prompt)."""
@@ -332,8 +433,9 @@ class AcceptResult:
         text = "".join(dumps(line, ensure_ascii=False) + "\n" for line in self.trace_lines())
         return write_text_atomic(path, text, force=force)
 
-    def report(self, max_drop: float | None = None) -> Report:
-        return _build_report(self, max_drop)
+    def report(self, max_drop: float | None = None, min_tau: float | None = None,
+               max_gap: float | None = None) -> Report:
+        return _build_report(self, max_drop, min_tau, max_gap)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -358,6 +460,10 @@ def run_acceptance(
     progress: Callable[[str], None] | None = None,
     reasoning: str | None = None,
     chat_template_kwargs: Mapping[str, Any] | str | None = None,
+    llama_cpp: str | os.PathLike | None = None,
+    target_gguf: str | os.PathLike | None = None,
+    llama_cpp_src: str | os.PathLike | None = None,
+    threads: int = 1,
 ) -> AcceptResult:
     """Run every drafter on every prompt against ``target`` (an HF dir, or an `HFTarget` already loaded).
 
@@ -369,6 +475,11 @@ def run_acceptance(
     switch as z-lab's ``dflash benchmark --reasoning`` does (`reasoning_template_kwargs`);
     ``chat_template_kwargs`` (a mapping, or its JSON text) is merged over that into every
     ``apply_chat_template`` call. Both are recorded in the report and in every trace line.
+
+    ``llama_cpp`` (a llama.cpp build's bin/ folder) also runs every drafter through llama.cpp's
+    ``llama-speculative-simple`` on the same prompt texts, greedy (`dflashkit.llama_cpp`), with ``target_gguf`` as
+    the target — or the HF target converted by llama.cpp's own converter from ``llama_cpp_src`` (default
+    $DFLASHKIT_LLAMA_CPP_SRC). An HF drafter directory is converted to a bf16 GGUF on the fly.
     """
     if not drafters:
         raise UsageError("give at least one drafter")
@@ -399,6 +510,23 @@ def run_acceptance(
     for d in drafters:
         if not Path(d).exists():
             raise DFlashError(f"{d}: no such file or directory (drafters are HF dirs or GGUF files)")
+    llama_binary = converter_src = None
+    if llama_cpp is not None:
+        from .llama_cpp import find_binary, llama_cpp_src as find_src
+
+        if temperature > 0:
+            raise UsageError("--llama-cpp measures greedy τ: use it with --temperature 0")
+        llama_binary = find_binary(llama_cpp)
+        if target_gguf is not None:
+            if not Path(target_gguf).is_file():
+                raise UsageError(f"--target-gguf {target_gguf}: no such file")
+        else:
+            converter_src = find_src(llama_cpp_src)
+            if converter_src is None:
+                raise UsageError("--llama-cpp needs the target as a GGUF: pass --target-gguf FILE (or --llama-cpp-src "
+                                 "DIR, llama.cpp's source tree, to convert --target with llama.cpp's own converter)")
+    elif target_gguf is not None or llama_cpp_src is not None:
+        raise UsageError("--target-gguf / --llama-cpp-src only matter with --llama-cpp BIN_DIR")
 
     if isinstance(target, HFTarget):
         runner = target
@@ -417,12 +545,13 @@ def run_acceptance(
     if template_kwargs and not template:
         notes.append(f"target {runner.path} has no chat template: chat template kwargs {json.dumps(template_kwargs)} "
                      "were not used")
-    prompt_ids, plain = [], []
+    prompt_ids, plain, texts = [], [], []
     for p in prompt_list:
         ids, fallback = p.ids(runner, template_kwargs)
         if not ids:
             raise DFlashError(f"prompt {p.id}: encodes to no tokens — give it some text")
         prompt_ids.append(ids)
+        texts.append(p.rendered(runner, template_kwargs)[0])
         if fallback:
             plain.append(p.id)
     if plain:
@@ -450,11 +579,49 @@ def run_acceptance(
                 f"τ {r.tau:.2f} over {r.rounds} round(s)")
         runs.append(DrafterRun(str(path), model.load_info, model.draft_tokens + 1, results))  # verify width  # type: ignore[arg-type]
         del model  # free it before the next one loads
+    llama_runs, gguf_used = None, None
+    if llama_binary is not None:
+        llama_runs, gguf_used = _run_llama_cpp(llama_binary, runs, texts, prompt_ids, runner, target_gguf,
+                                               converter_src, max_new_tokens, threads, notes, say)
     return AcceptResult(
         target=str(runner.path), prompts=prompt_list, prompt_source=source, prompt_ids=prompt_ids, drafters=runs,
         max_new_tokens=max_new_tokens, temperature=float(temperature), seed=seed, device=str(runner.device),
         dtype=dtype, stop_token_ids=stops, notes=notes, reasoning=reasoning, chat_template_kwargs=template_kwargs,
+        llama_cpp=llama_runs, target_gguf=gguf_used,
     )
+
+
+def _run_llama_cpp(binary: Path, runs: list[DrafterRun], texts: list[str], prompt_ids: list[list[int]],
+                   runner: HFTarget, target_gguf: str | os.PathLike | None, converter_src: Path | None,
+                   max_new_tokens: int, threads: int, notes: list[str],
+                   say: Callable[[str], None]) -> tuple[list[LlamaCppDrafterRun], str]:
+    """Every drafter through llama-speculative-simple (HF dirs converted to bf16 GGUFs in a temp folder)."""
+    from .converters.convert import convert
+    from .llama_cpp import run_drafter, target_gguf_from_hf, temp_dir
+
+    with temp_dir() as tmp:
+        if target_gguf is None:
+            assert converter_src is not None
+            say(f"llama.cpp: converting target {runner.path} with llama.cpp's convert_hf_to_gguf.py (bf16)")
+            target_gguf = target_gguf_from_hf(runner.path, Path(tmp) / "target-bf16.gguf", converter_src)
+            notes.append(f"llama.cpp target: {runner.path} converted to bf16 by llama.cpp's own convert_hf_to_gguf.py")
+        out = []
+        for n, d in enumerate(runs, 1):
+            gguf_path = Path(d.path)
+            if gguf_path.is_dir():
+                gguf_path = Path(tmp) / f"drafter-{n}-bf16.gguf"
+                say(f"llama.cpp: converting {d.path} to bf16 GGUF (tokenizer from {target_gguf})")
+                convert(d.path, gguf_path, outtype="bf16", target=target_gguf, progress=False, warn=lambda m: None)
+                notes.append(f"llama.cpp ran {d.name} as a bf16 GGUF converted on the fly by dflash-convert")
+            out.append(run_drafter(binary, target_gguf, d.path, gguf_path, texts, n_predict=max_new_tokens,
+                                   draft_max=d.block_size - 1, threads=threads, progress=say))
+        mismatched = sorted({i for l in out for i, r in enumerate(l.runs)
+                             if r.n_prompt_tokens is not None and r.n_prompt_tokens != len(prompt_ids[i])})
+        if mismatched:
+            notes.append(f"llama.cpp tokenized {len(mismatched)} prompt(s) to another length than the HF tokenizer "
+                         f"(prompt indices {mismatched[:10]}): those τ pairs compare different token streams")
+        kept = str(target_gguf)
+    return out, kept
 
 
 # ---------------------------------------------------------------------------------------------
@@ -474,20 +641,31 @@ def _ci_text(c: Comparison) -> str:
     return f"{CONFIDENCE:.0%} CI [{c.ci[0]:+.2f}, {c.ci[1]:+.2f}]"
 
 
-def _build_report(r: AcceptResult, max_drop: float | None) -> Report:
+def _build_report(r: AcceptResult, max_drop: float | None, min_tau: float | None = None,
+                  max_gap: float | None = None) -> Report:
     comps = r.comparisons()
-    failures = r.failures(max_drop)
+    failures = r.failures(max_drop, min_tau, max_gap)
+    verdicts = r.verdicts()
+    llama_comps, llama_verdicts = r.llama_cpp_comparisons(), r.llama_cpp_verdicts()
     first = r.drafters[0]
     parts = [f"{first.name} τ {first.tau:.2f}"]
     for d, c in zip(r.drafters[1:], comps[1:]):
         assert c is not None
         parts.append(f"{d.name} τ {d.tau:.2f} ({c.delta:+.2f}, {c.relative:+.1%}; {_ci_text(c)})")
+    if r.llama_cpp is not None:
+        parts.append("llama.cpp: " + ", ".join(
+            f"{d.name} {'refused' if l.refused else f'τ {l.tau:.2f}'} ({v})"
+            for d, l, v in zip(r.drafters, r.llama_cpp, llama_verdicts)))
     headline = "; ".join(parts)
-    worse = [d.name for d, c in zip(r.drafters[1:], comps[1:]) if c is not None and c.significant and c.delta < 0]
+    named = [f"{d.name}: {v}" for d, v in zip(r.drafters, verdicts)
+             if v in (VERDICT_BELOW, VERDICT_ZERO, VERDICT_NONFINITE)]
+    named += [f"{d.name} in llama.cpp: {v}" for d, v in zip(r.drafters, llama_verdicts)
+              if v in (VERDICT_BELOW, VERDICT_ZERO, VERDICT_REFUSED)]
+    worse = named
     if failures:
         status, level = "; ".join(failures), "error"
     elif worse:
-        status, level = f"{headline} — significantly lower: {', '.join(worse)}", "warning"
+        status, level = f"{headline} — {'; '.join(named)}", "warning"
     else:
         status, level = headline, "ok"
 
@@ -508,31 +686,55 @@ def _build_report(r: AcceptResult, max_drop: float | None) -> Report:
         Field("verification", VERIFY_MODE, key="verification"),
         Field("confidence interval", CI_METHOD, key="ci_method"),
         Field("max drop", max_drop, "pct", key="max_drop"),
+        Field("min tau", min_tau, key="min_tau"),
+        Field("max gap (llama.cpp)", max_gap, "pct", key="max_gap"),
         Field("exit code", EXIT_FAILED if failures else EXIT_OK, key="exit_code"),
     ]
 
     rows, flagged = [], set()
     for i, (d, c) in enumerate(zip(r.drafters, comps)):
-        rows.append({
+        row: dict[str, Any] = {
             "drafter": d.path, "family": d.info.family_name, "form": _form(d.info), "matmul": d.info.matmul, "block_size": d.block_size,
             "tau": d.tau, "tau_pooled": d.tau_pooled,
             "delta": None if c is None else c.delta, "relative": None if c is None else c.relative,
             "ci_low": None if c is None or c.ci is None else c.ci[0],
             "ci_high": None if c is None or c.ci is None else c.ci[1],
             "rounds": len(d.accepted), "tokens": d.tokens, "decode_tok_s": d.decode_tokens_per_s,
-        })
-        if c is not None and (c.significant and c.delta < 0 or any(f.startswith(f"{d.name}:") for f in failures)):
+            "nonfinite_rounds": d.nonfinite_rounds, "verdict": verdicts[i],
+        }
+        if r.llama_cpp is not None:
+            l, lc = r.llama_cpp[i], llama_comps[i]
+            row.update({
+                "tau_llama_cpp": None if l.refused else l.tau,
+                "tau_llama_cpp_ci": None if lc is None or lc.ci is None else [lc.ci[0], lc.ci[1]],
+                "llama_cpp_delta": None if lc is None else lc.delta,
+                "llama_cpp_drafted": None if l.refused else l.drafted,
+                "llama_cpp_accepted": None if l.refused else l.accepted,
+                "llama_cpp_verdict": llama_verdicts[i],
+                "llama_cpp_message": l.refused,
+                "llama_cpp_gguf": l.gguf,
+            })
+        rows.append(row)
+        if verdicts[i] in (VERDICT_BELOW, VERDICT_ZERO, VERDICT_NONFINITE) or (
+                r.llama_cpp is not None and llama_verdicts[i] in (VERDICT_BELOW, VERDICT_ZERO, VERDICT_REFUSED)) \
+                or any(f.startswith(f"{d.name}:") for f in failures):
             flagged.add(i)
+    columns = [Column("drafter", "drafter"), Column("family", "family"), Column("form", "tensors"),
+               Column("tau", "τ", ".3f"),
+               Column("tau_pooled", "τ all rounds", ".3f"), Column("delta", "Δτ vs first", "+.3f"),
+               Column("relative", "Δ%", "pct"), Column("ci_low", "CI low", "+.3f"), Column("ci_high", "CI high", "+.3f"),
+               Column("rounds", "rounds"), Column("verdict", "verdict"),
+               Column("decode_tok_s", "decode tok/s (this runtime)", ".1f")]
+    if r.llama_cpp is not None:
+        columns[-1:-1] = [Column("tau_llama_cpp", "τ llama.cpp", ".3f"), Column("llama_cpp_delta", "Δτ llama.cpp", "+.3f"),
+                          Column("llama_cpp_verdict", "llama.cpp verdict")]
     sections: list[Any] = [Table(
-        "Acceptance length τ per drafter",
-        [Column("drafter", "drafter"), Column("family", "family"), Column("form", "tensors"),
-         Column("tau", "τ", ".3f"),
-         Column("tau_pooled", "τ all rounds", ".3f"), Column("delta", "Δτ vs first", "+.3f"),
-         Column("relative", "Δ%", "pct"), Column("ci_low", "CI low", "+.3f"), Column("ci_high", "CI high", "+.3f"),
-         Column("rounds", "rounds"), Column("decode_tok_s", "decode tok/s (this runtime)", ".1f")],
+        "Acceptance length τ per drafter", columns,
         rows, id="drafters", flagged=flagged, level="error" if failures else "warning" if worse else "info",
         note="τ = mean over prompts of committed tokens per target forward; τ all rounds pools every round; "
-             "Δτ and its CI are paired over prompts (see 'confidence interval')",
+             "Δτ and its CI are paired over prompts (see 'confidence interval')"
+             + ("; τ llama.cpp: the same prompts through llama-speculative-simple, Δτ llama.cpp against this "
+                "runtime's τ of the same drafter (paired CI in tau_llama_cpp_ci)" if r.llama_cpp is not None else ""),
     )]
     sections.append(BarChart(
         "τ per drafter",
@@ -568,14 +770,19 @@ def _build_report(r: AcceptResult, max_drop: float | None) -> Report:
 
     prompt_cols = [Column("prompt", "prompt"), Column("category", "category"), Column("prompt_tokens", "tokens")]
     prompt_cols += [Column(f"tau_{j}", f"τ {d.name}", ".2f") for j, d in enumerate(r.drafters)]
+    if r.llama_cpp is not None:
+        prompt_cols += [Column(f"tau_llama_cpp_{j}", f"τ llama.cpp {d.name}", ".2f") for j, d in enumerate(r.drafters)]
     prompt_rows = []
     for i, p in enumerate(r.prompts):
-        row: dict[str, Any] = {"prompt": p.id, "category": p.category, "prompt_tokens": len(r.prompt_ids[i])}
+        prow: dict[str, Any] = {"prompt": p.id, "category": p.category, "prompt_tokens": len(r.prompt_ids[i])}
         for j, d in enumerate(r.drafters):
             run = d.runs[i]
-            row[f"tau_{j}"] = run.tau
-            row[f"generated_{j}"] = len(run.output_ids)
-        prompt_rows.append(row)
+            prow[f"tau_{j}"] = run.tau
+            prow[f"generated_{j}"] = len(run.output_ids)
+            if r.llama_cpp is not None:
+                l = r.llama_cpp[j]
+                prow[f"tau_llama_cpp_{j}"] = l.runs[i].tau if i < len(l.runs) else None
+        prompt_rows.append(prow)
     sections.append(Table("τ per prompt", prompt_cols, prompt_rows, id="prompts"))
 
     warnings = r.divergences()
@@ -586,6 +793,14 @@ def _build_report(r: AcceptResult, max_drop: float | None) -> Report:
                             "out of τ")
     sections.append(Notes("Warnings", warnings, level="warning" if warnings else "info", id="warnings"))
     notes = [SPEED_NOTE] + list(r.notes)
+    if any(math.isfinite(d.tau) and d.tau < 1.3 for d in r.drafters):
+        notes.insert(0, TAU_RANDOM_NOTE)
+    if r.llama_cpp is not None:
+        notes.append(f"llama.cpp: {r.target_gguf} as the target; greedy (--temp 0), --spec-draft-n-max = block size − 1; "
+                     "τ per prompt = n_predict / (n_predict − n_accept)")
+        for d, l in zip(r.drafters, r.llama_cpp):
+            if l.refused:
+                notes.append(f"llama.cpp refused {d.name}: {l.refused}")
     notes += [f"{d.name}: " + "; ".join([d.info.matmul, *d.info.notes]) for d in r.drafters]
     sections.append(Notes("Notes", notes, id="notes"))
     names = ", ".join(d.name for d in r.drafters)

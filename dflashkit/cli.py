@@ -221,7 +221,9 @@ def quantize_command(
 ) -> None:
     """Quantize the GGUF SRC to OUT with llama-quantize's per-tensor rules.
 
-    TYPE: Q8_0, Q6_K, Q5_K_M, Q5_K_S, Q4_K_M, Q4_K_S, F16 or BF16.
+    TYPE: Q8_0, Q6_K, Q5_K_M, Q5_K_S, Q4_K_M, Q4_K_S, F16 or BF16 (any case), or the drafter-aware preset
+    Q4_K_M_DRAFT: Q4_K_M with fc and the attention projections at Q8_0 (llama-quantize makes the same file with
+    --tensor-type "^fc\\.weight$=q8_0" --tensor-type "attn_(q|k|v|output)\\.weight=q8_0" ... Q4_K_M).
     """
     from .quantize.gguf_file import quantize_gguf
 
@@ -465,7 +467,24 @@ _PLOT_SUFFIXES = (".html", ".htm", ".png")
 @click.option("--plot", type=click.Path(dir_okay=False), metavar="FILE.html|FILE.png",
               help="Write the τ-per-drafter plot: .html = the full report with charts, .png needs matplotlib.")
 @click.option("--max-drop", metavar="FRAC",
-              help="Exit 1 when a drafter's τ is more than FRAC (0.05 or 5%) below the first drafter's (for CI).")
+              help="Exit 1 when a drafter's τ is more than FRAC (0.05 or 5%) below the first drafter's, or it "
+              "accepts nothing where the first accepts (for CI).")
+@click.option("--min-tau", type=FiniteFloat(min=0.0), metavar="X",
+              help="Exit 1 when a drafter's τ is below X, or it accepts nothing where the first accepts.")
+@click.option("--llama-cpp", "llama_cpp", type=click.Path(file_okay=False), metavar="BIN_DIR",
+              help="Also run every drafter in llama.cpp (BIN_DIR/llama-speculative-simple) on the same prompts, "
+              "greedy: τ llama.cpp beside this runtime's τ, with a paired CI and a verdict.")
+@click.option("--target-gguf", type=click.Path(dir_okay=False), metavar="FILE",
+              help="The target as a GGUF for --llama-cpp (default: --target converted by llama.cpp's own converter "
+              "from --llama-cpp-src / $DFLASHKIT_LLAMA_CPP_SRC).")
+@click.option("--llama-cpp-src", type=click.Path(file_okay=False), metavar="DIR",
+              help="llama.cpp's source tree (convert_hf_to_gguf.py), to make the target GGUF for --llama-cpp.")
+@click.option("--max-gap", metavar="FRAC",
+              help="With --llama-cpp: exit 1 when llama.cpp's τ is significantly more than FRAC below this "
+              "runtime's τ of the same drafter, or llama.cpp refuses a drafter.")
+@click.option("--threads", type=click.IntRange(1, 512), default=1, show_default=True,
+              help="llama.cpp threads (-t) for --llama-cpp. ggml's threads spin while they wait: more threads than "
+              "idle cores makes a run many times slower, and a drafter-sized model gains nothing from them.")
 @click.option("--force", is_flag=True, help="Overwrite the --trace / --plot files if they exist.")
 @click.option("--json", "fmt", flag_value="json", help="Print the report as JSON.")
 @click.option("--markdown", "fmt", flag_value="markdown", help="Print the report as Markdown.")
@@ -475,15 +494,26 @@ def accept_command(
     drafters: tuple[str, ...], target: str, prompts_file: str | None, max_prompts: int | None, max_new_tokens: int,
     temperature: float, seed: int, device: str, dtype: str, keep_quantized: bool, ignore_eos: bool,
     reasoning: str | None, chat_template_kwargs: str | None,
-    trace: str | None, plot: str | None, max_drop: str | None, force: bool, fmt: str | None, quiet: bool,
+    trace: str | None, plot: str | None, max_drop: str | None, min_tau: float | None, llama_cpp: str | None,
+    target_gguf: str | None, llama_cpp_src: str | None, max_gap: str | None, threads: int, force: bool,
+    fmt: str | None, quiet: bool,
 ) -> None:
     """Acceptance length τ of each DRAFTER (HF dir or GGUF of any type) in speculative decoding with --target.
 
     Runs the draft–verify loop per drafter on the same prompts; reports mean τ, accepted tokens per
     round, acceptance per block position, this runtime's decode speed, and the difference to the
-    first drafter with a paired bootstrap confidence interval over prompts.
+    first drafter with a paired bootstrap confidence interval over prompts. Each drafter gets a verdict:
+    reference (the first), agrees, below / above reference, zero accepted, non-finite logits. With --llama-cpp,
+    τ in llama.cpp beside it (verdicts: agrees, below / above reference, zero accepted, refused to load).
 
-    Exit 0 on success, 1 when --max-drop is exceeded or an input is bad, 2 for usage.
+    Exit 0 on success; 1 when a drafter has non-finite logits, a gate (--max-drop, --min-tau, --max-gap) fails
+    or an input is bad; 2 for usage.
+
+    \b
+    Examples:
+      dflash-accept fixtures/trained/drafter --target fixtures/trained/target --prompts fixtures/trained/prompts.jsonl
+      dflash-accept drafter-bf16.gguf drafter-Q4_K_M.gguf --target ./Qwen3-8B --max-drop 5% \\
+          --llama-cpp ~/llama.cpp/build/bin --target-gguf Qwen3-8B-bf16.gguf --max-gap 10%
     """
     import os
     from pathlib import Path
@@ -494,6 +524,9 @@ def accept_command(
     from .reporting import write_text_atomic
 
     drop = _parse_fraction(max_drop, "--max-drop")
+    gap = _parse_fraction(max_gap, "--max-gap")
+    if gap is not None and llama_cpp is None:
+        raise UsageError("--max-gap gates llama.cpp's τ: pass --llama-cpp BIN_DIR")
     template_kwargs = parse_template_kwargs(chat_template_kwargs)  # a usage error now, not after loading
     outputs = [(opt, p) for opt, p in (("--trace", trace), ("--plot", plot)) if p is not None]
     if trace is not None and plot is not None and os.path.abspath(trace) == os.path.abspath(plot):
@@ -509,10 +542,11 @@ def accept_command(
     result = run_acceptance(
         target, list(drafters), prompts_file, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
         device=device, dtype=dtype, keep_quantized=keep_quantized, max_prompts=max_prompts, ignore_eos=ignore_eos,
-        reasoning=reasoning, chat_template_kwargs=template_kwargs,
+        reasoning=reasoning, chat_template_kwargs=template_kwargs, llama_cpp=llama_cpp, target_gguf=target_gguf,
+        llama_cpp_src=llama_cpp_src, threads=threads,
         progress=None if quiet else (lambda message: click.echo(f"dflash-accept: {message}", err=True)),
     )
-    report = result.report(max_drop=drop)
+    report = result.report(max_drop=drop, min_tau=min_tau, max_gap=gap)
     if trace is not None:
         result.write_trace(trace, force=force)
         if not quiet:
@@ -525,7 +559,7 @@ def accept_command(
         if not quiet:
             click.echo(f"dflash-accept: wrote {plot}", err=True)
     click.echo(report.render(fmt or "text"), nl=False)
-    code = result.exit_code(drop)
+    code = result.exit_code(drop, min_tau, gap)
     if fmt and code:
         click.echo(f"dflash-accept: {report.status}", err=True)
     sys.exit(code)

@@ -33,6 +33,7 @@ import errno
 import functools
 import json
 import os
+import stat
 import signal
 import sys
 import tempfile
@@ -98,6 +99,25 @@ def _identity(path: Path) -> tuple[str | None, tuple[int, int] | None]:
     return resolved, ident
 
 
+_KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
+
+
+def refuse_non_regular(out: Path, name: str | None = None) -> None:
+    """An existing OUT that is not a regular file (device, FIFO, socket, directory, or a link to one) is a usage
+    error: publishing over it would replace the node itself (run as root, ``/dev/null`` became a file)."""
+    try:
+        mode = os.stat(out).st_mode  # follows links: a link to a device is a device here
+    except OSError:
+        return  # missing, or a dangling link: nothing but the link itself can be replaced
+    if stat.S_ISREG(mode):
+        return
+    kind = next((k for test, k in _KINDS if test(mode)), "not a regular file")
+    via = " (through a symbolic link)" if out.is_symlink() else ""
+    raise UsageError(f"{name or out}: exists and is {kind}{via} — outputs are written to regular files only "
+                     "(--force replaces a regular file, nothing else); give a file name")
+
+
 def check_output(
     out: str | os.PathLike[str],
     *,
@@ -116,6 +136,7 @@ def check_output(
     name = f"{label} {out}" if label else str(out)
     if out.is_dir():
         raise UsageError(f"{name}: is a directory; give the output file name")
+    refuse_non_regular(out, name)
     out_path, out_id = _identity(out)
     for src in input_files(inputs):
         src_path, src_id = _identity(src)
@@ -196,6 +217,11 @@ def _renameat2_noreplace(src: str, dst: str) -> bool | None:
     if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
         return None
     raise OSError(err, os.strerror(err), dst)
+
+
+def _tmp_prefix(out: Path) -> str:
+    """``OUT.tmp-``, the name cut to 64 characters: a 255-character OUT must still leave room for the suffix."""
+    return out.name[:64] + ".tmp-"
 
 
 def _exists_error(out: Path) -> DFlashError:
@@ -294,7 +320,7 @@ def _link_tmpfile(fd: int, out: Path, force: bool) -> None:
             raise _exists_error(out) from None
     # --force: give the file a temporary name first, then replace OUT in one step.
     for _ in range(100):
-        tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}-{time.monotonic_ns() % 10**9}")
+        tmp = out.with_name(f"{_tmp_prefix(out)}{os.getpid()}-{time.monotonic_ns() % 10**9}")
         try:
             _linkat_follow(proc, tmp)
             break
@@ -347,6 +373,7 @@ def atomic_output(out: str | os.PathLike[str], *, force: bool = False) -> Iterat
     out = Path(out)
     if out.is_dir():
         raise UsageError(f"{out}: is a directory; give the output file name")
+    refuse_non_regular(out)
     if not out.parent.exists():
         raise DFlashError(f"{out}: the folder {out.parent} does not exist")
     if os.path.lexists(out) and not force:
@@ -362,7 +389,7 @@ def atomic_output(out: str | os.PathLike[str], *, force: bool = False) -> Iterat
                 if anon_fd is not None:
                     fh = _open_fd(os.dup(anon_fd))
                 else:
-                    fd, tmp_name = tempfile.mkstemp(prefix=out.name + ".tmp-", dir=directory)
+                    fd, tmp_name = tempfile.mkstemp(prefix=_tmp_prefix(out), dir=directory)
                     os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; an output is an ordinary file
                     fh = _open_fd(fd)
             except OSError as exc:

@@ -466,3 +466,63 @@ def test_read_json_errors_are_one_line_naming_the_file(tmp_path: Path, content: 
     assert msg.startswith(f"{p}: {reason}") and msg.endswith("; re-download the file") and "\n" not in msg
     with pytest.raises(DFlashError, match=rf"over {len(content) - 1}\)"):
         read_json(p, max_bytes=len(content) - 1)
+
+
+# ----------------------------------------------------------------------------------------------
+# --force replaces regular files only: a device node, FIFO, socket or a link to one is refused (exit 2)
+# ----------------------------------------------------------------------------------------------
+
+
+def _special_node(tmp_path: Path) -> tuple[Path, str]:
+    """A character device made with os.mknod where this process may (root), else a FIFO."""
+    import stat as st
+
+    node = tmp_path / "node.gguf"
+    try:
+        os.mknod(node, 0o666 | st.S_IFCHR, os.makedev(1, 3))  # /dev/null's numbers
+        return node, "a character device"
+    except (PermissionError, OSError):
+        os.mkfifo(node)
+        return node, "a FIFO"
+
+
+def _mode(path: Path) -> tuple[int, int]:
+    s = os.lstat(path)
+    return s.st_mode, s.st_rdev
+
+
+def test_check_output_refuses_a_non_regular_out_even_with_force(tmp_path: Path) -> None:
+    node, kind = _special_node(tmp_path)
+    with pytest.raises(UsageError, match=rf"{node}: exists and is {kind} — outputs are written to regular files only"):
+        check_output(node, force=True)
+    link = tmp_path / "link.gguf"
+    link.symlink_to(node)
+    with pytest.raises(UsageError, match=rf"exists and is {kind} \(through a symbolic link\)"):
+        check_output(link, force=True)
+    with pytest.raises(UsageError, match="exists and is"):
+        with atomic_output(node, force=True) as fh:
+            fh.write(b"x")
+
+
+@pytest.mark.parametrize("command", ["diff", "parity", "convert", "quantize"])
+def test_force_onto_a_device_node_leaves_it_a_device(command: str, hf: Path, gguf_copy: Path, tmp_path: Path) -> None:
+    node, kind = _special_node(tmp_path)
+    before = _mode(node)
+    args = {
+        "diff": (diff_command, [str(hf), str(gguf_copy), "-o", str(node), "--force"]),
+        "parity": (parity_command, [str(hf), str(gguf_copy), "--dump", str(node), "--force"]),
+        "convert": (convert_command, [str(hf), str(node), "--force"]),
+        "quantize": (quantize_command, [str(gguf_copy), str(node), "Q8_0", "--force"]),
+    }[command]
+    res = CliRunner().invoke(args[0], args[1])
+    one_line(res, 2, f"{node}: exists and is {kind}")
+    assert _mode(node) == before
+    assert names(tmp_path) == sorted(["hf", "in.gguf", "node.gguf"])
+
+
+def test_a_long_out_name_leaves_room_for_the_temp_suffix(gguf_copy: Path, tmp_path: Path) -> None:
+    out = tmp_path / ("x" * 250 + ".gguf")  # 255 characters: OUT.tmp-* would be too long for the file system
+    for _ in range(2):  # the second run replaces the first (--force), through a temporary name
+        res = CliRunner().invoke(quantize_command, [str(gguf_copy), str(out), "Q8_0", "--force", "-q"])
+        assert res.exit_code == 0, res.output
+    assert names(tmp_path) == sorted(["in.gguf", out.name])

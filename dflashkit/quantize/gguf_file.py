@@ -35,7 +35,7 @@ from dflashkit.io.gguf_writer import (
 )
 
 from dflashkit.codecs import QUANT_TYPES, preload_quantizers, quantize, tensor_nbytes, to_float32
-from .policy import FileType, TypeChoice, choose_types, get_file_type, is_quantized, normalize_overrides
+from .policy import FileType, TypeChoice, choose_types, get_file_type, get_preset, is_quantized, normalize_overrides
 
 Q = GGMLQuantizationType
 _FLOAT_TYPES = (Q.F32, Q.F16, Q.BF16)
@@ -251,6 +251,9 @@ def quantize_gguf(
     Raises DFlashError / UsageError (one line) before writing anything; ``out`` appears only when complete.
     """
     warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
+    preset = get_preset(file_type) if isinstance(file_type, str) else None
+    if preset is not None:  # a recipe: its file type, the user's overrides first (first match wins), then its own
+        file_type, overrides = preset.file_type, (*overrides, *preset.overrides)
     ft = get_file_type(file_type)
     patterns = normalize_overrides(overrides)
     src_path = Path(src)

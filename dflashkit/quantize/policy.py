@@ -27,6 +27,7 @@ Q = GGMLQuantizationType
 __all__ = [
     "FileType", "FILE_TYPES", "TypeChoice", "choose_types", "get_file_type", "parse_ggml_type",
     "parse_tensor_type_override", "normalize_overrides", "is_quantized", "use_more_bits", "OVERRIDE_TYPES",
+    "Preset", "PRESETS", "get_preset",
 ]
 
 
@@ -54,13 +55,40 @@ def block_size(t: GGMLQuantizationType) -> int:
     return GGML_QUANT_SIZES[t][0]
 
 
+@dataclass(frozen=True)
+class Preset:
+    """A named drafter-aware recipe: a llama.cpp file type plus ``--tensor-type`` overrides, so llama-quantize
+    makes the same file (``llama-quantize --tensor-type fc=q8_0 ... IN OUT Q4_K_M``) and llama.cpp loads it."""
+
+    name: str
+    file_type: str
+    overrides: tuple[str, ...]
+    description: str
+
+    def llama_quantize_args(self) -> list[str]:
+        return [a for o in self.overrides for a in ("--tensor-type", o)]
+
+
+#: The field's practice for DFlash drafters (Lucebox's requant script): the drafter's reading of the target (fc)
+#: and its attention projections stay Q8_0 under a Q4_K_M body.
+PRESETS: dict[str, Preset] = {p.name: p for p in (
+    Preset("Q4_K_M_DRAFT", "Q4_K_M", (r"^fc\.weight$=q8_0", r"attn_(q|k|v|output)\.weight=q8_0"),
+           "Q4_K_M, with fc and the attention projections (q, k, v, output) at Q8_0"),
+)}
+
+
+def get_preset(name: str) -> Preset | None:
+    """The preset called ``name`` (case-insensitive), or None when it names no preset."""
+    return PRESETS.get(str(name).strip().upper())
+
+
 def get_file_type(name: str | FileType) -> FileType:
     """``"q4_k_m"`` -> FILE_TYPES["Q4_K_M"]; an unknown name is a usage error."""
     if isinstance(name, FileType):
         return name
     ft = FILE_TYPES.get(str(name).strip().upper())
     if ft is None:
-        raise UsageError(f"unknown TYPE '{name}' — choose one of {', '.join(FILE_TYPES)}")
+        raise UsageError(f"unknown TYPE '{name}' — choose one of {', '.join([*FILE_TYPES, *PRESETS])}")
     return ft
 
 

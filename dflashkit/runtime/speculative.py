@@ -137,6 +137,7 @@ class SpeculativeResult:
     decode_s: float
     stopped: bool = False  # ended on a stop token (else on max_new_tokens)
     block_size: int = 0
+    nonfinite_rounds: int = 0  # rounds whose draft logits (or hidden states) held a NaN or an infinity
 
     @property
     def rounds(self) -> int:
@@ -273,6 +274,7 @@ def _generate(model: DFlashDraftModel, target: HFTarget, head: TargetHead, promp
 
     accepted_counts: list[int] = []
     drafted_counts: list[int] = []
+    nonfinite = 0
     # Slot 0 of the drafter's block is the anchor (z-lab: block - 1 draft tokens) or predicts too
     # (sample_from_anchor: block draft tokens); the target verifies [anchor, drafts...].
     first_slot = model.first_draft_slot
@@ -300,6 +302,9 @@ def _generate(model: DFlashDraftModel, target: HFTarget, head: TargetHead, promp
                 draft = step.tokens
                 if temperature > 0:  # the distribution the runtime sampled from
                     draft_probs = sampling_probs(step.logits, temperature)  # type: ignore[arg-type]
+            # argmax of a NaN row is a token like any other: a broken drafter would only look unlucky
+            checked = step.logits if step.logits is not None else step.hidden
+            nonfinite += int(not bool(torch.isfinite(checked).all()))
             block_ids[:, 1:] = draft
         out = lm(block_ids, position_ids=torch.arange(start, start + verify, device=device)[None],
                  past_key_values=target_cache, use_cache=True, output_hidden_states=True)
@@ -340,6 +345,7 @@ def _generate(model: DFlashDraftModel, target: HFTarget, head: TargetHead, promp
         decode_s=t2 - t1,
         stopped=stopped,
         block_size=block,
+        nonfinite_rounds=nonfinite,
     )
 
 

@@ -1,0 +1,259 @@
+"""τ inside llama.cpp: the same prompts through ``llama-speculative-simple``, its counts read back.
+
+llama.cpp's ``examples/speculative-simple`` runs greedy draft–verify rounds with a target GGUF and a drafter GGUF
+(``--spec-type draft-dflash``) and prints, at exit, ``n_predict`` (tokens committed), ``n_drafted`` and
+``n_accept`` (draft tokens proposed and accepted). Each round commits accepted + 1 tokens for one target
+forward, so over one prompt ``rounds = n_predict − n_accept`` and ``τ = n_predict / rounds`` — the same quantity
+as the reference runtime's per-prompt τ (committed tokens per target verify forward).
+
+With ``--verbose`` it also logs ``accepted A/D draft tokens`` per round; where those lines are complete they
+give the per-round counts (histogram, acceptance per block position), else only the totals are used.
+
+Its logger writes from a worker thread and is never flushed at exit (``common/log.cpp``: "this design may cause
+logs to be lost"), so on a busy machine a run that exits 0 can lose its last lines — the counts among them. A
+run without them is run again (at most ``RETRIES`` times); a count is never guessed.
+
+The target GGUF is given, or made from the HF target by llama.cpp's own ``convert_hf_to_gguf.py`` when its source
+is at hand (``DFLASHKIT_LLAMA_CPP_SRC`` or ``--llama-cpp-src``), run with its own gguf-py in a subprocess. That
+converter names a BPE pre-tokenizer by hashing its ids for a check text; a tokenizer that no published model
+shares (such as the fixtures') is unknown to its table, and then — only then — the name dflashkit's tokenizer
+reader derives from the Split regex (``converters.tokenizer``) is handed to it instead.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from .errors import DFlashError, UsageError
+
+SPECULATIVE_BINARY = "llama-speculative-simple"
+SRC_ENV = "DFLASHKIT_LLAMA_CPP_SRC"
+RETRIES = 5
+TIMEOUT_S = 600
+# "0.00.231.592 I n_predict = 33": a timestamp and a level letter before the name when stderr is not a terminal
+_COUNT = re.compile(r"^(?:[\d.]+ [A-Z] )?\s*(n_predict|n_drafted|n_accept)\s*=\s*(-?\d+)\s*$", re.M)
+_ENCODED = re.compile(r"encoded\s+(\d+) tokens")
+_ROUND = re.compile(r"accepted (\d+)/(\d+) draft tokens")
+
+
+@dataclass
+class LlamaCppPromptRun:
+    """One prompt through llama-speculative-simple."""
+
+    n_predict: int  # tokens committed
+    n_drafted: int  # draft tokens proposed (full rounds)
+    n_accept: int  # draft tokens accepted
+    n_prompt_tokens: int | None  # what llama.cpp tokenized the prompt to ("encoded N tokens")
+    accepted: list[int] | None = None  # per round, when the verbose log kept every round
+    drafted: list[int] | None = None
+    attempts: int = 1
+
+    @property
+    def rounds(self) -> int:
+        return self.n_predict - self.n_accept
+
+    @property
+    def tau(self) -> float:
+        return self.n_predict / self.rounds if self.rounds > 0 else math.nan
+
+
+@dataclass
+class LlamaCppDrafterRun:
+    """One drafter over every prompt: ``runs[i]`` ↔ prompt i, or ``refused`` (llama.cpp's own message)."""
+
+    path: str
+    gguf: str
+    runs: list[LlamaCppPromptRun] = field(default_factory=list)
+    refused: str | None = None
+
+    @property
+    def taus(self) -> list[float]:
+        return [r.tau for r in self.runs]
+
+    @property
+    def tau(self) -> float:
+        t = [x for x in self.taus if math.isfinite(x)]
+        return sum(t) / len(t) if t else math.nan
+
+    @property
+    def drafted(self) -> int:
+        return sum(r.n_drafted for r in self.runs)
+
+    @property
+    def accepted(self) -> int:
+        return sum(r.n_accept for r in self.runs)
+
+
+class LlamaCppRefused(DFlashError):
+    """llama.cpp would not load or run the pair; the message is its own."""
+
+
+class LlamaCppLogLost(DFlashError):
+    """llama-speculative-simple exited 0 every time but its counts never reached the log."""
+
+
+def find_binary(bin_dir: str | os.PathLike) -> Path:
+    """``BIN_DIR/llama-speculative-simple``, or a usage error saying what to pass."""
+    path = Path(bin_dir) / SPECULATIVE_BINARY
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise UsageError(f"--llama-cpp {bin_dir}: no executable {SPECULATIVE_BINARY} there — give the bin/ folder "
+                         "of a llama.cpp build (cmake --build BUILD --target llama-speculative-simple)")
+    return path
+
+
+def refusal_message(output: str) -> str:
+    """llama.cpp's own reason for not loading or not running: its first error line, as printed."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    for needle in ("error loading model", "failed to load", "error:", "key not found", "GGML_ASSERT", "error"):
+        for line in lines:
+            if needle in line:
+                return line
+    return lines[-1] if lines else "no output"
+
+
+def parse_counts(stderr: str) -> tuple[int, int, int] | None:
+    """(n_predict, n_drafted, n_accept) from the end-of-run statistics, or None when any is missing."""
+    found = {k: int(v) for k, v in _COUNT.findall(stderr)}
+    if not all(k in found for k in ("n_predict", "n_drafted", "n_accept")):
+        return None
+    return found["n_predict"], found["n_drafted"], found["n_accept"]
+
+
+def run_prompt(
+    binary: Path, target_gguf: str | os.PathLike, drafter_gguf: str | os.PathLike, text: str, *,
+    n_predict: int, draft_max: int, threads: int = 1, ctx_size: int | None = None, retries: int = RETRIES,
+    timeout: float = TIMEOUT_S,
+) -> LlamaCppPromptRun:
+    """Greedy speculative decoding of ``text`` in llama.cpp; raises `LlamaCppRefused` when it will not run."""
+    ctx = ctx_size or max(512, 4 * (n_predict + draft_max + 64))
+    cmd = [str(binary), "-m", str(target_gguf), "-md", str(drafter_gguf), "--spec-type", "draft-dflash",
+           "--spec-draft-n-max", str(draft_max), "-p", text, "-n", str(n_predict), "--temp", "0", "--top-k", "1",
+           "-t", str(threads), "-c", str(ctx), "-b", str(ctx), "-ub", str(ctx), "--verbose"]
+    last = ""
+    for attempt in range(1, retries + 1):
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout,
+                                  stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise DFlashError(f"{drafter_gguf}: {SPECULATIVE_BINARY} did not finish in {timeout:.0f} s") from None
+        output = proc.stderr + proc.stdout
+        if proc.returncode != 0:
+            raise LlamaCppRefused(refusal_message(output))
+        counts = parse_counts(output)
+        if counts is None:
+            last = output
+            continue
+        n_pred, n_drafted, n_accept = counts
+        encoded = _ENCODED.search(output)
+        rounds = [(int(a), int(d)) for a, d in _ROUND.findall(output)]
+        per_round = None
+        if rounds and sum(a for a, _ in rounds) == n_accept and sum(a + 1 for a, _ in rounds) == n_pred:
+            per_round = rounds  # every round made it into the log
+        return LlamaCppPromptRun(
+            n_predict=n_pred, n_drafted=n_drafted, n_accept=n_accept,
+            n_prompt_tokens=int(encoded.group(1)) if encoded else None,
+            accepted=[a for a, _ in per_round] if per_round else None,
+            drafted=[d for _, d in per_round] if per_round else None,
+            attempts=attempt,
+        )
+    tail = " | ".join(last.strip().splitlines()[-2:])
+    raise LlamaCppLogLost(f"{drafter_gguf}: {SPECULATIVE_BINARY} exited 0 {retries} times without printing its "
+                          f"n_predict / n_drafted / n_accept (its log loses its last lines on a busy machine; "
+                          f"rerun on a quieter one) — last lines: {tail}")
+
+
+def run_drafter(
+    binary: Path, target_gguf: str | os.PathLike, drafter_path: str, drafter_gguf: str | os.PathLike,
+    texts: Sequence[str], *, n_predict: int, draft_max: int, threads: int = 1,
+    progress: Callable[[str], None] | None = None,
+) -> LlamaCppDrafterRun:
+    """Every prompt through llama.cpp with one drafter; a refusal on the first prompt ends it (and is kept)."""
+    say = progress or (lambda message: None)
+    out = LlamaCppDrafterRun(drafter_path, str(drafter_gguf))
+    for i, text in enumerate(texts):
+        try:
+            r = run_prompt(binary, target_gguf, drafter_gguf, text, n_predict=n_predict, draft_max=draft_max,
+                           threads=threads)
+        except LlamaCppRefused as exc:
+            out.refused, out.runs = str(exc), []
+            say(f"llama.cpp refused {drafter_path}: {exc}")
+            return out
+        out.runs.append(r)
+        say(f"llama.cpp {Path(drafter_path).name}: prompt {i + 1}/{len(texts)}: τ {r.tau:.2f} over {r.rounds} round(s)")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The target GGUF
+# ---------------------------------------------------------------------------------------------
+
+# Runs convert_hf_to_gguf.py as __main__; only an unknown pre-tokenizer hash is answered with PRE (module doc).
+_CONVERTER_RUNNER = r"""
+import runpy, sys
+src, pre = sys.argv[1], sys.argv[2]
+script = src + "/convert_hf_to_gguf.py"
+sys.argv = [script] + sys.argv[3:]
+sys.path[:0] = [src + "/gguf-py", src]
+from conversion import base
+_original = base.TextModel.get_vocab_base_pre
+def _get_vocab_base_pre(self, tokenizer):
+    try:
+        return _original(self, tokenizer)
+    except NotImplementedError:
+        return pre
+base.TextModel.get_vocab_base_pre = _get_vocab_base_pre
+runpy.run_path(script, run_name="__main__")
+"""
+
+
+def llama_cpp_src(explicit: str | os.PathLike | None = None) -> Path | None:
+    """llama.cpp's source tree (``convert_hf_to_gguf.py`` + ``gguf-py``): the given one, else $DFLASHKIT_LLAMA_CPP_SRC."""
+    value = explicit if explicit is not None else os.environ.get(SRC_ENV)
+    if not value:
+        return None
+    src = Path(value)
+    if not (src / "convert_hf_to_gguf.py").is_file() or not (src / "gguf-py" / "gguf").is_dir():
+        if explicit is not None:
+            raise UsageError(f"--llama-cpp-src {src}: no convert_hf_to_gguf.py and gguf-py there (give llama.cpp's "
+                             "source tree)")
+        return None
+    return src
+
+
+def target_gguf_from_hf(hf_dir: str | os.PathLike, out: str | os.PathLike, src: Path, *, outtype: str = "bf16",
+                        timeout: float = TIMEOUT_S) -> Path:
+    """Convert an HF target with llama.cpp's own converter (in a subprocess, its own gguf-py)."""
+    import json
+
+    from .converters.tokenizer import _load_backend, _pre_tokenizer_name
+
+    hf_dir, out = Path(hf_dir), Path(out)
+    tokenizer_json = hf_dir / "tokenizer.json"
+    try:
+        doc = json.loads(tokenizer_json.read_text(encoding="utf-8"))
+        pre = _pre_tokenizer_name(_load_backend(tokenizer_json), tokenizer_json, doc)
+    except (OSError, ValueError, DFlashError):
+        pre = "default"  # the converter's own table decides, or it says why not
+    cmd = [sys.executable, "-c", _CONVERTER_RUNNER, str(src), pre, str(hf_dir), "--outtype", outtype,
+           "--outfile", str(out)]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(src / "gguf-py")
+    env["HF_HUB_OFFLINE"] = "1"
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, stdin=subprocess.DEVNULL)
+    if proc.returncode != 0 or not out.is_file():
+        lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+        raise DFlashError(f"{hf_dir}: llama.cpp's convert_hf_to_gguf.py could not convert the target "
+                          f"({lines[-1] if lines else 'exit ' + str(proc.returncode)}) — pass --target-gguf FILE")
+    return out
+
+
+def temp_dir() -> tempfile.TemporaryDirectory:
+    return tempfile.TemporaryDirectory(prefix="dflashkit-llama-")
