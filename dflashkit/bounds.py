@@ -59,10 +59,15 @@ def _kind(value: Any) -> str:
     return type(value).__name__
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
+    """``text`` on one line, every non-printable character (newline, ESC, OSC's BEL, ...) written as its escape:
+    a string from a file must not move the cursor, retitle the terminal or start a new report line."""
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+_one_line = one_line
 
 
 def int_value(value: Any, key: str, where: str, *, lo: int = 0, hi: int = U32_MAX) -> int:

@@ -102,7 +102,7 @@ def _layer_ids(value: str) -> list[int]:
 
 
 def _warn(message: str) -> None:
-    click.echo(click.style("warning: ", fg="yellow", bold=True) + message, err=True)
+    click.echo(click.style("warning: ", fg="yellow", bold=True) + escape_name(message, limit=2000), err=True)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})

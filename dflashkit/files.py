@@ -429,6 +429,16 @@ def write_bytes_atomic(out: str | os.PathLike[str], data: bytes, *, force: bool 
 # --------------------------------------------------------------------------------------------
 
 
+#: objects + arrays one JSON document may hold. A real tokenizer.json (the largest JSON dflashkit reads, 150 k–500 k
+#: merges) stays far below; 60 MB of ``[{}, {}, ...]`` is 15 M objects and ~2.9 GB of Python objects.
+MAX_JSON_CONTAINERS = 4_000_000
+
+
+def json_container_count(raw: bytes) -> int:
+    """An upper bound of the objects and arrays in ``raw`` (brackets inside strings count too), in one pass of C."""
+    return raw.count(b"{") + raw.count(b"[")
+
+
 def read_json(path: str | os.PathLike[str], *, hint: str = "", max_bytes: int = 64 << 20) -> Any:
     """The JSON document in ``path``; a one-line DFlashError ``PATH: cannot read JSON (reason)HINT``
     for a missing/unreadable/oversized file, bad UTF-8, bad JSON, or nesting too deep."""
@@ -439,6 +449,9 @@ def read_json(path: str | os.PathLike[str], *, hint: str = "", max_bytes: int = 
             raise DFlashError(f"{p}: cannot read JSON (file of {size} bytes, over {max_bytes}){hint}")
         with open(p, "rb") as f:
             raw = f.read(max_bytes + 1)
+        if (n := json_container_count(raw)) > MAX_JSON_CONTAINERS:
+            raise DFlashError(f"{p}: cannot read JSON ({n} objects/arrays, over the cap of {MAX_JSON_CONTAINERS}; "
+                              f"no config or tokenizer has that many){hint}")
         return json.loads(raw.decode("utf-8"))
     except DFlashError:
         raise

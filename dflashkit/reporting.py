@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Sequence, Union
 
 from .errors import DFlashError
+from .bounds import one_line
 from .files import write_bytes_atomic
 
 #: section/status levels, mildest first
@@ -164,9 +165,9 @@ class Report:
 
     # ---- text -------------------------------------------------------------------------------
     def to_text(self) -> str:
-        out = [self.title, f"{_LEVEL_MARK[self.level]}{self.status}", ""]
+        out = [_one_line(self.title), f"{_LEVEL_MARK[self.level]}{_one_line(self.status)}", ""]
         width = max((len(f.label) for f in self.summary), default=0)
-        out += [f"  {f.label.ljust(width)}  {format_value(f.value, f.fmt)}" for f in self.summary]
+        out += [f"  {f.label.ljust(width)}  {_one_line(format_value(f.value, f.fmt))}" for f in self.summary]
         previous_empty = False
         for s in self.sections:
             lines = _text_section(s)
@@ -302,12 +303,16 @@ def _section_dict(s: Section) -> dict[str, Any]:
 _LEVEL_MARK = {"ok": "OK: ", "info": "", "warning": "WARNING: ", "error": "FAIL: "}
 
 
+def _one_line(text: Any) -> str:
+    return one_line(str(text))
+
+
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _cells(t: Table) -> list[list[str]]:
-    return [[format_value(row.get(c.key), c.fmt) for c in t.columns] for row in t.rows]
+    return [[_one_line(format_value(row.get(c.key), c.fmt)) for c in t.columns] for row in t.rows]
 
 
 def _text_section(s: Section) -> list[str]:
@@ -317,12 +322,12 @@ def _text_section(s: Section) -> list[str]:
         return [f"{s.title}{mark}: {n} bars in {len(s.groups)} groups (shown with --format html)"]
     count = len(s.rows) if isinstance(s, Table) else len(s.items)
     if count == 0:
-        return [f"{s.title}: {s.empty}"]
-    out = [f"{s.title} ({count}){mark}"]
+        return [f"{_one_line(s.title)}: {_one_line(s.empty)}"]
+    out = [f"{_one_line(s.title)} ({count}){mark}"]
     if s.note:
-        out.append(f"  {s.note}")
+        out.append(f"  {_one_line(s.note)}")
     if isinstance(s, Notes):
-        return out + [f"  - {item}" for item in s.items]
+        return out + [f"  - {_one_line(item)}" for item in s.items]
     cells = _cells(s)
     widths = [max(len(c.header), *(len(r[i]) for r in cells)) for i, c in enumerate(s.columns)]
     numeric = [all(_is_number(row.get(c.key)) or row.get(c.key) is None for row in s.rows) for c in s.columns]
@@ -343,7 +348,14 @@ def _text_section(s: Section) -> list[str]:
 
 
 def _md(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """A cell or a line of Markdown from any string a file may hold: control characters shown escaped, HTML
+    escaped (no raw <script> or <img onerror>), link and image syntax ([...](...), <scheme:...>) neutralised,
+    table pipes escaped, one line."""
+    text = one_line(str(text).replace("\n", " "))
+    text = html.escape(text, quote=False)
+    for ch in ("\\", "[", "]", "|"):  # no [text](url), ![img](url) or [ref]: the brackets are literal
+        text = text.replace(ch, "\\" + ch) if ch != "\\" else text.replace("\\", "\\\\")
+    return text
 
 
 def _md_section(s: Section) -> list[str]:

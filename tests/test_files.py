@@ -526,3 +526,59 @@ def test_a_long_out_name_leaves_room_for_the_temp_suffix(gguf_copy: Path, tmp_pa
         res = CliRunner().invoke(quantize_command, [str(gguf_copy), str(out), "Q8_0", "--force", "-q"])
         assert res.exit_code == 0, res.output
     assert names(tmp_path) == sorted(["in.gguf", out.name])
+
+
+# ----------------------------------------------------------------------------------------------
+# Ctrl-C at random points of a quantize write: exit 130 within 2 s, nothing left, every time
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def big_f32_gguf(tmp_path_factory) -> Path:
+    """One 4096 x 4096 F32 tensor: Q6_K spreads it over the quantizer pool for most of a second."""
+    import gguf
+
+    path = tmp_path_factory.mktemp("sigint") / "big.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(1)
+    w.add_tensor("blk.0.ffn_up.weight", np.random.default_rng(0).standard_normal((4096, 4096), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_sigint_at_random_points_of_a_quantize_write(big_f32_gguf: Path, tmp_path: Path) -> None:
+    rng = np.random.default_rng(26)
+    complete_path = tmp_path / "complete.gguf"
+    assert CliRunner().invoke(quantize_command, [str(big_f32_gguf), str(complete_path), "Q6_K", "-q"]).exit_code == 0
+    complete = complete_path.read_bytes()
+    complete_path.unlink()
+    outcomes = []
+    for trial in range(20):
+        out_dir = tmp_path / f"t{trial}"
+        out_dir.mkdir()
+        marker = tmp_path / f"m{trial}"
+        proc = _start("quantize_command", [str(big_f32_gguf), str(out_dir / "q.gguf"), "Q6_K", "-q"], marker)
+        try:
+            _wait_for(marker, proc)  # the header is written; the tensor data comes next
+            marker.unlink()  # let it go on writing
+            time.sleep(float(rng.uniform(0.0, 1.0)))
+            sent = time.monotonic()
+            proc.send_signal(signal.SIGINT)
+            rc = proc.wait(30)
+            took = time.monotonic() - sent
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if names(out_dir):  # published before the signal (then exit 0, or INT's own status once past the CLI)
+            assert names(out_dir) == ["q.gguf"] and (out_dir / "q.gguf").read_bytes() == complete, trial
+            assert rc in (0, 130, -signal.SIGINT), (trial, rc)
+        else:
+            assert rc == 130, (trial, rc, proc.stderr.read())
+        assert took < 2.0, (trial, took)
+        outcomes.append(rc)
+    assert outcomes.count(130) >= 10, outcomes  # most signals land mid-write
+    assert names(tmp_path) == sorted(f"t{i}" for i in range(20))  # no marker, no temp file anywhere

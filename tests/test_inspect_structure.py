@@ -285,7 +285,7 @@ def test_text_report_through_reporting() -> None:
 def test_markdown_html_json_renderings() -> None:
     report = _two_file_report()
     md = report.render("markdown")
-    assert "| error | x.bad | a.gguf: <bad> & worse |" in md and "**2 file(s): 1 error(s)" in md
+    assert "| error | x.bad | a.gguf: &lt;bad&gt; &amp; worse |" in md and "**2 file(s): 1 error(s)" in md
     page = report.render("html")
     assert "a.gguf: &lt;bad&gt; &amp; worse" in page and "<bad>" not in page
     assert json.loads(report.render("json")) == report.to_dict()  # --format json is the CI document

@@ -39,6 +39,7 @@ LAYERS: dict[str, int] = {
     "dflashkit.quantize": 4,
     "dflashkit.kernels": 5,
     "dflashkit.runtime": 5,
+    "dflashkit.llama_cpp": 5,  # llama.cpp as a second runtime: its binary, its converter for the target
     "dflashkit.parity": 6,
     "dflashkit.accept": 6,
     "dflashkit.cli": 7,

@@ -46,7 +46,26 @@ def inputs(drafters, targets, tmp_path_factory) -> dict[str, Path]:
         "layers_swa": hostile.make_hf_case(src, folder / "lswa", "layers-1e6-use-swa"),
         "src": src,
         "out": folder / "out.gguf",
+        "big_config": _big_config(src, folder / "bigcfg"),
+        "big_header": _big_header(src, folder / "bighdr"),
     }
+
+
+def _big_config(src: Path, out: Path) -> Path:
+    """A 60 MB config.json of 20 M empty objects (2.9 GB as Python objects, before the container cap)."""
+    shutil.copytree(src, out)
+    (out / "config.json").write_bytes(b"[" + b"{}," * 20_000_000 + b"{}]")
+    return out
+
+
+def _big_header(src: Path, out: Path) -> Path:
+    """A safetensors file whose 90 MB header puts 30 M empty lists in __metadata__."""
+    import struct
+
+    shutil.copytree(src, out)
+    header = b'{"__metadata__": {"x": [' + b"[]," * 30_000_000 + b'[]]}}'
+    (out / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+    return out
 
 
 # (command, argv with {placeholders}, a word the one-line error must contain)
@@ -62,6 +81,10 @@ CASES = [
     ("convert_command", ["{layers_swa}", "{out}", "--force", "-q"], "num_hidden_layers"),
     ("parity_command", ["{layers_1e6}", "{base}", "--skip-weights"], "num_hidden_layers"),
     ("convert_command", ["{src}", "{out}", "--target", "{vocab_target}", "--force", "-q"], "vocab_size"),
+    ("convert_command", ["{big_config}", "{out}", "--force", "-q"], "over the cap of 4000000"),
+    ("parity_command", ["{big_config}", "{base}", "--skip-weights"], "over the cap of 4000000"),
+    ("convert_command", ["{big_header}", "{out}", "--force", "-q"], "over the cap of 4000000"),
+    ("diff_command", ["{big_header}", "{base}"], "over the cap of 4000000"),
 ]
 
 

@@ -103,7 +103,7 @@ def test_text() -> None:
 
 def test_markdown() -> None:
     md = _report().to_markdown()
-    assert md.startswith("## demo <report>\n\n**1 tensor over the threshold**")
+    assert md.startswith("## demo &lt;report&gt;\n\n**1 tensor over the threshold**")  # HTML escaped (issue 26)
     assert "| tensor | shape | rel | SNR |" in md
     assert "|---|---|---:|---:|" in md
     assert "| **layers.0.mlp.down_proj.weight** | 64×128 | 0.3 | inf |" in md
@@ -157,3 +157,39 @@ def test_write_text_atomic(tmp_path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html"]  # no temporary left
     with pytest.raises(DFlashError, match="does not exist"):
         write_text_atomic(tmp_path / "nope" / "r.html", "x")
+
+
+# ---------------------------------------------------------------------------------------------
+# Strings from files reach the terminal and Markdown defanged
+# ---------------------------------------------------------------------------------------------
+
+HOSTILE = "blk.0\x1b]0;pwned\x07\x1b[2J<script>alert(1)</script>\n[click](javascript:alert(1)) ![x](http://e/x.png) <img src=x onerror=alert(1)>"
+
+
+def _hostile_report():
+    from dflashkit.reporting import Column, Field, Notes, Report, Table
+
+    return Report(f"title {HOSTILE}", f"status {HOSTILE}", "warning", [Field("name", HOSTILE, key="name")],
+                  [Table("tensors", [Column("name", "name")], [{"name": HOSTILE}], id="t", note=HOSTILE),
+                   Notes("notes", [HOSTILE], id="n")])
+
+
+def test_text_output_escapes_control_characters_from_files() -> None:
+    text = _hostile_report().to_text()
+    assert "\x1b" not in text and "\x07" not in text
+    assert "\\x1b]0;pwned\\x07\\x1b[2J" in text
+    # a newline inside a name cannot start a report line of its own
+    assert not any(line.startswith("[click]") for line in text.splitlines())
+
+
+def test_markdown_output_keeps_no_html_and_no_links_from_files() -> None:
+    md = _hostile_report().to_markdown()
+    assert "\x1b" not in md and "<script" not in md and "<img" not in md
+    assert re.search(r"(?<!\\)\]\(", md) is None  # every ](...) has its bracket escaped: no link, no image
+    assert "![x](" not in md and "[click](" not in md
+    assert "&lt;script&gt;" in md and "\\[click\\](javascript:alert(1))" in md
+
+
+def test_html_output_escapes_too() -> None:
+    page = _hostile_report().to_html()
+    assert "<script>alert" not in page and "<img src=x" not in page

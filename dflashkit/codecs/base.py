@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+import concurrent.futures
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, ClassVar, Sequence
 
@@ -92,17 +93,26 @@ def run_chunked(kernel: Callable[[np.ndarray, np.ndarray], Any], x: np.ndarray, 
     n_chunks = int(min(n, by_size, 4 * k))
     bounds = np.linspace(0, n, n_chunks + 1).astype(np.int64).tolist()
     next_chunk = itertools.count()
+    stop = threading.Event()
 
     def worker() -> None:
-        while (i := next(next_chunk)) < n_chunks:
+        while not stop.is_set() and (i := next(next_chunk)) < n_chunks:
             a, b = bounds[i], bounds[i + 1]
             if b > a:
                 kernel(x[a:b], out[a:b])
 
     pool = _get_pool(k)
     futures = [pool.submit(worker) for _ in range(k)]
-    for f in futures:
-        f.result()
+    try:
+        for f in futures:
+            f.result()
+    except BaseException:
+        # Ctrl-C or a failed chunk: no worker takes another chunk. Those running finish first (they read and
+        # write the caller's buffers, a map the caller is about to close); the pool's idle workers are joined at
+        # exit at once. Without the flag they went on through every chunk left, and exit waited for them.
+        stop.set()
+        concurrent.futures.wait(futures)
+        raise
 
 
 # ----------------------------------------------------------------------------------------- input checks

@@ -187,12 +187,16 @@ def _chunk_producer(t: SafetensorsTensor, out_type: GGMLQuantizationType,
             # caller writes the current one; in-order, at most PREFETCH chunks in flight.
             with ThreadPoolExecutor(max_workers=WORKERS) as pool:
                 pending: deque[Future[np.ndarray]] = deque()
-                for rows in iter_row_chunks(n_rows, row_elems * dtype.itemsize, CHUNK_BYTES):
-                    pending.append(pool.submit(work, rows))
-                    if len(pending) > PREFETCH:
+                try:
+                    for rows in iter_row_chunks(n_rows, row_elems * dtype.itemsize, CHUNK_BYTES):
+                        pending.append(pool.submit(work, rows))
+                        if len(pending) > PREFETCH:
+                            yield pending.popleft().result()
+                    while pending:
                         yield pending.popleft().result()
-                while pending:
-                    yield pending.popleft().result()
+                finally:  # Ctrl-C or an error: chunks not started are dropped, not read (exit waits for none)
+                    for f in pending:
+                        f.cancel()
         finally:
             os.close(fd)
 

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from dflashkit.errors import FormatError
+from dflashkit.files import MAX_JSON_CONTAINERS, json_container_count
 
 __all__ = [
     "CheckpointFormatError",
@@ -208,6 +209,9 @@ def _load_json(raw: bytes, path: Path, check_id: str, what: str) -> Any:
             out[k] = v
         return out
 
+    if (n := json_container_count(raw)) > MAX_JSON_CONTAINERS:
+        raise CheckpointFormatError(path, check_id, f"{what} holds {n} objects/arrays, over the cap of "
+                                    f"{MAX_JSON_CONTAINERS} (a header has one object per tensor)")
     try:
         return json.loads(raw.decode("utf-8"), object_pairs_hook=no_duplicates)
     except UnicodeDecodeError as exc:
