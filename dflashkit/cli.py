@@ -18,6 +18,8 @@ from .dialects import DEFAULT_DIALECT, DIALECTS
 from .errors import DFlashError
 from .filetypes import OUTTYPE_CHOICES
 
+_REPORT_SUFFIXES = {".html": "html", ".htm": "html", ".json": "json", ".md": "markdown", ".markdown": "markdown"}
+
 
 def _fail(message: str, code: int) -> None:
     # One line, whatever a file put into a name or value: control characters escaped, length cut.
@@ -76,12 +78,6 @@ class LazyChoice(click.Choice):
         return self._choices
 
 
-def _report_formats() -> list[str]:
-    from .reporting import FORMATS
-
-    return list(FORMATS)
-
-
 def _expect_verdicts() -> list[str]:
     from .inspect.provenance import VERDICTS
 
@@ -101,11 +97,83 @@ def _layer_ids(value: str) -> list[int]:
     return ids
 
 
+# --------------------------------------------------------------------------------------------
+# The grammar every command shares: -h/--help, --version, --debug, -q/--quiet, --force, --format, -o/--output,
+# and an epilog with two examples and the exit codes. Old spellings (--json, --markdown) stay as hidden aliases.
+# --------------------------------------------------------------------------------------------
+
+EXIT_CODES = ("Exit codes: 0 success; 1 bad input, or a check / gate failed; 2 usage error; 130 interrupted "
+              "(Ctrl-C: nothing is left behind).")
+REPORT_FORMATS = ("text", "json", "markdown", "html")
+
+
+def dflash_command(*examples: str, exit_codes: str = EXIT_CODES) -> Callable[[Callable[..., Any]], click.Command]:
+    """``click.command`` with -h, --version and an epilog: the examples, then the exit codes."""
+    epilog = "\b\nExamples:\n" + "\n".join(f"  {e}" for e in examples) + "\n\n" + exit_codes
+
+    def decorate(func: Callable[..., Any]) -> click.Command:
+        func = click.version_option(package_name="dflashkit", message="%(prog)s (dflashkit) %(version)s")(func)
+        return click.command(context_settings={"help_option_names": ["-h", "--help"]}, epilog=epilog)(func)
+
+    return decorate
+
+
+def format_option(formats: tuple[str, ...] = REPORT_FORMATS, *, from_suffix: bool = True) -> Callable[[Any], Any]:
+    """``--format`` (case-insensitive) and the hidden old spellings ``--json`` / ``--markdown``."""
+    default = "Default: from the -o suffix (.html/.json/.md), else text." if from_suffix else "Default: text."
+
+    def decorate(func: Any) -> Any:
+        func = click.option("--format", "fmt", type=click.Choice(formats, case_sensitive=False),
+                            help=f"Output format: {' | '.join(formats)}. {default}")(func)
+        for flag in ("json", "markdown"):
+            if flag in formats:
+                func = click.option(f"--{flag}", "legacy_fmt", flag_value=flag, hidden=True,
+                                    help=f"Same as --format {flag} (old spelling).")(func)
+        return func
+
+    return decorate
+
+
+def _resolve_format(fmt: str | None, legacy: str | None, output: str | None = None) -> str:
+    """--format, else an old --json/--markdown, else the -o suffix, else text; two that disagree are a usage error."""
+    from pathlib import Path
+
+    from .errors import UsageError
+
+    fmt = fmt.lower() if fmt else None
+    if fmt and legacy and fmt != legacy:
+        raise UsageError(f"--{legacy} and --format {fmt} contradict each other; pass one of them")
+    chosen = fmt or legacy
+    if chosen:
+        return chosen
+    return _REPORT_SUFFIXES.get(Path(output).suffix.lower(), "text") if output else "text"
+
+
+def output_option(func: Any) -> Any:
+    return click.option("-o", "--output", type=click.Path(dir_okay=False), metavar="FILE",
+                        help="Write the report to FILE (atomically; --force to replace it) instead of stdout.")(func)
+
+
+def _emit(text: str, output: str | None, force: bool, quiet: bool, status: str, prog: str) -> None:
+    """The report on stdout, or into -o FILE with a 'wrote' line (unless -q)."""
+    if output is None:
+        click.echo(text, nl=not text.endswith("\n"))
+        return
+    from .reporting import write_text_atomic
+
+    write_text_atomic(output, text, force=force)
+    if not quiet:
+        click.echo(f"{prog}: wrote {output} — {status}", err=True)
+
+
 def _warn(message: str) -> None:
     click.echo(click.style("warning: ", fg="yellow", bold=True) + escape_name(message, limit=2000), err=True)
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@dflash_command(
+    "dflash-convert fixtures/trained/drafter drafter.gguf --target fixtures/trained/target",
+    "dflash-convert z-lab/Qwen3-8B-DFlash-b16 drafter-Q4_K_M.gguf --outtype q4_k_m --target Qwen3-8B.gguf --format json",
+)
 @click.argument("src")
 @click.argument("out", type=click.Path(dir_okay=False))
 @click.option(
@@ -141,7 +209,7 @@ def _warn(message: str) -> None:
 )
 @click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar or warnings.")
-@click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
+@format_option(("text", "json"), from_suffix=False)
 @user_errors
 def convert_command(
     src: str,
@@ -157,10 +225,13 @@ def convert_command(
     source_revision: str | None,
     force: bool,
     quiet: bool,
-    as_json: bool,
+    fmt: str | None,
+    legacy_fmt: str | None,
 ) -> None:
     """Convert a DFlash drafter SRC (HF dir, hub repo id, or a drafter GGUF of any dialect) to a GGUF file OUT."""
     from .converters.convert import convert
+
+    as_json = _resolve_format(fmt, legacy_fmt) == "json"
 
     result = convert(
         src,
@@ -189,7 +260,10 @@ def convert_command(
         )
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@dflash_command(
+    "dflash-quantize drafter-f16.gguf drafter-Q4_K_M.gguf Q4_K_M",
+    "dflash-quantize drafter-f16.gguf drafter-draft.gguf q4_k_m_draft --format json > summary.json",
+)
 @click.argument("src")
 @click.argument("out", type=click.Path(dir_okay=False))
 @click.argument("file_type", metavar="TYPE")
@@ -205,7 +279,7 @@ def convert_command(
 @click.option("--allow-requantize", is_flag=True, help="Dequantize already-quantized input tensors first (quality loss).")
 @click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar, warnings or summary.")
-@click.option("--json", "as_json", is_flag=True, help="Print a machine-readable summary on stdout.")
+@format_option(("text", "json"), from_suffix=False)
 @user_errors
 def quantize_command(
     src: str,
@@ -217,7 +291,8 @@ def quantize_command(
     allow_requantize: bool,
     force: bool,
     quiet: bool,
-    as_json: bool,
+    fmt: str | None,
+    legacy_fmt: str | None,
 ) -> None:
     """Quantize the GGUF SRC to OUT with llama-quantize's per-tensor rules.
 
@@ -227,6 +302,7 @@ def quantize_command(
     """
     from .quantize.gguf_file import quantize_gguf
 
+    as_json = _resolve_format(fmt, legacy_fmt) == "json"
     result = quantize_gguf(
         src,
         out,
@@ -255,19 +331,14 @@ def quantize_command(
                 click.echo(f"  {c.name}: {c.fallback}")
 
 
-_REPORT_SUFFIXES = {".html": "html", ".htm": "html", ".json": "json", ".md": "markdown", ".markdown": "markdown"}
-
-
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@dflash_command(
+    "dflash-diff ./hf-drafter drafter-Q4_K_M.gguf",
+    "dflash-diff drafter-bf16.gguf drafter-Q4_K_M.gguf -o diff.html --threshold 0.05",
+)
 @click.argument("a")
 @click.argument("b")
-@click.option(
-    "--format",
-    "fmt",
-    type=LazyChoice(_report_formats),
-    help="Report format. Default: from the -o suffix (.html/.json/.md), else text.",
-)
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report to this file (atomically) instead of stdout.")
+@format_option()
+@output_option
 @click.option("--force", is_flag=True, help="Overwrite the -o file if it exists.")
 @click.option(
     "--threshold",
@@ -279,8 +350,8 @@ _REPORT_SUFFIXES = {".html": "html", ".htm": "html", ".json": "json", ".md": "ma
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no 'wrote' line; the exit code still tells.")
 @user_errors
 def diff_command(
-    a: str, b: str, fmt: str | None, output: str | None, force: bool, threshold: float | None,
-    allow_missing: bool, quiet: bool,
+    a: str, b: str, fmt: str | None, legacy_fmt: str | None, output: str | None, force: bool,
+    threshold: float | None, allow_missing: bool, quiet: bool,
 ) -> None:
     """Per-tensor differences between drafters A (the reference) and B: HF dirs or GGUFs of any dialect/type.
 
@@ -293,8 +364,7 @@ def diff_command(
     from .files import check_output
     from .reporting import write_text_atomic
 
-    if fmt is None:
-        fmt = _REPORT_SUFFIXES.get(Path(output).suffix.lower(), "text") if output else "text"
+    fmt = _resolve_format(fmt, legacy_fmt, output)
     if output is not None:
         check_output(output, inputs=[a, b], force=force)  # now, not after a long diff; never an input file
     result = diff_drafters(a, b, progress=not quiet)
@@ -312,7 +382,10 @@ def diff_command(
     sys.exit(code)
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@dflash_command(
+    "dflash-inspect drafter.gguf --target target.gguf",
+    "dflash-inspect *.gguf --format json --strict -o inspect.json",
+)
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--target", help="Target model (GGUF file or HF dir) to check each drafter against.")
 @click.option(
@@ -320,27 +393,28 @@ def diff_command(
     type=LazyChoice(_expect_verdicts),
     help="Fail when a file does not look like this variant (instruct vs base).",
 )
-@click.option("--json", "as_json", is_flag=True, help="One JSON document with every finding (for CI); same as --format json.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "html"]), help="Report format (default text).")
+@format_option()
+@output_option
+@click.option("--force", is_flag=True, help="Overwrite the -o file if it exists.")
 @click.option("--strict", is_flag=True, help="Warnings fail too (exit 1).")
+@click.option("--quiet", "-q", is_flag=True, help="No 'wrote' line for -o; the exit code still tells.")
 @user_errors
 def inspect_command(
-    paths: tuple[str, ...], target: str | None, expect: str | None, as_json: bool, fmt: str | None, strict: bool
+    paths: tuple[str, ...], target: str | None, expect: str | None, fmt: str | None, legacy_fmt: str | None,
+    output: str | None, force: bool, strict: bool, quiet: bool,
 ) -> None:
     """Check GGUF files and safetensors checkpoints: structure, drafter metadata, dialect, target fit.
 
     Exit 0 when no error (warnings allowed unless --strict), 1 when any error, 2 for usage.
     """
+    from .files import check_output
     from .inspect import inspect_paths
 
-    from .errors import UsageError
-
-    if as_json and fmt not in (None, "json"):
-        raise UsageError(f"dflash-inspect: --json and --format {fmt} contradict each other; pass one of them")
-    fmt = "json" if as_json else fmt or "text"
+    fmt = _resolve_format(fmt, legacy_fmt, output)
+    if output is not None:
+        check_output(output, inputs=[*paths, target], force=force)
     report = inspect_paths(list(paths), strict=strict, target=target, expect=expect)
-    text = report.render(fmt)
-    click.echo(text, nl=not text.endswith("\n"))
+    _emit(report.render(fmt), output, force, quiet, report.status(), "dflash-inspect")
     sys.exit(report.exit_code())
 
 
@@ -377,7 +451,10 @@ def _parse_ids(value: str | None) -> list[int] | None:
     return ids
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@dflash_command(
+    "dflash-parity ./hf-drafter drafter-Q4_K_M.gguf --target ./Qwen3-8B",
+    "dflash-parity drafter-bf16.gguf drafter-Q4_K_M.gguf --target target.gguf --threshold-top1 95% --format json",
+)
 @click.argument("reference")
 @click.argument("candidate")
 @click.option(
@@ -399,27 +476,37 @@ def _parse_ids(value: str | None) -> list[int] | None:
               help="Exit 1 when the mean KL(ref‖cand) exceeds NATS.")
 @click.option("--dump", type=click.Path(dir_okay=False), metavar="FILE.npz",
               help="Write the first round's exact inputs and both sides' outputs (format: docs/formats.md).")
-@click.option("--force", is_flag=True, help="Overwrite the --dump file if it exists.")
-@click.option("--json", "fmt", flag_value="json", help="Print the report as JSON.")
-@click.option("--markdown", "fmt", flag_value="markdown", help="Print the report as Markdown.")
+@click.option("--force", is_flag=True, help="Overwrite the --dump / -o files if they exist.")
+@format_option()
+@output_option
 @click.option("--keep-quantized", is_flag=True,
               help="Keep quantized weights quantized (fused dflashkit.kernels matmuls) instead of dequantizing.")
 @click.option("--skip-weights", is_flag=True, help="Skip the per-tensor weight diff (faster on big files).")
+@click.option("--quiet", "-q", is_flag=True, help="No status line on stderr; the exit code still tells.")
 @user_errors
 def parity_command(
     reference: str, candidate: str, target: str | None, prompt: str | None, prompt_ids: str | None, rounds: int,
     device: str, dtype: str, seed: int, threshold_top1: str | None, threshold_kl: float | None, dump: str | None,
-    force: bool, fmt: str | None, keep_quantized: bool, skip_weights: bool,
+    force: bool, fmt: str | None, legacy_fmt: str | None, output: str | None, keep_quantized: bool,
+    skip_weights: bool, quiet: bool,
 ) -> None:
     """Does CANDIDATE still draft what REFERENCE drafts? Run both drafters (HF dirs or GGUFs) on the same
     inputs and compare weights, logits per block position and accepted-prefix length.
 
     Exit 0 when the thresholds hold (or none is given), 1 when one is missed or an input is bad, 2 for usage.
     """
+    from pathlib import Path
+
     from .errors import UsageError
+    from .files import check_output
     from .parity import run_parity
 
     top1 = _parse_fraction(threshold_top1, "--threshold-top1")
+    fmt = _resolve_format(fmt, legacy_fmt, output)
+    if output is not None:
+        if dump is not None and Path(dump).absolute() == Path(output).absolute():
+            raise UsageError("--dump and -o name the same file")
+        check_output(output, inputs=[reference, candidate, target], force=force, label="-o")
     if (top1 is not None or threshold_kl is not None) and target is None:
         raise UsageError("--threshold-top1 / --threshold-kl gate on logits, which need a target head — pass --target")
     result = run_parity(
@@ -428,9 +515,9 @@ def parity_command(
         force=force,
     )
     report = result.report(threshold_top1=top1, threshold_kl=threshold_kl)
-    click.echo(report.render(fmt or "text"), nl=False)
+    _emit(report.render(fmt), output, force, quiet, report.status, "dflash-parity")
     code = result.exit_code(top1, threshold_kl)
-    if fmt and code:
+    if fmt != "text" and code and output is None and not quiet:
         click.echo(f"dflash-parity: {report.status}", err=True)
     sys.exit(code)
 
@@ -438,7 +525,10 @@ def parity_command(
 _PLOT_SUFFIXES = (".html", ".htm", ".png")
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@dflash_command(
+    "dflash-accept fixtures/trained/drafter --target fixtures/trained/target --prompts fixtures/trained/prompts.jsonl",
+    "dflash-accept drafter-bf16.gguf drafter-Q4_K_M.gguf --target ./Qwen3-8B --max-drop 5% --llama-cpp ~/llama.cpp/build/bin --target-gguf Qwen3-8B-bf16.gguf",
+)
 @click.argument("drafters", nargs=-1, required=True)
 @click.option("--target", required=True,
               help="Target model as an HF directory (transformers runs it: prefill, verify, tap hidden states).")
@@ -485,9 +575,9 @@ _PLOT_SUFFIXES = (".html", ".htm", ".png")
 @click.option("--threads", type=click.IntRange(1, 512), default=1, show_default=True,
               help="llama.cpp threads (-t) for --llama-cpp. ggml's threads spin while they wait: more threads than "
               "idle cores makes a run many times slower, and a drafter-sized model gains nothing from them.")
-@click.option("--force", is_flag=True, help="Overwrite the --trace / --plot files if they exist.")
-@click.option("--json", "fmt", flag_value="json", help="Print the report as JSON.")
-@click.option("--markdown", "fmt", flag_value="markdown", help="Print the report as Markdown.")
+@click.option("--force", is_flag=True, help="Overwrite the --trace / --plot / -o files if they exist.")
+@format_option()
+@output_option
 @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
 @user_errors
 def accept_command(
@@ -496,7 +586,7 @@ def accept_command(
     reasoning: str | None, chat_template_kwargs: str | None,
     trace: str | None, plot: str | None, max_drop: str | None, min_tau: float | None, llama_cpp: str | None,
     target_gguf: str | None, llama_cpp_src: str | None, max_gap: str | None, threads: int, force: bool,
-    fmt: str | None, quiet: bool,
+    fmt: str | None, legacy_fmt: str | None, output: str | None, quiet: bool,
 ) -> None:
     """Acceptance length τ of each DRAFTER (HF dir or GGUF of any type) in speculative decoding with --target.
 
@@ -508,12 +598,6 @@ def accept_command(
 
     Exit 0 on success; 1 when a drafter has non-finite logits, a gate (--max-drop, --min-tau, --max-gap) fails
     or an input is bad; 2 for usage.
-
-    \b
-    Examples:
-      dflash-accept fixtures/trained/drafter --target fixtures/trained/target --prompts fixtures/trained/prompts.jsonl
-      dflash-accept drafter-bf16.gguf drafter-Q4_K_M.gguf --target ./Qwen3-8B --max-drop 5% \\
-          --llama-cpp ~/llama.cpp/build/bin --target-gguf Qwen3-8B-bf16.gguf --max-gap 10%
     """
     import os
     from pathlib import Path
@@ -528,9 +612,10 @@ def accept_command(
     if gap is not None and llama_cpp is None:
         raise UsageError("--max-gap gates llama.cpp's τ: pass --llama-cpp BIN_DIR")
     template_kwargs = parse_template_kwargs(chat_template_kwargs)  # a usage error now, not after loading
-    outputs = [(opt, p) for opt, p in (("--trace", trace), ("--plot", plot)) if p is not None]
-    if trace is not None and plot is not None and os.path.abspath(trace) == os.path.abspath(plot):
-        raise UsageError("--trace and --plot name the same file")
+    fmt = _resolve_format(fmt, legacy_fmt, output)
+    outputs = [(opt, p) for opt, p in (("--trace", trace), ("--plot", plot), ("-o", output)) if p is not None]
+    if len({os.path.abspath(p) for _, p in outputs}) < len(outputs):
+        raise UsageError(f"{' / '.join(opt for opt, _ in outputs)} name the same file; give each its own")
     for opt, p in outputs:  # checked now, not after a long run
         check_output(p, inputs=[*drafters, target, prompts_file], force=force, label=opt)
     if plot is not None:
@@ -558,8 +643,8 @@ def accept_command(
             write_text_atomic(plot, report.to_html(), force=force)
         if not quiet:
             click.echo(f"dflash-accept: wrote {plot}", err=True)
-    click.echo(report.render(fmt or "text"), nl=False)
+    _emit(report.render(fmt), output, force, quiet, report.status, "dflash-accept")
     code = result.exit_code(drop, min_tau, gap)
-    if fmt and code:
+    if fmt != "text" and code and output is None:
         click.echo(f"dflash-accept: {report.status}", err=True)
     sys.exit(code)

@@ -304,4 +304,4 @@ def test_cli_format_and_json_conflict(good: Path) -> None:
     assert r.exit_code == 0 and r.stdout.startswith("## dflash-inspect\n")
     r = CliRunner().invoke(inspect_command, [str(good), "--json", "--format", "html"])
     assert r.exit_code == 2
-    assert "dflash-inspect: --json and --format html contradict each other; pass one of them" in r.output
+    assert "--json and --format html contradict each other; pass one of them" in r.output

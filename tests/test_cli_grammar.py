@@ -1,0 +1,78 @@
+"""One CLI grammar: every command has the same options for the same things, --version, and a --help that ends with
+two examples and the exit codes; the old spellings (--json, --markdown) still work, hidden."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dflashkit import cli
+
+COMMANDS = {
+    "dflash-convert": cli.convert_command,
+    "dflash-quantize": cli.quantize_command,
+    "dflash-inspect": cli.inspect_command,
+    "dflash-diff": cli.diff_command,
+    "dflash-parity": cli.parity_command,
+    "dflash-accept": cli.accept_command,
+}
+REPORTS = ("dflash-inspect", "dflash-diff", "dflash-parity", "dflash-accept")
+
+
+def _flags(command) -> set[str]:  # type: ignore[no-untyped-def]
+    import click
+
+    return {o for p in command.get_params(click.Context(command)) for o in (*p.opts, *p.secondary_opts)}
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_version(name: str) -> None:
+    from importlib.metadata import version
+
+    r = CliRunner().invoke(COMMANDS[name], ["--version"], prog_name=name)
+    assert r.exit_code == 0 and r.output == f"{name} (dflashkit) {version('dflashkit')}\n"
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_help_ends_with_two_examples_and_the_exit_codes(name: str) -> None:
+    r = CliRunner().invoke(COMMANDS[name], ["--help"], prog_name=name, terminal_width=200)
+    assert r.exit_code == 0
+    tail = r.output[r.output.index("Examples:"):]
+    examples = [line.strip() for line in tail.splitlines()[1:] if line.strip().startswith(name)]
+    assert len(examples) == 2, tail
+    assert "Exit codes: 0 success; 1 bad input, or a check / gate failed; 2 usage error; 130 interrupted" in tail
+    # the old spellings are accepted but not advertised
+    assert "--json " not in r.output.replace("--format json", "") and "--markdown" not in r.output
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_shared_options(name: str) -> None:
+    flags = _flags(COMMANDS[name])
+    assert {"-h", "--help", "--version", "--debug", "-q", "--quiet", "--format", "--force"} <= flags, name
+    if name in REPORTS:
+        assert {"-o", "--output", "--json", "--markdown"} <= flags, name
+        fmt = next(p for p in COMMANDS[name].params if p.name == "fmt")
+        assert list(fmt.type.choices) == ["text", "json", "markdown", "html"]
+    else:
+        assert "--json" in flags
+
+
+def test_format_is_case_insensitive_and_the_old_spelling_agrees(tmp_path: Path) -> None:
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "example" / "drafter"
+    upper = CliRunner().invoke(cli.inspect_command, [str(fixture), "--format", "JSON"])
+    old = CliRunner().invoke(cli.inspect_command, [str(fixture), "--json"])
+    assert upper.exit_code == old.exit_code and upper.stdout == old.stdout and upper.stdout.startswith("{")
+    clash = CliRunner().invoke(cli.inspect_command, [str(fixture), "--markdown", "--format", "json"])
+    assert clash.exit_code == 2 and "--markdown and --format json contradict each other" in clash.output
+
+
+def test_inspect_writes_its_report_with_o(tmp_path: Path) -> None:
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "example" / "drafter"
+    out = tmp_path / "inspect.md"
+    r = CliRunner().invoke(cli.inspect_command, [str(fixture), "-o", str(out)])
+    assert r.stdout == "" and out.read_text().startswith("## dflash-inspect")
+    assert f"dflash-inspect: wrote {out} — " in r.stderr
+    again = CliRunner().invoke(cli.inspect_command, [str(fixture), "-o", str(out)])
+    assert again.exit_code == 1 and "already exists — pass --force to overwrite it" in again.output
