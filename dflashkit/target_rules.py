@@ -51,10 +51,19 @@ def _selector_vocab(spec: DrafterSpec, t: TargetShape) -> Any:
     return True if spec.vocab_size is not None and spec.vocab_size != t.vocab_size and spec.is_dflash2 else None
 
 
+def taps_out_of_range(layer_ids: Sequence[int], n_layers: int) -> list[int]:
+    """The tap ids (HF decoder-layer ids) no runtime reads the same way, for an ``n_layers`` target: the one tap
+    rule of every command (convert, inspect, parity, accept, the runtime).
+
+    A tap id i is the output of decoder layer i = the hidden state entering layer i + 1, which must exist:
+    0 <= i <= n − 2. llama.cpp reads exactly that input and aborts ("layer input tensor is null") from
+    i = n − 1 on (checked against a build in tests/test_tap_boundary.py); Hugging Face's ``hidden_states[n]`` would
+    be the *normed* final state there, not a layer output."""
+    return sorted({int(i) for i in layer_ids if not 0 <= int(i) <= n_layers - 2})
+
+
 def _taps(spec: DrafterSpec, t: TargetShape) -> Any:
-    # Every runtime reads the hidden state entering layer id + 1; that layer must exist.
-    bad = [i for i in spec.target_layer_ids if i + 1 >= t.n_layers]
-    return bad or None
+    return taps_out_of_range(spec.target_layer_ids, t.n_layers) or None
 
 
 def _layer_count(spec: DrafterSpec, t: TargetShape) -> Any:

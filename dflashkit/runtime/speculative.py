@@ -27,6 +27,7 @@ from typing import Any, NamedTuple, Sequence
 import torch
 
 from ..errors import DFlashError, UsageError
+from ..target_rules import taps_out_of_range
 from .dflash import DFlashDraftModel, TargetHead, sample_probs, sampling_probs
 from .dflash2 import DFlash2DraftModel
 from .target import HFTarget, extract_context_feature
@@ -203,10 +204,11 @@ def default_stop_ids(target: HFTarget) -> list[int]:
 def check_pair(model: DFlashDraftModel, target: HFTarget, head: TargetHead, where: str = "drafter") -> None:
     """The drafter can run on this target: taps inside it, same hidden size, a mask token, a block."""
     spec = model.spec
-    bad = [i for i in spec.target_layer_ids if i + 1 > target.n_layers]
+    bad = taps_out_of_range(spec.target_layer_ids, target.n_layers)
     if bad:
         raise UsageError(f"{where}: taps target layer id(s) {bad} but target {target.path} has {target.n_layers} "
-                         "layers — wrong target for this drafter")
+                         f"layers (ids must be 0 .. {target.n_layers - 2}; llama.cpp aborts on "
+                         "the last layer's, transformers would give its normed output) — wrong target for this drafter")
     if head.hidden_size != spec.hidden_size:
         raise UsageError(f"{where}: hidden_size {spec.hidden_size} ≠ target {target.path} hidden size "
                          f"{head.hidden_size} — wrong target for this drafter")

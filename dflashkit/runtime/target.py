@@ -14,6 +14,7 @@ from typing import Iterable, Iterator, Sequence
 
 import torch
 
+from ..target_rules import taps_out_of_range
 from ..errors import DFlashError
 from .dflash import Linear, TargetHead
 from .load import resolve_device, resolve_dtype
@@ -90,11 +91,13 @@ class HFTarget:
         return GreedyStream(self, prompt_ids, layer_ids)
 
     def check_taps(self, layer_ids: Iterable[int]) -> None:
-        """Every tap must name a decoder layer of this target (ids 0 .. n_layers - 1)."""
-        bad = sorted(i for i in set(layer_ids) if not 0 <= i < self.n_layers)
+        """The tap rule of every command (`dflashkit.target_rules.taps_out_of_range`: ids 0 .. n_layers − 2)."""
+        bad = taps_out_of_range(list(layer_ids), self.n_layers)
         if bad:
             raise DFlashError(
-                f"target {self.path}: has {self.n_layers} layers, the drafter taps layer id(s) {bad} — wrong target"
+                f"target {self.path}: has {self.n_layers} layers, the drafter taps layer id(s) {bad} (ids must be "
+                f"0 .. {self.n_layers - 2}: llama.cpp aborts on the last layer's, transformers would give its normed output) — "
+                "wrong target"
             )
 
     @torch.inference_mode()
