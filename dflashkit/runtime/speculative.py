@@ -138,7 +138,7 @@ class SpeculativeResult:
     decode_s: float
     stopped: bool = False  # ended on a stop token (else on max_new_tokens)
     block_size: int = 0
-    nonfinite_rounds: int = 0  # rounds whose draft logits (or hidden states) held a NaN or an infinity
+    nonfinite_rounds: int = 0  # rounds whose draft logits (or hidden states) held a NaN or +inf (−inf masks tokens)
 
     @property
     def rounds(self) -> int:
@@ -304,9 +304,10 @@ def _generate(model: DFlashDraftModel, target: HFTarget, head: TargetHead, promp
                 draft = step.tokens
                 if temperature > 0:  # the distribution the runtime sampled from
                     draft_probs = sampling_probs(step.logits, temperature)  # type: ignore[arg-type]
-            # argmax of a NaN row is a token like any other: a broken drafter would only look unlucky
+            # argmax of a NaN row is a token like any other: a broken drafter would only look unlucky. −inf is
+            # legitimate (tokens outside a draft vocabulary are masked with it); NaN and +inf never are.
             checked = step.logits if step.logits is not None else step.hidden
-            nonfinite += int(not bool(torch.isfinite(checked).all()))
+            nonfinite += int(bool(torch.isnan(checked).any() or torch.isposinf(checked).any()))
             block_ids[:, 1:] = draft
         out = lm(block_ids, position_ids=torch.arange(start, start + verify, device=device)[None],
                  past_key_values=target_cache, use_cache=True, output_hidden_states=True)
