@@ -389,7 +389,7 @@ class AcceptResult:
         for d, v in zip(self.drafters, verdicts):
             if v == VERDICT_NONFINITE:
                 out.append(f"{d.name}: non-finite draft logits in {d.nonfinite_rounds} round(s) — a NaN or +inf from a NaN or an "
-                           "infinity in its weights or its arithmetic (dflash-inspect names non-finite tensors)")
+                           "infinity in its weights or its arithmetic (dflash-diff against its source names the tensors)")
         gated = max_drop is not None or min_tau is not None
         if gated:
             for d, v in zip(self.drafters[1:], verdicts[1:]):
