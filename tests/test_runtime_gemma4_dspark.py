@@ -268,7 +268,7 @@ def test_llama_cpp_drafts_what_the_runtime_drafts(made: dict[str, Path], tmp_pat
         pytest.skip("set DFLASHKIT_LLAMA_CPP_BIN to a llama.cpp build with llama-speculative-simple")
     target_gguf = make_target.make_gguf_target(tmp_path / "target.gguf", made["target"])
     r = subprocess.run([str(binary), "-m", str(target_gguf), "-md", str(made["gguf-f32"]), "--spec-type", "draft-dspark",
-                        "--spec-draft-n-max", "16", "-p", "hello world", "-n", "24", "--temp", "0", "-t", "2", "-c", "256",
+                        "--spec-draft-n-max", "16", "-p", "hello world", "-n", "24", "--temp", "0", "-t", "1", "-c", "256",
                         "-lv", "5"], capture_output=True, text=True, errors="replace", timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     theirs = llama_cpp_rounds(r.stderr)[1:]  # their round 1 drafts from the last prompt token
