@@ -361,6 +361,8 @@ class AcceptResult:
                 out.append(VERDICT_ZERO)
             elif c is not None and c.significant:
                 out.append(VERDICT_BELOW if c.delta < 0 else VERDICT_ABOVE)
+            elif c is not None and c.ci is None and c.n_prompts == 1 and c.delta != 0:
+                out.append(VERDICT_BELOW if c.delta < 0 else VERDICT_ABOVE)  # one prompt: no CI, its difference
             else:
                 out.append(VERDICT_AGREES)
         return out
@@ -414,8 +416,8 @@ class AcceptResult:
             for d, l, c in zip(self.drafters, self.llama_cpp, self.llama_cpp_comparisons()):
                 if l.refused is not None:
                     out.append(f"{d.name}: llama.cpp refused to load it: {l.refused}")
-                elif c is not None and c.ci is not None and math.isfinite(d.tau) and d.tau > 0 \
-                        and -c.ci[1] / d.tau > max_gap:
+                elif c is not None and math.isfinite(d.tau) and d.tau > 0 and c.n_prompts \
+                        and -(c.ci[1] if c.ci is not None else c.delta) / d.tau > max_gap:  # 1 prompt: no CI
                     out.append(f"{d.name}: llama.cpp τ {l.tau:.2f} is significantly more than {max_gap:.1%} below the "
                                f"reference runtime's {d.tau:.2f} (--max-gap; {_ci_text(c)})")
         return out
@@ -554,6 +556,14 @@ def run_acceptance(
         texts.append(p.rendered(runner, template_kwargs)[0])
         if fallback:
             plain.append(p.id)
+    if llama_binary is not None:  # before minutes of reference runs, not after
+        from .llama_cpp import check_prompt_text
+
+        for p, text in zip(prompt_list, texts):
+            try:
+                check_prompt_text(text)
+            except DFlashError as exc:
+                raise DFlashError(f"prompt {p.id}: {exc}") from None
     if plain:
         notes.append(f"target {runner.path} has no chat template: chat prompt(s) {', '.join(plain)} were fed as "
                      "plain text")
@@ -582,7 +592,7 @@ def run_acceptance(
     llama_runs, gguf_used = None, None
     if llama_binary is not None:
         llama_runs, gguf_used = _run_llama_cpp(llama_binary, runs, texts, prompt_ids, runner, target_gguf,
-                                               converter_src, max_new_tokens, threads, notes, say)
+                                               converter_src, max_new_tokens, threads, notes, say, ignore_eos)
     return AcceptResult(
         target=str(runner.path), prompts=prompt_list, prompt_source=source, prompt_ids=prompt_ids, drafters=runs,
         max_new_tokens=max_new_tokens, temperature=float(temperature), seed=seed, device=str(runner.device),
@@ -594,7 +604,7 @@ def run_acceptance(
 def _run_llama_cpp(binary: Path, runs: list[DrafterRun], texts: list[str], prompt_ids: list[list[int]],
                    runner: HFTarget, target_gguf: str | os.PathLike | None, converter_src: Path | None,
                    max_new_tokens: int, threads: int, notes: list[str],
-                   say: Callable[[str], None]) -> tuple[list[LlamaCppDrafterRun], str]:
+                   say: Callable[[str], None], ignore_eos: bool = False) -> tuple[list[LlamaCppDrafterRun], str]:
     """Every drafter through llama-speculative-simple (HF dirs converted to bf16 GGUFs in a temp folder)."""
     from .converters.convert import convert
     from .llama_cpp import run_drafter, target_gguf_from_hf, temp_dir
@@ -614,7 +624,11 @@ def _run_llama_cpp(binary: Path, runs: list[DrafterRun], texts: list[str], promp
                 convert(d.path, gguf_path, outtype="bf16", target=target_gguf, progress=False, warn=lambda m: None)
                 notes.append(f"llama.cpp ran {d.name} as a bf16 GGUF converted on the fly by dflash-convert")
             out.append(run_drafter(binary, target_gguf, d.path, gguf_path, texts, n_predict=max_new_tokens,
-                                   draft_max=d.block_size - 1, threads=threads, progress=say))
+                                   draft_max=d.block_size - 1, threads=threads, progress=say,
+                                   prompt_tokens=[len(ids) for ids in prompt_ids], ignore_eos=ignore_eos))
+        if ignore_eos:
+            notes.append("--ignore-eos: llama.cpp's --ignore-eos bans the end-of-sequence token (logit bias −inf), "
+                         "the reference runtime generates through it; τ compares the two only while neither emits it")
         mismatched = sorted({i for l in out for i, r in enumerate(l.runs)
                              if r.n_prompt_tokens is not None and r.n_prompt_tokens != len(prompt_ids[i])})
         if mismatched:

@@ -482,7 +482,7 @@ def _parse_ids(value: str | None) -> list[int] | None:
 @click.option("--keep-quantized", is_flag=True,
               help="Keep quantized weights quantized (fused dflashkit.kernels matmuls) instead of dequantizing.")
 @click.option("--skip-weights", is_flag=True, help="Skip the per-tensor weight diff (faster on big files).")
-@click.option("--quiet", "-q", is_flag=True, help="No status line on stderr; the exit code still tells.")
+@click.option("--quiet", "-q", is_flag=True, help="No 'wrote' line for -o (a failure's reason still goes to stderr).")
 @user_errors
 def parity_command(
     reference: str, candidate: str, target: str | None, prompt: str | None, prompt_ids: str | None, rounds: int,
@@ -517,7 +517,7 @@ def parity_command(
     report = result.report(threshold_top1=top1, threshold_kl=threshold_kl)
     _emit(report.render(fmt), output, force, quiet, report.status, "dflash-parity")
     code = result.exit_code(top1, threshold_kl)
-    if fmt != "text" and code and output is None and not quiet:
+    if fmt != "text" and code and output is None:  # the reason for exit 1, -q or not
         click.echo(f"dflash-parity: {report.status}", err=True)
     sys.exit(code)
 
@@ -573,8 +573,8 @@ _PLOT_SUFFIXES = (".html", ".htm", ".png")
               help="With --llama-cpp: exit 1 when llama.cpp's τ is significantly more than FRAC below this "
               "runtime's τ of the same drafter, or llama.cpp refuses a drafter.")
 @click.option("--threads", type=click.IntRange(1, 512), default=1, show_default=True,
-              help="llama.cpp threads (-t) for --llama-cpp. ggml's threads spin while they wait: more threads than "
-              "idle cores makes a run many times slower, and a drafter-sized model gains nothing from them.")
+              help="llama.cpp threads (-t, target and drafter) for --llama-cpp. ggml's threads spin while they wait: "
+              "more threads than idle cores makes a run many times slower.")
 @click.option("--force", is_flag=True, help="Overwrite the --trace / --plot / -o files if they exist.")
 @format_option()
 @output_option
@@ -645,6 +645,6 @@ def accept_command(
             click.echo(f"dflash-accept: wrote {plot}", err=True)
     _emit(report.render(fmt), output, force, quiet, report.status, "dflash-accept")
     code = result.exit_code(drop, min_tau, gap)
-    if fmt != "text" and code and output is None:
+    if fmt != "text" and code and output is None:  # the reason for exit 1, -q or not
         click.echo(f"dflash-accept: {report.status}", err=True)
     sys.exit(code)

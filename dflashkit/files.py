@@ -220,8 +220,8 @@ def _renameat2_noreplace(src: str, dst: str) -> bool | None:
 
 
 def _tmp_prefix(out: Path) -> str:
-    """``OUT.tmp-``, the name cut to 64 characters: a 255-character OUT must still leave room for the suffix."""
-    return out.name[:64] + ".tmp-"
+    """``OUT.tmp-``, the name cut to 64 bytes: a 255-byte OUT must still leave room for the suffix."""
+    return os.fsencode(out.name)[:64].decode("utf-8", errors="ignore") + ".tmp-"
 
 
 def _exists_error(out: Path) -> DFlashError:

@@ -42,6 +42,20 @@ TIMEOUT_S = 600
 _COUNT = re.compile(r"^(?:[\d.]+ [A-Z] )?\s*(n_predict|n_drafted|n_accept)\s*=\s*(-?\d+)\s*$", re.M)
 _ENCODED = re.compile(r"encoded\s+(\d+) tokens")
 _ROUND = re.compile(r"accepted (\d+)/(\d+) draft tokens")
+#: errors after which llama-speculative-simple leaves its loop and still exits 0 with the counts so far
+_CUT_SHORT = ("failed to process speculative batch", "failed to process speculative prompt")
+#: argv carries the prompt: no NUL byte, and well under the kernel's 128 KiB per-argument limit
+MAX_PROMPT_BYTES = 100_000
+
+
+def check_prompt_text(text: str) -> None:
+    """A prompt llama-speculative-simple can be given on its command line, or a one-line error."""
+    if "\x00" in text:
+        raise DFlashError("a prompt holds a NUL character: llama-speculative-simple takes the prompt on its command "
+                          "line, which cannot carry one — drop it from the prompt, or run without --llama-cpp")
+    if len(text.encode("utf-8")) > MAX_PROMPT_BYTES:
+        raise DFlashError(f"a prompt is over {MAX_PROMPT_BYTES} bytes: llama-speculative-simple takes it on its command "
+                          "line (128 KiB per argument at most) — shorten it, or run without --llama-cpp")
 
 
 @dataclass
@@ -130,13 +144,20 @@ def parse_counts(stderr: str) -> tuple[int, int, int] | None:
 def run_prompt(
     binary: Path, target_gguf: str | os.PathLike, drafter_gguf: str | os.PathLike, text: str, *,
     n_predict: int, draft_max: int, threads: int = 1, ctx_size: int | None = None, retries: int = RETRIES,
-    timeout: float = TIMEOUT_S,
+    timeout: float = TIMEOUT_S, prompt_tokens: int | None = None, ignore_eos: bool = False,
 ) -> LlamaCppPromptRun:
-    """Greedy speculative decoding of ``text`` in llama.cpp; raises `LlamaCppRefused` when it will not run."""
-    ctx = ctx_size or max(512, 4 * (n_predict + draft_max + 64))
+    """Greedy speculative decoding of ``text`` in llama.cpp; raises `LlamaCppRefused` when it will not run.
+
+    The context holds the prompt (``prompt_tokens``, as the reference tokenized it), the generation and a draft
+    block with room to spare, so llama.cpp never clips a draft to fit. ``--no-escape``: the text goes in as the
+    reference runtime reads it (llama.cpp would turn a literal backslash-n into a newline)."""
+    check_prompt_text(text)
+    ctx = ctx_size or max(512, (prompt_tokens or len(text)) + 2 * (n_predict + draft_max) + 64)
     cmd = [str(binary), "-m", str(target_gguf), "-md", str(drafter_gguf), "--spec-type", "draft-dflash",
-           "--spec-draft-n-max", str(draft_max), "-p", text, "-n", str(n_predict), "--temp", "0", "--top-k", "1",
-           "-t", str(threads), "-c", str(ctx), "-b", str(ctx), "-ub", str(ctx), "--verbose"]
+           "--spec-draft-n-max", str(draft_max), "-p", text, "--no-escape", "-n", str(n_predict), "--temp", "0",
+           "--top-k", "1", "-t", str(threads), "-c", str(ctx), "-b", str(ctx), "-ub", str(ctx), "--verbose"]
+    if ignore_eos:
+        cmd.append("--ignore-eos")
     last = ""
     for attempt in range(1, retries + 1):
         try:
@@ -144,9 +165,12 @@ def run_prompt(
                                   stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             raise DFlashError(f"{drafter_gguf}: {SPECULATIVE_BINARY} did not finish in {timeout:.0f} s") from None
-        output = proc.stderr + proc.stdout
+        # the counts are read from stderr only: stdout carries the prompt echo and the generated text
+        output = proc.stderr
         if proc.returncode != 0:
-            raise LlamaCppRefused(refusal_message(output))
+            raise LlamaCppRefused(refusal_message(output + proc.stdout))
+        if any(m in output for m in _CUT_SHORT):  # it broke out of its loop, then printed counts and exited 0
+            raise LlamaCppRefused(next(line.strip() for line in output.splitlines() if any(m in line for m in _CUT_SHORT)))
         counts = parse_counts(output)
         if counts is None:
             last = output
@@ -173,15 +197,18 @@ def run_prompt(
 def run_drafter(
     binary: Path, target_gguf: str | os.PathLike, drafter_path: str, drafter_gguf: str | os.PathLike,
     texts: Sequence[str], *, n_predict: int, draft_max: int, threads: int = 1,
-    progress: Callable[[str], None] | None = None,
+    progress: Callable[[str], None] | None = None, prompt_tokens: Sequence[int] | None = None,
+    ignore_eos: bool = False,
 ) -> LlamaCppDrafterRun:
-    """Every prompt through llama.cpp with one drafter; a refusal on the first prompt ends it (and is kept)."""
+    """Every prompt through llama.cpp with one drafter; a refusal on any prompt ends it (kept, with llama.cpp's
+    message, and the drafter gets no τ: a file llama.cpp refuses for some prompts is not one to ship)."""
     say = progress or (lambda message: None)
     out = LlamaCppDrafterRun(drafter_path, str(drafter_gguf))
     for i, text in enumerate(texts):
         try:
             r = run_prompt(binary, target_gguf, drafter_gguf, text, n_predict=n_predict, draft_max=draft_max,
-                           threads=threads)
+                           threads=threads, prompt_tokens=prompt_tokens[i] if prompt_tokens else None,
+                           ignore_eos=ignore_eos)
         except LlamaCppRefused as exc:
             out.refused, out.runs = str(exc), []
             say(f"llama.cpp refused {drafter_path}: {exc}")
@@ -202,14 +229,18 @@ src, pre = sys.argv[1], sys.argv[2]
 script = src + "/convert_hf_to_gguf.py"
 sys.argv = [script] + sys.argv[3:]
 sys.path[:0] = [src + "/gguf-py", src]
-from conversion import base
-_original = base.TextModel.get_vocab_base_pre
-def _get_vocab_base_pre(self, tokenizer):
-    try:
-        return _original(self, tokenizer)
-    except NotImplementedError:
-        return pre
-base.TextModel.get_vocab_base_pre = _get_vocab_base_pre
+try:
+    from conversion import base  # llama.cpp trees with the conversion/ package
+except ImportError:  # an older single-file converter: run it as it is
+    base = None
+if base is not None:
+    _original = base.TextModel.get_vocab_base_pre
+    def _get_vocab_base_pre(self, tokenizer):
+        try:
+            return _original(self, tokenizer)
+        except NotImplementedError:
+            return pre
+    base.TextModel.get_vocab_base_pre = _get_vocab_base_pre
 runpy.run_path(script, run_name="__main__")
 """
 
@@ -247,7 +278,11 @@ def target_gguf_from_hf(hf_dir: str | os.PathLike, out: str | os.PathLike, src: 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(src / "gguf-py")
     env["HF_HUB_OFFLINE"] = "1"
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, stdin=subprocess.DEVNULL)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise DFlashError(f"{hf_dir}: llama.cpp's convert_hf_to_gguf.py did not finish in {timeout:.0f} s — convert "
+                          "the target once yourself and pass --target-gguf FILE") from None
     if proc.returncode != 0 or not out.is_file():
         lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
         raise DFlashError(f"{hf_dir}: llama.cpp's convert_hf_to_gguf.py could not convert the target "

@@ -99,10 +99,50 @@ def test_the_command_line_llama_cpp_gets(tmp_path: Path) -> None:
                                            "sys.stderr.write(TAIL)")
     run_prompt(binary, "t.gguf", "d.gguf", "the prompt", n_predict=40, draft_max=15)
     argv = Path(str(binary) + ".argv").read_text().split("\n")
-    pairs = dict(zip(argv[::2], argv[1::2])) if len(argv) % 2 == 0 else dict(zip(argv[:-1:2], argv[1::2]))
+    pairs = {flag: argv[argv.index(flag) + 1] for flag in ("-m", "-md", "--spec-type", "--spec-draft-n-max", "-p",
+                                                           "-n", "--temp", "-t")}
     assert pairs["-m"] == "t.gguf" and pairs["-md"] == "d.gguf" and pairs["--spec-type"] == "draft-dflash"
     assert pairs["--spec-draft-n-max"] == "15" and pairs["-p"] == "the prompt" and pairs["-n"] == "40"
     assert pairs["--temp"] == "0" and pairs["-t"] == "1"
+    assert "--no-escape" in argv and "--ignore-eos" not in argv  # a literal backslash-n stays two characters
+
+
+def test_the_context_holds_a_long_prompt(tmp_path: Path) -> None:
+    binary = fake_binary(tmp_path / "bin", "Path(sys.argv[0] + '.argv').write_text('\\n'.join(argv)); "
+                                           "sys.stderr.write(TAIL)")
+    run_prompt(binary, "t.gguf", "d.gguf", "x", n_predict=128, draft_max=15, prompt_tokens=3000, ignore_eos=True)
+    argv = Path(str(binary) + ".argv").read_text().split("\n")
+    ctx = int(argv[argv.index("-c") + 1])
+    assert ctx >= 3000 + 128 + 15 and "--ignore-eos" in argv
+
+
+def test_counts_are_read_from_stderr_only(tmp_path: Path) -> None:
+    # the generated text (stdout) may hold anything, a fake statistics line included
+    binary = fake_binary(tmp_path / "bin", "sys.stdout.write('n_accept  = 0\\n'); sys.stderr.write(ROUNDS + TAIL)")
+    assert run_prompt(binary, "t.gguf", "d.gguf", "hello", n_predict=16, draft_max=15).n_accept == 14
+    lost = fake_binary(tmp_path / "bin2", "sys.stdout.write(TAIL)")  # counts only on stdout: lost, not taken
+    with pytest.raises(LlamaCppLogLost):
+        run_prompt(lost, "t.gguf", "d.gguf", "hello", n_predict=16, draft_max=15, retries=2)
+
+
+def test_a_run_cut_short_is_a_refusal_not_a_count(tmp_path: Path) -> None:
+    from dflashkit.llama_cpp import LlamaCppRefused
+
+    binary = fake_binary(tmp_path / "bin", "sys.stderr.write('0.1 E main: failed to process speculative batch\\n' + TAIL)")
+    with pytest.raises(LlamaCppRefused, match="failed to process speculative batch"):
+        run_prompt(binary, "t.gguf", "d.gguf", "hello", n_predict=16, draft_max=15)
+
+
+def test_prompts_llama_cpp_cannot_take_are_refused_before_the_runs(tmp_path: Path, trained_target: HFTarget) -> None:
+    binary = fake_binary(tmp_path / "bin", "sys.stderr.write(TAIL)")
+    target_gguf = tmp_path / "target.gguf"
+    target_gguf.write_bytes(b"GGUF")
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "nul", "text": "the old\u0000king"}) + "\n")
+    with pytest.raises(DFlashError, match="prompt nul: a prompt holds a NUL character"):
+        run_acceptance(trained_target, [TRAINED / "drafter"], prompts, max_new_tokens=8, llama_cpp=binary.parent,
+                       target_gguf=target_gguf)
+    assert (tmp_path / "bin" / "calls").read_text() == "0"
 
 
 @pytest.fixture(scope="module")
@@ -277,3 +317,16 @@ def test_the_drafter_preset_is_what_llama_quantize_makes(drafter_ggufs: dict[str
     subprocess.run([str(BIN / "llama-quantize"), *preset.llama_quantize_args(), str(f32), str(theirs), "Q4_K_M"],
                    check=True, capture_output=True, timeout=300)
     assert ours.read_bytes() == theirs.read_bytes()
+
+
+def test_one_prompt_has_no_ci_but_still_a_verdict_and_a_gap(tmp_path: Path, trained_target: HFTarget,
+                                                             drafter_ggufs: dict[str, Path]) -> None:
+    # llama.cpp accepting nothing (τ 1.0) against the reference's τ ≈ 14 on one prompt: no CI, the difference itself
+    binary = fake_binary(tmp_path / "bin", "sys.stderr.write(TAIL.replace('n_accept  = 14', 'n_accept  = 0'))")
+    target_gguf = tmp_path / "target.gguf"
+    target_gguf.write_bytes(b"GGUF")
+    result = run_acceptance(trained_target, [drafter_ggufs["bf16"]], TRAINED / "prompts.jsonl", max_new_tokens=32,
+                            max_prompts=1, llama_cpp=binary.parent, target_gguf=target_gguf)
+    assert result.llama_cpp_comparisons()[0].ci is None
+    assert result.llama_cpp_verdicts() == ["zero accepted"]
+    assert any("significantly more than 10.0% below" in f for f in result.failures(max_gap=0.1))
