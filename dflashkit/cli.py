@@ -5,8 +5,10 @@ Errors: one line on stderr, exit 1 for bad input and 2 for usage; ``--debug`` sh
 
 from __future__ import annotations
 
+import errno
 import functools
 import math
+import os
 import sys
 import traceback
 from typing import Any, Callable
@@ -18,6 +20,7 @@ from .dialects import DEFAULT_DIALECT, DIALECTS
 from .errors import DFlashError
 from .filetypes import OUTTYPE_CHOICES
 
+MAX_PARITY_ROUNDS = 10_000  # each round keeps a block of logits for the report: 1e8 rounds asked for ~82 GB
 _REPORT_SUFFIXES = {".html": "html", ".htm": "html", ".json": "json", ".md": "markdown", ".markdown": "markdown"}
 
 
@@ -27,13 +30,33 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+_STDOUT_ERRNOS = (errno.ENOSPC, errno.EIO, errno.EBADF, errno.EPIPE)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null: the interpreter's own flush at exit must not fail a second time."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, AttributeError, ValueError):
+        pass
+
+
 def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     """Turn library errors into one-line messages and exit codes (tracebacks only with --debug)."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, debug: bool = False, **kwargs: Any) -> Any:
         try:
-            return func(*args, **kwargs)
+            try:
+                return func(*args, **kwargs)
+            finally:  # a write error on stdout surfaces here, as one line, not at interpreter exit
+                if sys.stdout is not None:
+                    sys.stdout.flush()
+        except BrokenPipeError:
+            _silence_stdout()
+            _fail("stdout was closed before the output was written (broken pipe); write it with -o FILE", 1)
         except DFlashError as exc:
             if debug:
                 traceback.print_exc()
@@ -46,6 +69,10 @@ def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
         except Exception as exc:  # an unexpected failure is still one line, unless --debug
             if debug:
                 traceback.print_exc()
+            if isinstance(exc, OSError) and exc.errno in _STDOUT_ERRNOS:  # stdout on a full disk, a closed fd
+                _silence_stdout()
+                _fail(f"cannot write the output ({exc.strerror or exc}): is stdout a full device or closed? "
+                      "write it with -o FILE", 1)
             _fail(f"internal error: {type(exc).__name__}: {exc} (re-run with --debug for the traceback)", 1)
 
     return click.option("--debug", is_flag=True, help="Show tracebacks.")(wrapper)
@@ -157,6 +184,10 @@ def output_option(func: Any) -> Any:
 def _emit(text: str, output: str | None, force: bool, quiet: bool, status: str, prog: str) -> None:
     """The report on stdout, or into -o FILE with a 'wrote' line (unless -q)."""
     if output is None:
+        if sys.stdout is None:  # started with stdout closed (>&-): the report would vanish
+            from .errors import DFlashError as _Error
+
+            raise _Error("stdout is closed: the report has nowhere to go; write it with -o FILE")
         click.echo(text, nl=not text.endswith("\n"))
         return
     from .reporting import write_text_atomic
@@ -465,11 +496,12 @@ def _parse_ids(value: str | None) -> list[int] | None:
 )
 @click.option("--prompt", help="Prompt text for an HF --target (default: a fixed built-in prompt; chat template applied).")
 @click.option("--prompt-ids", metavar="IDS", help="Prompt token ids for an HF --target, e.g. '151644,872,198'.")
-@click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--rounds", type=click.IntRange(1, MAX_PARITY_ROUNDS), default=1, show_default=True,
               help="Draft rounds, each from the cache of the previous ones (cropped as dflash_generate does).")
 @click.option("--device", type=click.Choice(["cpu", "cuda", "mps"]), default="cpu", show_default=True)
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random hidden states / embeddings.")
+@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True,
+              help="Seed of the random hidden states / embeddings.")
 @click.option("--threshold-top1", metavar="FRAC",
               help="Exit 1 when overall top-1 agreement is below FRAC (0.99 or 99%).")
 @click.option("--threshold-kl", type=FiniteFloat(min=0.0), metavar="NATS",
@@ -539,7 +571,8 @@ _PLOT_SUFFIXES = (".html", ".htm", ".png")
 @click.option("--max-new-tokens", type=click.IntRange(min=2), default=128, show_default=True)
 @click.option("--temperature", type=FiniteFloat(min=0.0), default=0.0, show_default=True,
               help="0 = greedy (output identical to the target's own greedy output); > 0 = rejection sampling.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of sampling and of the bootstrap CI.")
+@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True,
+              help="Seed of sampling and of the bootstrap CI.")
 @click.option("--device", type=click.Choice(["cpu", "cuda", "mps"]), default="cpu", show_default=True)
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True,
               help="Of the target and the drafters.")

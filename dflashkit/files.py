@@ -190,6 +190,37 @@ def _signals_unwind() -> Iterator[None]:
             signal.signal(s, h)
 
 
+_DEFERRED = tuple(s for s in (signal.SIGINT, *_SIGNALS))
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold Ctrl-C / TERM / HUP back while a few lines take locks that a signal must not split.
+
+    ``with lock:`` is not signal-safe: an exception raised between the acquire and the block leaves the lock held
+    (CPython bpo-29988). ``ThreadPoolExecutor.submit`` takes the module's ``_global_shutdown_lock`` that way, and
+    ``threading._shutdown`` takes it again at exit — so a Ctrl-C landing inside a submit hung the interpreter at
+    exit (the quantizer's pool: issue 26). Blocking the signal mask is no help: a pool thread takes the signal and
+    the main thread runs the handler anyway. So the handlers only record it here, and it is raised on leaving."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, _frame: got.append(signum))
+                for s in _DEFERRED if signal.getsignal(s) is not None}  # None: a C handler, left alone
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        for signum in got[:1]:  # the first one, through the handler that was in place
+            handler = previous[signum]
+            if callable(handler):
+                handler(signum, None)
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), signum)
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

@@ -3,6 +3,7 @@ two examples and the exit codes; the old spellings (--json, --markdown) still wo
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,46 @@ def test_inspect_writes_its_report_with_o(tmp_path: Path) -> None:
     assert f"dflash-inspect: wrote {out} — " in r.stderr
     again = CliRunner().invoke(cli.inspect_command, [str(fixture), "-o", str(out)])
     assert again.exit_code == 1 and "already exists — pass --force to overwrite it" in again.output
+
+
+# ---------------------------------------------------------------------------------------------
+# stdout that cannot take the report: a full device, a closed pipe, a closed descriptor — one line, exit 1
+# ---------------------------------------------------------------------------------------------
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "example" / "drafter"
+
+
+def _bash(line: str) -> "subprocess.CompletedProcess[str]":
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(EXAMPLE.parents[2])}
+    cli_call = f"{sys.executable} -c 'from dflashkit.cli import inspect_command; inspect_command()' {EXAMPLE}"
+    return subprocess.run(["bash", "-c", line.format(cli=cli_call)], capture_output=True, text=True, env=env,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("line, message", [
+    ("{cli} > /dev/full; echo rc=$?", "error: cannot write the output (No space left on device)"),
+    ("{cli} | head -c 0; echo rc=${{PIPESTATUS[0]}}", "error: stdout was closed before the output was written"),
+    ("{cli} --format json | head -c 0; echo rc=${{PIPESTATUS[0]}}", "error: stdout was closed before the output"),
+    ("{cli} >&-; echo rc=$? >&2", "error: stdout is closed: the report has nowhere to go; write it with -o FILE"),
+])
+def test_stdout_that_cannot_take_the_report(line: str, message: str) -> None:
+    if "/dev/full" in line and not Path("/dev/full").exists():
+        pytest.skip("no /dev/full on this system")
+    r = _bash(line)
+    assert "rc=1" in r.stdout + r.stderr, (r.stdout, r.stderr)
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(message), r.stderr
+    assert "Traceback" not in r.stderr and "Exception ignored" not in r.stderr and "internal error" not in r.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--rounds", "100000000"], "'--rounds': 100000000 is not in the range 1<=x<=10000"),
+    (["--seed", str(2**70)], f"'--seed': {2**70} is not in the range 0<=x<=9223372036854775807"),
+])
+def test_parity_bounds_its_numbers(args: list[str], message: str) -> None:
+    r = CliRunner().invoke(cli.parity_command, [str(EXAMPLE), str(EXAMPLE), "--skip-weights", *args])
+    assert r.exit_code == 2 and message in r.output

@@ -17,6 +17,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from dflashkit.errors import DFlashError
+from dflashkit.files import signals_deferred
 
 QUANT_TYPES: dict[GGMLQuantizationType, "QuantType"] = {}
 
@@ -101,8 +102,9 @@ def run_chunked(kernel: Callable[[np.ndarray, np.ndarray], Any], x: np.ndarray, 
             if b > a:
                 kernel(x[a:b], out[a:b])
 
-    pool = _get_pool(k)
-    futures = [pool.submit(worker) for _ in range(k)]
+    with signals_deferred():  # a Ctrl-C inside submit would leave the executor's global lock held (exit hangs)
+        pool = _get_pool(k)
+        futures = [pool.submit(worker) for _ in range(k)]
     try:
         for f in futures:
             f.result()

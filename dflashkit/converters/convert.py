@@ -24,6 +24,7 @@ from ..bounds import escape_name
 from ..dialects import DEFAULT_DIALECT, Dialect, get_dialect
 from ..drafters import DrafterFile, open_drafter
 from ..errors import DFlashError, UsageError
+from ..files import signals_deferred
 from ..filetypes import CONVERT_OUTTYPES, CONVERT_POLICY_OUTTYPES, outtype_file_type
 from ..io.gguf_writer import (
     TensorToWrite,
@@ -189,7 +190,8 @@ def _chunk_producer(t: SafetensorsTensor, out_type: GGMLQuantizationType,
                 pending: deque[Future[np.ndarray]] = deque()
                 try:
                     for rows in iter_row_chunks(n_rows, row_elems * dtype.itemsize, CHUNK_BYTES):
-                        pending.append(pool.submit(work, rows))
+                        with signals_deferred():  # see files.signals_deferred: submit must not be split
+                            pending.append(pool.submit(work, rows))
                         if len(pending) > PREFETCH:
                             yield pending.popleft().result()
                     while pending:
