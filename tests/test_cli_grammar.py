@@ -120,3 +120,22 @@ def test_stdout_that_cannot_take_the_report(line: str, message: str) -> None:
 def test_parity_bounds_its_numbers(args: list[str], message: str) -> None:
     r = CliRunner().invoke(cli.parity_command, [str(EXAMPLE), str(EXAMPLE), "--skip-weights", *args])
     assert r.exit_code == 2 and message in r.output
+
+
+@pytest.mark.parametrize("revision, ok", [("main", True), ("v1.0", True), ("0123abcd" * 5, True), ("refs/pr/1", True),
+                                          ("a b", False), ("x\x1b]0;t\x07", False), ("../etc", False),
+                                          ("a..b", False), ("/abs", False), ("trail/", False)])
+def test_source_revision_is_validated_before_it_reaches_the_url(tmp_path: Path, revision: str, ok: bool) -> None:
+    trained = EXAMPLE.parents[1] / "trained"
+    out = tmp_path / "d.gguf"
+    r = CliRunner().invoke(cli.convert_command, [str(trained / "drafter"), str(out), "--target", str(trained / "target"),
+                                                 "--source-repo", "a/b", "--source-revision", revision, "-q"])
+    if ok:
+        import gguf
+
+        assert r.exit_code == 0, r.output
+        url = gguf.GGUFReader(out).fields["general.source.url"].contents()
+        assert url == f"https://huggingface.co/a/b/tree/{revision}"
+    else:
+        assert r.exit_code == 1 and "is not a git revision" in r.output and "\x1b" not in r.output
+        assert not out.exists()

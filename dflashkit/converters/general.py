@@ -30,6 +30,7 @@ import numpy as np
 from gguf import GGUFType, GGUFWriter, Metadata, size_label
 
 from ..errors import DFlashError
+from ..bounds import escape_name
 from ..files import read_json
 from ..io.gguf_writer import MetadataEntry
 
@@ -68,6 +69,11 @@ def provenance_from_path(directory: str | Path) -> Provenance:
     return Provenance(repo_id=m.group("repo").replace("--", "/", 1), revision=m.group("commit"), from_hub=True)
 
 
+#: a hub revision as it may appear in a URL path: a commit hash, a tag or a branch (git's own ref rules, narrowed to
+#: what needs no escaping: no spaces, control characters, '..', '~', '^', ':', '?', '*', '[' or backslashes)
+_REVISION = re.compile(r"(?!.*\.\.)(?!/)(?!.*/$)[A-Za-z0-9._/-]{1,255}")
+
+
 def resolve_provenance(
     directory: str | Path, *, source_repo: str | None = None, source_revision: str | None = None
 ) -> Provenance:
@@ -77,6 +83,10 @@ def resolve_provenance(
         raise DFlashError(f"--source-repo {source_repo!r} is not a hub repo id (owner/name)")
     if source_repo is not None and found.repo_id is not None and source_repo != found.repo_id:
         raise DFlashError(f"{directory}: --source-repo {source_repo} contradicts the hub cache path's repo {found.repo_id}")
+    if source_revision is not None and not _REVISION.fullmatch(source_revision):
+        raise DFlashError(f"--source-revision '{escape_name(source_revision)}' is not a git revision (a commit hash, "
+                          "tag or branch: letters, digits and . _ - / only, no '..'); it goes into "
+                          "general.source.url as is")
     if source_revision is not None and found.revision is not None and source_revision != found.revision:
         raise DFlashError(
             f"{directory}: --source-revision {source_revision} contradicts the hub cache path's commit {found.revision}"
