@@ -103,6 +103,17 @@ _KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")
           (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
 
 
+def file_kind(path: Path) -> str:
+    """What ``path`` is, in words ("a FIFO", "a directory", "a broken symbolic link", "a regular file", ...)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "a broken symbolic link" if os.path.islink(path) else "missing"
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    return next((k for test, k in _KINDS if test(mode)), "not a regular file")
+
+
 def refuse_non_regular(out: Path, name: str | None = None) -> None:
     """An existing OUT that is not a regular file (device, FIFO, socket, directory, or a link to one) is a usage
     error: publishing over it would replace the node itself (run as root, ``/dev/null`` became a file)."""
@@ -475,6 +486,8 @@ def read_json(path: str | os.PathLike[str], *, hint: str = "", max_bytes: int = 
     for a missing/unreadable/oversized file, bad UTF-8, bad JSON, or nesting too deep."""
     p = Path(path)
     try:
+        if not p.is_file() and os.path.lexists(p):  # opening a FIFO blocks until a writer comes: never open one
+            raise DFlashError(f"{p}: cannot read JSON (it is {file_kind(p)}, not a file){hint}")
         size = p.stat().st_size
         if size > max_bytes:
             raise DFlashError(f"{p}: cannot read JSON (file of {size} bytes, over {max_bytes}){hint}")

@@ -9,6 +9,8 @@ as in z-lab's ``dflash_config.target_layer_ids``); dialects convert on the way i
 
 from __future__ import annotations
 
+import os
+
 import math
 import re
 from dataclasses import asdict, dataclass, field, fields
@@ -17,7 +19,7 @@ from typing import Any, Mapping
 
 from . import bounds
 from .errors import DFlashError
-from .files import read_json
+from .files import file_kind, read_json
 
 ARCH_DFLASH = "DFlashDraftModel"
 ARCH_DFLASH2 = "DFlash2DraftModel"
@@ -210,6 +212,8 @@ def read_config_json(directory: str | Path) -> dict[str, Any]:
     """``directory/config.json`` as a dict (one-line DFlashError when absent or not JSON)."""
     path = Path(directory) / "config.json"
     if not path.is_file():
+        if os.path.lexists(path):  # a directory, FIFO, socket or device by that name: say what it is
+            raise DFlashError(f"{path}: is {file_kind(path)}, not a file — config.json must be a JSON file")
         raise DFlashError(f"{directory}: no config.json — expected an HF drafter checkpoint directory")
     config = read_json(path)
     if not isinstance(config, dict):

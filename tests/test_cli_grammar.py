@@ -139,3 +139,19 @@ def test_source_revision_is_validated_before_it_reaches_the_url(tmp_path: Path, 
     else:
         assert r.exit_code == 1 and "is not a git revision" in r.output and "\x1b" not in r.output
         assert not out.exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_config_json_that_is_not_a_file_is_named_for_what_it_is(tmp_path: Path, kind: str) -> None:
+    import os
+    import shutil
+
+    d = Path(shutil.copytree(EXAMPLE, tmp_path / "drafter"))
+    (d / "config.json").unlink()
+    if kind == "fifo":
+        os.mkfifo(d / "config.json")  # opening it would block forever
+    else:
+        (d / "config.json").mkdir()
+    want = "is a FIFO, not a file" if kind == "fifo" else "is a directory, not a file"
+    r = CliRunner().invoke(cli.convert_command, [str(d), str(tmp_path / "d.gguf"), "-q"])
+    assert r.exit_code == 1 and f"{d / 'config.json'}: {want} — config.json must be a JSON file" in r.output

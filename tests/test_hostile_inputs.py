@@ -212,7 +212,7 @@ def _hf_copy(drafters, tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("how, words", [
     ("missing", "no config.json — expected an HF drafter checkpoint directory"),
-    ("directory", "no config.json — expected an HF drafter checkpoint directory"),
+    ("directory", "config.json: is a directory, not a file — config.json must be a JSON file"),  # issue 26 #7
     ("invalid", "config.json: cannot read JSON (Expecting value"),
 ])
 def test_inspect_refuses_hf_config_as_convert_does(drafters, tmp_path: Path, how: str, words: str) -> None:
