@@ -498,8 +498,8 @@ def _parse_ids(value: str | None) -> list[int] | None:
 @click.option("--prompt-ids", metavar="IDS", help="Prompt token ids for an HF --target, e.g. '151644,872,198'.")
 @click.option("--rounds", type=click.IntRange(1, MAX_PARITY_ROUNDS), default=1, show_default=True,
               help="Draft rounds, each from the cache of the previous ones (cropped as dflash_generate does).")
-@click.option("--device", type=click.Choice(["cpu", "cuda", "mps"]), default="cpu", show_default=True)
-@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
+@click.option("--device", type=click.Choice(["cpu", "cuda", "mps"], case_sensitive=False), default="cpu", show_default=True)
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"], case_sensitive=False), default="float32", show_default=True)
 @click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True,
               help="Seed of the random hidden states / embeddings.")
 @click.option("--threshold-top1", metavar="FRAC",
@@ -573,8 +573,8 @@ _PLOT_SUFFIXES = (".html", ".htm", ".png")
               help="0 = greedy (output identical to the target's own greedy output); > 0 = rejection sampling.")
 @click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True,
               help="Seed of sampling and of the bootstrap CI.")
-@click.option("--device", type=click.Choice(["cpu", "cuda", "mps"]), default="cpu", show_default=True)
-@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True,
+@click.option("--device", type=click.Choice(["cpu", "cuda", "mps"], case_sensitive=False), default="cpu", show_default=True)
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"], case_sensitive=False), default="float32", show_default=True,
               help="Of the target and the drafters.")
 @click.option("--keep-quantized", is_flag=True,
               help="Keep quantized drafter weights quantized (fused dflashkit.kernels matmuls) instead of dequantizing.")
