@@ -223,7 +223,7 @@ def run_drafter(
 # ---------------------------------------------------------------------------------------------
 
 # Runs convert_hf_to_gguf.py as __main__; only an unknown pre-tokenizer hash is answered with PRE (module doc).
-_CONVERTER_RUNNER = r"""
+CONVERTER_RUNNER = r"""
 import runpy, sys
 src, pre = sys.argv[1], sys.argv[2]
 script = src + "/convert_hf_to_gguf.py"
@@ -273,7 +273,7 @@ def target_gguf_from_hf(hf_dir: str | os.PathLike, out: str | os.PathLike, src: 
         pre = _pre_tokenizer_name(_load_backend(tokenizer_json), tokenizer_json, doc)
     except (OSError, ValueError, DFlashError):
         pre = "default"  # the converter's own table decides, or it says why not
-    cmd = [sys.executable, "-c", _CONVERTER_RUNNER, str(src), pre, str(hf_dir), "--outtype", outtype,
+    cmd = [sys.executable, "-c", CONVERTER_RUNNER, str(src), pre, str(hf_dir), "--outtype", outtype,
            "--outfile", str(out)]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(src / "gguf-py")

@@ -30,31 +30,14 @@ from typing import Any
 import numpy as np
 import pytest
 
+from dflashkit.llama_cpp import CONVERTER_RUNNER
+
 ENV_VAR = "DFLASHKIT_LLAMA_CPP_SRC"
 OUTTYPES = ("f32", "f16", "bf16", "q8_0")
 
-# Runs convert_hf_to_gguf.py as __main__ after wrapping get_vocab_base_pre (see the module docstring).
-# argv: SRC PRE convert-args...
-_RUNNER = r"""
-import runpy, sys
-src, pre = sys.argv[1], sys.argv[2]
-script = src + "/convert_hf_to_gguf.py"
-sys.argv = [script] + sys.argv[3:]
-sys.path[:0] = [src + "/gguf-py", src]
-from conversion import base
-
-_original = base.TextModel.get_vocab_base_pre
-
-def _get_vocab_base_pre(self, tokenizer):
-    try:
-        return _original(self, tokenizer)
-    except NotImplementedError:
-        # fixture tokenizers are too small to reproduce a published model's ids for the check text
-        return pre
-
-base.TextModel.get_vocab_base_pre = _get_vocab_base_pre
-runpy.run_path(script, run_name="__main__")
-"""
+# Runs convert_hf_to_gguf.py as __main__ after wrapping get_vocab_base_pre (see the module docstring): the one
+# runner, shared with dflash-accept's target conversion (dflashkit.llama_cpp).
+_RUNNER = CONVERTER_RUNNER
 
 
 class OracleError(RuntimeError):
