@@ -25,7 +25,7 @@ import numpy as np
 from .bounds import dumps
 from .errors import DFlashError, UsageError
 from .files import atomic_output, check_output
-from .llama_cpp import LlamaCppDrafterRun
+from .llama_cpp import LlamaCppDrafterRun, mean_tau
 from .reporting import Bar, BarChart, BarGroup, Column, Field, Notes, Report, Table, write_text_atomic
 from .runtime import HFTarget, LoadInfo, load_drafter
 from .runtime.load import VERIFY_MODE
@@ -227,8 +227,7 @@ class DrafterRun:
     @property
     def tau(self) -> float:
         """Mean over prompts of per-prompt τ (prompts without a round are left out)."""
-        t = [x for x in self.taus if math.isfinite(x)]
-        return float(np.mean(t)) if t else math.nan
+        return mean_tau(self.taus)
 
     @property
     def accepted(self) -> list[int]:
@@ -675,10 +674,9 @@ def _build_report(r: AcceptResult, max_drop: float | None, min_tau: float | None
              if v in (VERDICT_BELOW, VERDICT_ZERO, VERDICT_NONFINITE)]
     named += [f"{d.name} in llama.cpp: {v}" for d, v in zip(r.drafters, llama_verdicts)
               if v in (VERDICT_BELOW, VERDICT_ZERO, VERDICT_REFUSED)]
-    worse = named
     if failures:
         status, level = "; ".join(failures), "error"
-    elif worse:
+    elif named:
         status, level = f"{headline} — {'; '.join(named)}", "warning"
     else:
         status, level = headline, "ok"
@@ -744,7 +742,7 @@ def _build_report(r: AcceptResult, max_drop: float | None, min_tau: float | None
                           Column("llama_cpp_verdict", "llama.cpp verdict")]
     sections: list[Any] = [Table(
         "Acceptance length τ per drafter", columns,
-        rows, id="drafters", flagged=flagged, level="error" if failures else "warning" if worse else "info",
+        rows, id="drafters", flagged=flagged, level="error" if failures else "warning" if named else "info",
         note="τ = mean over prompts of committed tokens per target forward; τ all rounds pools every round; "
              "Δτ and its CI are paired over prompts (see 'confidence interval')"
              + ("; τ llama.cpp: the same prompts through llama-speculative-simple, Δτ llama.cpp against this "

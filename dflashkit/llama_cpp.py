@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+import numpy as np
+
 from .errors import DFlashError, UsageError
 
 SPECULATIVE_BINARY = "llama-speculative-simple"
@@ -56,6 +58,13 @@ def check_prompt_text(text: str) -> None:
     if len(text.encode("utf-8")) > MAX_PROMPT_BYTES:
         raise DFlashError(f"a prompt is over {MAX_PROMPT_BYTES} bytes: llama-speculative-simple takes it on its command "
                           "line (128 KiB per argument at most) — shorten it, or run without --llama-cpp")
+
+
+def mean_tau(taus: Sequence[float]) -> float:
+    """A drafter's τ: the mean over prompts of per-prompt τ, prompts without a round (nan) left out — in both
+    runtimes alike."""
+    finite = [x for x in taus if math.isfinite(x)]
+    return float(np.mean(finite)) if finite else math.nan
 
 
 @dataclass
@@ -94,8 +103,7 @@ class LlamaCppDrafterRun:
 
     @property
     def tau(self) -> float:
-        t = [x for x in self.taus if math.isfinite(x)]
-        return sum(t) / len(t) if t else math.nan
+        return mean_tau(self.taus)
 
     @property
     def drafted(self) -> int:
