@@ -1,4 +1,4 @@
-"""The floor of any Python bf16 -> bf16 converter, for issue 17's "<= 1.2x cp" row (``issue17.py`` times it
+"""The floor of any Python bf16 -> bf16 converter, for the "<= 1.2x cp" row (``commands_vs_reference.py`` times it
 beside ``cp -r`` and ``dflash-convert``): interpreter start plus the checkpoint's tensor byte ranges copied in the
 kernel (``copy_file_range``) into one preallocated file at GGUF's 32-byte alignment. No numpy, no GGUF header,
 no tokenizer: less than any converter can do.

@@ -4,7 +4,7 @@ Runs the command in this process with its phases wrapped — loading each drafte
 draft round, the weight section (``diff_drafters``) — and a thread sampling RSS every 10 ms; prints one
 line per phase, the number of draft calls and packed matmuls, the values they unpacked, and VmHWM.
 Figures in benchmarks/PERFORMANCE.md ("What changed"). Pass dflash-parity's own arguments, e.g. on the
-inputs `issue17.py --rows parity --keep` leaves in its work directory:
+inputs `commands_vs_reference.py --rows parity --keep` leaves in its work directory:
 
     python benchmarks/parity_profile.py W/drafter4b W/drafter4b-q8_0.gguf --target W/target-head.gguf --rounds 3 --json
 """

@@ -24,9 +24,9 @@ import numpy as np
 
 from .bounds import dumps
 from .errors import DFlashError, UsageError
-from .files import atomic_output, check_output
+from .files import atomic_output, check_output, write_text_atomic
 from .llama_cpp import LlamaCppDrafterRun, mean_tau
-from .reporting import Bar, BarChart, BarGroup, Column, Field, Notes, Report, Table, write_text_atomic
+from .reporting import Bar, BarChart, BarGroup, Column, Field, Notes, Report, Table
 from .runtime import HFTarget, LoadInfo, load_drafter
 from .runtime.load import VERIFY_MODE
 from .runtime.speculative import SpeculativeResult, check_pair, default_stop_ids, speculative_generate

@@ -11,13 +11,15 @@ import math
 import os
 import sys
 import traceback
+from pathlib import Path
 from typing import Any, Callable
 
 import click
 
 from .bounds import MAX_LAYERS, U32_MAX, dumps, escape_name
 from .dialects import DEFAULT_DIALECT, DIALECTS
-from .errors import DFlashError
+from .errors import DFlashError, UsageError
+from .files import check_output, write_text_atomic
 from .filetypes import OUTTYPE_CHOICES
 
 MAX_PARITY_ROUNDS = 10_000  # each round keeps a block of logits for the report: 1e8 rounds asked for ~82 GB
@@ -113,7 +115,6 @@ def _expect_verdicts() -> list[str]:
 
 def _layer_ids(value: str) -> list[int]:
     """``--target-layer-ids 1,9,17``: sorted, unique, non-negative integers."""
-    from .errors import UsageError
 
     try:
         ids = [int(v) for v in value.replace(" ", "").split(",") if v != ""]
@@ -163,9 +164,7 @@ def format_option(formats: tuple[str, ...] = REPORT_FORMATS, *, from_suffix: boo
 
 def _resolve_format(fmt: str | None, legacy: str | None, output: str | None = None) -> str:
     """--format, else an old --json/--markdown, else the -o suffix, else text; two that disagree are a usage error."""
-    from pathlib import Path
 
-    from .errors import UsageError
 
     fmt = fmt.lower() if fmt else None
     if fmt and legacy and fmt != legacy:
@@ -190,7 +189,6 @@ def _emit(text: str, output: str | None, force: bool, quiet: bool, status: str, 
             raise _Error("stdout is closed: the report has nowhere to go; write it with -o FILE")
         click.echo(text, nl=not text.endswith("\n"))
         return
-    from .reporting import write_text_atomic
 
     write_text_atomic(output, text, force=force)
     if not quiet:
@@ -389,11 +387,7 @@ def diff_command(
     Exit 0 when they match, 1 when a tensor is missing/unmapped/reshaped/unreadable, the metadata means
     something else, or --threshold is exceeded; 2 for usage errors.
     """
-    from pathlib import Path
-
     from .diff import diff_drafters
-    from .files import check_output
-    from .reporting import write_text_atomic
 
     fmt = _resolve_format(fmt, legacy_fmt, output)
     if output is not None:
@@ -438,7 +432,6 @@ def inspect_command(
 
     Exit 0 when no error (warnings allowed unless --strict), 1 when any error, 2 for usage.
     """
-    from .files import check_output
     from .inspect import inspect_paths
 
     fmt = _resolve_format(fmt, legacy_fmt, output)
@@ -451,7 +444,6 @@ def inspect_command(
 
 def _parse_fraction(value: str | None, option: str) -> float | None:
     """'0.99', '99%' or '99' (values above 1 are percentages) → 0.99."""
-    from .errors import UsageError
 
     if value is None:
         return None
@@ -468,7 +460,6 @@ def _parse_fraction(value: str | None, option: str) -> float | None:
 
 
 def _parse_ids(value: str | None) -> list[int] | None:
-    from .errors import UsageError
 
     if value is None:
         return None
@@ -527,10 +518,7 @@ def parity_command(
 
     Exit 0 when the thresholds hold (or none is given), 1 when one is missed or an input is bad, 2 for usage.
     """
-    from pathlib import Path
 
-    from .errors import UsageError
-    from .files import check_output
     from .parity import run_parity
 
     top1 = _parse_fraction(threshold_top1, "--threshold-top1")
@@ -633,12 +621,8 @@ def accept_command(
     or an input is bad; 2 for usage.
     """
     import os
-    from pathlib import Path
 
     from .accept import parse_template_kwargs, require_matplotlib, run_acceptance, write_png
-    from .errors import UsageError
-    from .files import check_output
-    from .reporting import write_text_atomic
 
     drop = _parse_fraction(max_drop, "--max-drop")
     gap = _parse_fraction(max_gap, "--max-gap")

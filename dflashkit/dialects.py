@@ -20,6 +20,7 @@ from gguf import GGUFValueType
 from . import bounds
 from .errors import DFlashError
 from .io.gguf_writer import MetadataEntry
+from .families import family_llama_cpp_tensor_aliases, family_llama_cpp_tensor_names
 from .spec import DrafterSpec, split_bid
 
 T = GGUFValueType
@@ -67,37 +68,19 @@ _LLAMA_CPP_TENSORS: dict[str, str] = {
     "layers.{bid}.mlp.gate_proj.weight": "blk.{bid}.ffn_gate.weight",
     "layers.{bid}.mlp.up_proj.weight": "blk.{bid}.ffn_up.weight",
     "layers.{bid}.mlp.down_proj.weight": "blk.{bid}.ffn_down.weight",
-    # DFlash 2
-    "layers.{bid}.attention_conv.base_kernel": "blk.{bid}.attn_conv_base",
-    "layers.{bid}.attention_conv.kernel_projection.weight": "blk.{bid}.attn_conv_proj.weight",
-    "layers.{bid}.mlp_conv.base_kernel": "blk.{bid}.ffn_conv_base",
-    "layers.{bid}.mlp_conv.kernel_projection.weight": "blk.{bid}.ffn_conv_proj.weight",
-    "candidate_selector.predecessor_codebook.weight": "selector_predecessor.weight",
-    "candidate_selector.successor_codebook.weight": "selector_successor.weight",
-    "candidate_selector.hidden_projection.weight": "selector_hidden.weight",
+    # a reduced draft vocabulary's map to target ids (speculators DFlash, DSpark)
+    "d2t": "d2t",
     # attention sinks (llama.cpp's gguf-py: attn_sinks, F32 {n_head})
     "layers.{bid}.self_attn.sinks": "blk.{bid}.attn_sinks.weight",
 }
-#: DSpark heads and the Gemma-4 DSpark backbone (llama.cpp only; families/dspark.py, gemma4_dspark.py)
-_LLAMA_CPP_DSPARK_TENSORS: dict[str, str] = {
-    "markov_head.markov_w1.weight": "markov_w1.weight",
-    "markov_head.markov_w2.weight": "markov_w2.weight",
-    "markov_head.markov_w2.scale": "markov_w2.scale",
-    "confidence_head.proj.weight": "conf_proj.weight",
-    "confidence_head.proj.bias": "conf_proj.bias",
-    "d2t": "d2t",
-    "rope_freqs.weight": "rope_freqs.weight",
-    "layers.{bid}.post_attention_norm.weight": "blk.{bid}.post_attention_norm.weight",
-    "layers.{bid}.post_feedforward_layernorm.weight": "blk.{bid}.post_ffw_norm.weight",
-    "layers.{bid}.layer_scalar.weight": "blk.{bid}.layer_output_scale.weight",
-}
+#: What each family adds to llama.cpp's table (its own heads and layers, `DrafterFamily.llama_cpp_tensor_names`);
+#: the other dialects' loaders have no names for them.
+_FAMILY_TENSORS: dict[str, str] = family_llama_cpp_tensor_names()
 
-CANONICAL_TENSORS: tuple[str, ...] = tuple(_LLAMA_CPP_TENSORS)
-DFLASH2_TENSORS: frozenset[str] = frozenset(
-    k for k in CANONICAL_TENSORS if "conv" in k or k.startswith("candidate_selector.")
-)
 #: tensors only llama.cpp's loader has names for (the Luce and dflash-draft loaders have none)
-LLAMA_CPP_ONLY_TENSORS: frozenset[str] = DFLASH2_TENSORS | {"layers.{bid}.self_attn.sinks"}
+LLAMA_CPP_ONLY_TENSORS: frozenset[str] = frozenset({"layers.{bid}.self_attn.sinks"})
+
+
 def _template_regex(template: str) -> re.Pattern[str]:
     return re.compile("^" + re.escape(template).replace(r"\{bid\}", r"(?P<bid>\d+)") + "$")
 
@@ -132,7 +115,7 @@ class Dialect:
     tensor_names: Mapping[str, str]  # canonical → GGUF name template
     tensor_aliases: Mapping[str, str] = field(default_factory=dict)  # other GGUF names accepted on read
     tap_offset: int = 0  # stored id = HF id + tap_offset
-    supports_dflash2: bool = False
+    names_conv_selector: bool = False  # has names for per-layer convolutions and a candidate selector
     description: str = ""
     #: the runtime's loader refuses a file without ``tokenizer.ggml.model``
     needs_tokenizer: bool = False
@@ -248,19 +231,11 @@ LLAMA_CPP = Dialect(
     architectures=("dflash",),
     description="upstream llama.cpp LLM_ARCH_DFLASH (also llama-cpp-python)",
     tap_offset=1,
-    supports_dflash2=True,
+    names_conv_selector=True,
     needs_tokenizer=True,
-    tensor_names={**_LLAMA_CPP_TENSORS, **_LLAMA_CPP_DSPARK_TENSORS},
-    # DFlash 2 GGUFs written before llama.cpp settled its names (zoo.md §2): read, rewritten on translate
-    tensor_aliases={
-        "selector.hidden_proj.weight": "selector_hidden.weight",
-        "selector.pred_codebook": "selector_predecessor.weight",
-        "selector.succ_codebook": "selector_successor.weight",
-        "blk.{bid}.attn_conv.base": "blk.{bid}.attn_conv_base",
-        "blk.{bid}.attn_conv.proj.weight": "blk.{bid}.attn_conv_proj.weight",
-        "blk.{bid}.ffn_conv.base": "blk.{bid}.ffn_conv_base",
-        "blk.{bid}.ffn_conv.proj.weight": "blk.{bid}.ffn_conv_proj.weight",
-    },
+    tensor_names={**_LLAMA_CPP_TENSORS, **_FAMILY_TENSORS},
+    # names written before llama.cpp settled them (zoo.md §2), per family: read, rewritten on translate
+    tensor_aliases=family_llama_cpp_tensor_aliases(),
     file_type_after="{arch}.attention.value_length",
     keys=(
         KeySpec("n_layers", "{arch}.block_count", T.UINT32, required=True),
@@ -310,7 +285,7 @@ LUCE = Dialect(
     architectures=("qwen35-dflash-draft", "gemma4-dflash-draft", "dflash-draft"),
     description="Luce-Org/lucebox draft_gguf_loader",
     tap_offset=0,
-    supports_dflash2=False,
+    names_conv_selector=False,
     target_count_architectures=("gemma4-dflash-draft",),
     architecture_for=lambda spec: _luce_arch(spec),
     tensor_names={
@@ -352,7 +327,7 @@ DFLASH_DRAFT = Dialect(
     architectures=("dflash-draft",),
     description="Anbeeld / beellama.cpp / ht-llama.cpp lineage",
     tap_offset=0,
-    supports_dflash2=False,
+    names_conv_selector=False,
     tensor_names={
         **{k: v for k, v in _LLAMA_CPP_TENSORS.items() if k not in LLAMA_CPP_ONLY_TENSORS},
         "fc.weight": "dflash_fc.weight",
@@ -508,7 +483,7 @@ def spec_from_gguf_metadata(kvs: Mapping[str, Any], dialect: Dialect, arch: str,
     n_target_layers = fields_.get("num_target_layers")
     if dialect.stores_target_count(arch):
         n_target_layers = fields_.get("luce_n_target_layers")
-    from .families import family_for_gguf  # on use: dflash-quantize reads this table and never needs the families
+    from .families import family_for_gguf
 
     spec = DrafterSpec(
         # the family's GGUF signature (DFlash 2: the conv keys) gives the HF architecture back

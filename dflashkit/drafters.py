@@ -31,11 +31,6 @@ from .io.safetensors_reader import SafetensorsCheckpoint, SafetensorsTensor, ope
 from .spec import DrafterSpec, read_config_json
 from .variants import current_layout, detect_variant
 
-Q = GGMLQuantizationType
-
-#: safetensors dtype → bits per element (for reports)
-_ST_BITS = {"F64": 64, "F32": 32, "F16": 16, "BF16": 16, "I64": 64, "I32": 32, "I16": 16, "I8": 8, "U8": 8, "BOOL": 8}
-
 
 @dataclass(frozen=True)
 class TensorRef:
@@ -249,10 +244,7 @@ def _fill_vocab(spec: DrafterSpec, metadata: dict[str, Any], tensors: dict[str, 
     tokens = metadata.get("tokenizer.ggml.tokens")
     if isinstance(tokens, list) and tokens:
         return replace(spec, vocab_size=len(tokens))
-    codebook = tensors.get("candidate_selector.predecessor_codebook.weight")
-    if codebook is not None:
-        return replace(spec, vocab_size=codebook.shape[0])
-    return spec
+    return spec  # else the family may tell it from its tensors (`DrafterFamily.refine_spec`)
 
 
 def with_target_layer_ids(config: dict[str, Any], ids: Sequence[int], path: str) -> dict[str, Any]:

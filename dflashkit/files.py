@@ -476,6 +476,14 @@ def write_bytes_atomic(out: str | os.PathLike[str], data: bytes, *, force: bool 
 MAX_JSON_CONTAINERS = 4_000_000
 
 
+def write_text_atomic(path: str | os.PathLike[str], text: str, *, force: bool = False) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` through `atomic_output`; refuses to overwrite without force."""
+    out = Path(path)
+    if out.is_dir():
+        raise DFlashError(f"{out}: is a directory; give the report file name")
+    return write_bytes_atomic(out, text.encode("utf-8"), force=force)
+
+
 def json_container_count(raw: bytes) -> int:
     """An upper bound of the objects and arrays in ``raw`` (brackets inside strings count too), in one pass of C."""
     return raw.count(b"{") + raw.count(b"[")

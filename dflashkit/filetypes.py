@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
+from gguf import GGMLQuantizationType, LlamaFileType
+
+from .quant_types import is_quantized
 
 Q = GGMLQuantizationType
 F = LlamaFileType
@@ -29,8 +31,7 @@ class FileType:
 
     @property
     def quantized(self) -> bool:
-        # ggml_is_quantized: block types (F32/F16/BF16 have a block of 1)
-        return GGML_QUANT_SIZES[self.default_type][0] > 1
+        return is_quantized(self.default_type)
 
 
 #: Every file type dflashkit writes, by llama.cpp name.

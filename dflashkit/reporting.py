@@ -15,15 +15,13 @@ from __future__ import annotations
 import html
 import json
 import math
-import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence, Union
 
 from .errors import DFlashError
 from .bounds import one_line
-from .files import write_bytes_atomic
+from .files import write_text_atomic  # noqa: F401 (re-exported: reports are written with the one atomic writer)
 
 #: section/status levels, mildest first
 LEVELS = ("ok", "info", "warning", "error")
@@ -507,16 +505,3 @@ def bar_chart_svg(chart: BarChart) -> str:
     svg.append("</svg>")
     legend = "".join(f'<span><i style="background:{c}"></i>{e(s)}</span>' for s, c in colours.items() if s)
     return f'<div class="chart">{"".join(svg)}</div><div class="legend">{legend}</div>'
-
-
-# --------------------------------------------------------------------------------------------
-# Output
-# --------------------------------------------------------------------------------------------
-
-
-def write_text_atomic(path: str | os.PathLike[str], text: str, *, force: bool = False) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` through `files.atomic_output`; refuses to overwrite without force."""
-    out = Path(path)
-    if out.is_dir():
-        raise DFlashError(f"{out}: is a directory; give the report file name")
-    return write_bytes_atomic(out, text.encode("utf-8"), force=force)

@@ -21,15 +21,11 @@ from . import bounds
 from .errors import DFlashError
 from .files import file_kind, read_json
 
-ARCH_DFLASH = "DFlashDraftModel"
-ARCH_DFLASH2 = "DFlash2DraftModel"
-
-
 @dataclass(frozen=True)
 class DrafterSpec:
     """Everything a runtime needs to know about a drafter besides its tensors."""
 
-    architecture: str  # ARCH_DFLASH or ARCH_DFLASH2
+    architecture: str  # HF architectures[0]; its family (`dflashkit.families`) owns it
     hidden_size: int
     n_layers: int
     n_heads: int
@@ -80,10 +76,6 @@ class DrafterSpec:
     attention_scale: float | None = None  # attention softmax scale (Gemma-4 DSpark: 1.0); None = 1/sqrt(head_dim)
     # per-dimension RoPE frequency factors (llama.cpp's rope_freqs.weight; Gemma-4 proportional RoPE)
     rope_freq_factors: tuple[float, ...] | None = field(default=None, compare=False)
-
-    @property
-    def is_dflash2(self) -> bool:
-        return self.architecture == ARCH_DFLASH2
 
     @property
     def n_taps(self) -> int:

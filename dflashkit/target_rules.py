@@ -16,6 +16,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from .dialects import Dialect
 from .errors import DFlashError
+from .families import has_conv_selector
 from .spec import DrafterSpec
 
 
@@ -48,7 +49,7 @@ def _mask(spec: DrafterSpec, t: TargetShape) -> Any:
 
 
 def _selector_vocab(spec: DrafterSpec, t: TargetShape) -> Any:
-    return True if spec.vocab_size is not None and spec.vocab_size != t.vocab_size and spec.is_dflash2 else None
+    return True if spec.vocab_size is not None and spec.vocab_size != t.vocab_size and has_conv_selector(spec) else None
 
 
 def taps_out_of_range(layer_ids: Sequence[int], n_layers: int) -> list[int]:

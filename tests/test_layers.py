@@ -24,11 +24,11 @@ LAYERS: dict[str, int] = {
     "dflashkit.bounds": 0,
     "dflashkit.reporting": 0,
     "dflashkit.filetypes": 0,
+    "dflashkit.quant_types": 0,  # ggml types and their sizes (the one reader of gguf's GGML_QUANT_SIZES)
     "dflashkit.codecs": 1,
     "dflashkit.io": 2,
     "dflashkit.families": 3,
     "dflashkit.dialects": 3,
-    "dflashkit.tensors": 3,
     "dflashkit.drafters": 3,
     "dflashkit.variants": 3,
     "dflashkit.target_rules": 3,
@@ -46,8 +46,15 @@ LAYERS: dict[str, int] = {
 }
 
 
+#: a family folder's own modules sit in the layer of what they extend: its inspect checks with the inspect
+#: package, its PyTorch block with the runtime (the registry never imports them)
+FAMILY_FOLDER_MODULES: dict[str, int] = {"checks": 4, "runtime": 5}
+
+
 def layer_of(module: str) -> int | None:
     parts = module.split(".")
+    if len(parts) == 4 and parts[:2] == ["dflashkit", "families"] and parts[3] in FAMILY_FOLDER_MODULES:
+        return FAMILY_FOLDER_MODULES[parts[3]]
     for n in range(len(parts), 0, -1):
         key = ".".join(parts[:n])
         if key in LAYERS:

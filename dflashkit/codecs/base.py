@@ -14,10 +14,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf import GGMLQuantizationType
 
 from dflashkit.errors import DFlashError
 from dflashkit.files import signals_deferred
+from dflashkit.quant_types import sizes
 
 QUANT_TYPES: dict[GGMLQuantizationType, "QuantType"] = {}
 
@@ -121,7 +122,7 @@ def run_chunked(kernel: Callable[[np.ndarray, np.ndarray], Any], x: np.ndarray, 
 def tensor_nbytes(ggml_type: GGMLQuantizationType, shape: Sequence[int]) -> int:
     """Bytes of a tensor of ``ggml_type`` with numpy-order ``shape`` (row length last; GGUF's ne0).
     The row length must be a multiple of the type's block size (DFlashError otherwise)."""
-    block, type_size = GGML_QUANT_SIZES[ggml_type]
+    block, type_size = sizes(ggml_type)
     if len(shape) and shape[-1] % block:
         raise DFlashError(
             f"row length {shape[-1]} is not a multiple of {GGMLQuantizationType(ggml_type).name}'s block size {block}"
@@ -162,7 +163,7 @@ class BlockFormat:
         if ggml_type is None:
             return
         cls.ggml_type = ggml_type
-        cls.block_size, cls.type_size = GGML_QUANT_SIZES[ggml_type]
+        cls.block_size, cls.type_size = sizes(ggml_type)
         assert ggml_type not in cls.registry, ggml_type
         cls.registry[ggml_type] = cls()
 

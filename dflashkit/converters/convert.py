@@ -320,9 +320,6 @@ def _convert_checkpoint(
     mapped = {c: drafter.source_tensor(c) for c in drafter.tensors}
     prefetch(sorted({t.file for t in mapped.values()}))  # shard reads overlap the target/tokenizer work
     check_dialect_holds(spec, dialect_table, str(directory), hint=" — use --dialect llama.cpp")
-    codebook = mapped.get("candidate_selector.predecessor_codebook.weight")
-    if codebook is not None and spec.vocab_size is None:
-        spec = replace(spec, vocab_size=codebook.shape[0])
     check_spec(spec, str(directory))
     source_shapes = {c: tuple(t.shape) for c, t in mapped.items()}
     family.check_source(spec, source_shapes, str(directory))  # first: names the family's key (d2t, lm_head)

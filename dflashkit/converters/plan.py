@@ -18,7 +18,7 @@ from gguf import GGMLQuantizationType, GGUFValueType
 
 from ..dialects import Dialect, encode_metadata
 from ..errors import DFlashError
-from ..families import family_for_spec
+from ..families import family_for_spec, has_conv_selector
 from ..filetypes import CONVERT_OUTTYPES, outtype_file_type
 from ..families.tensor_set import check_tensor_set
 from ..io.gguf_writer import QUANTIZATION_VERSION, MetadataEntry, llama_tensor_order_key
@@ -96,8 +96,9 @@ def _json_value(entry: MetadataEntry) -> Any:
 
 
 def check_dialect_holds(spec: DrafterSpec, dialect: Dialect, source: str, *, hint: str = "") -> None:
-    """A dialect without DFlash 2 tensor names cannot hold a DFlash 2 drafter."""
-    if spec.is_dflash2 and not dialect.supports_dflash2:
+    """A dialect without names for per-layer convolutions and a candidate selector cannot hold a drafter
+    that has them (DFlash 2)."""
+    if has_conv_selector(spec) and not dialect.names_conv_selector:
         raise DFlashError(
             f"{source}: a DFlash 2 drafter cannot be written in the {dialect.name} dialect "
             f"(it has no conv/selector tensors){hint}"

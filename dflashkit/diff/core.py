@@ -22,7 +22,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..dialects import LLAMA_CPP
-from ..families.dspark import DSPARK_ARCHITECTURES
+from ..families import family_for_architecture
 from ..errors import DFlashError
 from ..drafters import DrafterFile, TensorRef, open_drafter
 from ..reporting import Bar, BarChart, BarGroup, Column, Field, Report, Table
@@ -377,9 +377,10 @@ def _spec_differences(fa: DrafterFile, fb: DrafterFile) -> list[SpecDifference]:
     diffs = compare_specs(fa.spec, fb.spec, carried_a=carried_fields(fa), carried_b=carried_fields(fb))
     out = []
     for d in diffs:
-        if d.field == "architecture" and {d.a, d.b} <= set(DSPARK_ARCHITECTURES) and "gguf" in (fa.kind, fb.kind):
-            d = replace(d, meaningful=False, note="the five DSpark architecture names convert alike; a GGUF does not "
-                                                  "record which one the checkpoint used")
+        family = family_for_architecture(d.a) if d.field == "architecture" and isinstance(d.a, str) else None
+        if family is not None and family.gguf_architecture_note and d.b in family.architectures \
+                and "gguf" in (fa.kind, fb.kind):
+            d = replace(d, meaningful=False, note=family.gguf_architecture_note)
         if d.field == "target_layer_ids":
             d = replace(d, note=f"compared in the HF convention; A stores {_stored_taps(fa)}: {fa.tap_convention}; "
                                 f"B stores {_stored_taps(fb)}: {fb.tap_convention}")

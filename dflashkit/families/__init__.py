@@ -1,48 +1,117 @@
 """Drafter families and their registry.
 
-One module per family (``zlab_dflash.py``, ``zlab_dflash2.py``, ``dspark.py``, ``speculators_dspark.py``,
-``gemma4_dspark.py``, ``deepseek_v4_dspark.py``), each a `DrafterFamily`
-(`base.py`). The registry below is the only place that lists them: HF configs are claimed by
-`DrafterFamily.matches` (architecture string, or config shape), GGUF metadata by
-`DrafterFamily.matches_gguf`, specs by their ``architecture``.
+One folder per family (``families/<name>/``): its ``__init__.py`` is a `DrafterFamily` subclass (config →
+spec, tensor map and `sanitize`, expected tensors, metadata, labels, runtime facts); ``checks.py`` holds its
+inspect checks and ``runtime.py`` its PyTorch block, when it has them. The registry fills itself: every
+folder is imported here and every subclass that names itself registers (`base.DrafterFamily.__init_subclass__`),
+ordered by `DrafterFamily.priority`. HF configs are claimed by `DrafterFamily.matches` (architecture string,
+or config shape), GGUF metadata by `DrafterFamily.matches_gguf`, specs by their ``architecture``. The rest
+of the package asks the functions below and never names a family.
 
-Adding a family: one module here, one line in `FAMILIES`, its tests.
+Adding a family: one folder here, its fixture, its test, one docs row (docs/adding-a-family.md).
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from pathlib import Path
 from typing import Any, Mapping
 
 from .. import bounds
 from ..errors import DFlashError
-from ..spec import ARCH_DFLASH, ConfigView, DrafterSpec, read_config_json
-from . import speculators_dflash, zlab_dflash, zlab_dflash2
-# DSpark families (issue 13, 13B)
-from . import deepseek_v4_dspark, dspark, gemma4_dspark, speculators_dspark
-from .base import DrafterFamily
+from ..spec import ConfigView, DrafterSpec, read_config_json
+from .base import REGISTERED, DrafterFamily
+from .zlab_dflash import rope_type_of  # the config reader every family and the runtime share
 
-#: Every family, in matching order (the first whose `matches` is true wins).
-FAMILIES: tuple[DrafterFamily, ...] = (
-    # DSpark (13B): before z-lab, whose GGUF signature (no conv keys) claims every other dflash file;
-    # the speculators layout before SpecForge's (both carry DSparkDraftModel; told apart by shape)
-    speculators_dspark.FAMILY,
-    gemma4_dspark.FAMILY,
-    dspark.FAMILY,
-    deepseek_v4_dspark.FAMILY,
-    # speculators DFlash / DFlash 2 (13C): same architecture strings as z-lab, claimed by config
-    # shape — so they come before the z-lab families, which claim by name
-    speculators_dflash.DFLASH,
-    speculators_dflash.DFLASH2,
-    # z-lab DFlash
-    zlab_dflash.FAMILY,
-    zlab_dflash2.FAMILY,
-)
+for _folder in pkgutil.iter_modules(__path__):
+    if _folder.ispkg:  # a family folder (its checks / runtime modules are imported by the layers that run them)
+        importlib.import_module(f"{__name__}.{_folder.name}")
+
+#: Every family, in matching order (the first whose `matches` is true wins): highest priority first.
+FAMILIES: tuple[DrafterFamily, ...] = tuple(sorted(REGISTERED, key=lambda f: -f.priority))
 #: Claims an HF config with no ``architectures`` list (z-lab's early configs) and names tensors of
 #: a config no family claims.
-DEFAULT_FAMILY: DrafterFamily = zlab_dflash.FAMILY
+DEFAULT_FAMILY: DrafterFamily = next(f for f in FAMILIES if type(f).__dict__.get("default"))
 #: Every HF architecture string a family claims by name.
 KNOWN_ARCHITECTURES: tuple[str, ...] = tuple(dict.fromkeys(a for f in FAMILIES for a in f.architectures))
+#: ``speculators_model_type`` values of the families (speculators' other algorithms, e.g. eagle3, are not ours)
+SPECULATORS_MODEL_TYPES: tuple[str, ...] = tuple(sorted({t for f in FAMILIES for t in f.speculators_model_types}))
+
+
+def family_llama_cpp_tensor_names() -> dict[str, str]:
+    """What the families add to llama.cpp's tensor-name table (canonical id → GGUF name)."""
+    return {k: v for f in FAMILIES for k, v in type(f).__dict__.get("llama_cpp_tensor_names", {}).items()}
+
+
+def family_llama_cpp_tensor_aliases() -> dict[str, str]:
+    """Older llama.cpp GGUF names of the families' tensors (old name → current name)."""
+    return {k: v for f in FAMILIES for k, v in type(f).__dict__.get("llama_cpp_tensor_aliases", {}).items()}
+
+
+def folder_modules(kind: str) -> list[str]:
+    """Import paths of every family's ``kind`` module (``"checks"``, ``"runtime"``) that exists."""
+    return [f"{type(f).__module__}.{kind}" for f in FAMILIES if kind in type(f).__dict__.get("folder_modules", ())]
+
+
+def family_for_architecture(architecture: str) -> DrafterFamily | None:
+    """The first family (matching order) that claims ``architecture`` by name."""
+    return next((f for f in FAMILIES if architecture in f.architectures), None)
+
+
+def runtime_family(architecture: str, runtime_block: str | None = None) -> DrafterFamily:
+    """The family whose runtime block runs a drafter: one that runs ``architecture`` on a backbone of its
+    own, else the first with ``runtime_block`` (default: that of the family claiming ``architecture``)."""
+    for f in FAMILIES:
+        if f.own_backbone and architecture in f.architectures:
+            return f
+    if runtime_block is None:
+        runtime_block = (family_for_architecture(architecture) or DEFAULT_FAMILY).runtime_module
+    for f in FAMILIES:
+        if f.runtime_module == runtime_block and f.runtime_class and not f.own_backbone:
+            return f
+    raise DFlashError(f"unknown drafter runtime '{runtime_block}' (one of {', '.join(runtime_blocks())})")
+
+
+def plain_runtime_block(architecture: str) -> str:
+    """The runtime block of a plain `DrafterSpec` (no runtime fields computed): that of the family that runs
+    ``architecture`` as a plain spec (``plain_runtime``), else the default family's."""
+    for f in FAMILIES:
+        if type(f).__dict__.get("plain_runtime") and architecture in f.architectures:
+            return f.runtime_module
+    return DEFAULT_FAMILY.runtime_module
+
+
+def runtime_param_paths() -> dict[str, str]:
+    """Canonical id → runtime parameter path, where a family's runtime block names a tensor otherwise."""
+    return {k: v for f in FAMILIES for k, v in type(f).__dict__.get("runtime_param_paths", {}).items()}
+
+
+def plain_label(architecture: str) -> str | None:
+    """What reports call a plain spec of ``architecture`` (a family that runs it as a plain spec, in its own
+    layout), or None when no such family claims it."""
+    for f in FAMILIES:
+        if type(f).__dict__.get("plain_runtime") and architecture in f.architectures:
+            return f.labels.get(DEFAULT_FAMILY.label_layout)
+    return None
+
+
+def runtime_blocks() -> tuple[str, ...]:
+    """Every runtime block id (`RuntimeConfig.family`) a family declares."""
+    return tuple(dict.fromkeys(f.runtime_module for f in FAMILIES if f.runtime_module))
+
+
+def label_for(architecture: str, runtime_block: str | None, layout: str | None) -> str:
+    """What reports call a drafter: the label of the family that runs it in ``layout``."""
+    backbone = next((f for f in FAMILIES if f.own_backbone and architecture in f.architectures), None)
+    if backbone is not None:
+        return backbone.label(layout)
+    if runtime_block is None:
+        runtime_block = (family_for_architecture(architecture) or DEFAULT_FAMILY).runtime_module
+    for f in FAMILIES:
+        if f.runtime_module == runtime_block and layout in f.labels and not f.own_backbone:
+            return f.labels[layout]
+    return f"{layout} {runtime_block}"
 
 
 def _not_a_drafter(path: str, architecture: Any) -> DFlashError:
@@ -55,7 +124,7 @@ def _not_a_drafter(path: str, architecture: Any) -> DFlashError:
 def architecture_of(config: Mapping[str, Any], path: str = "config.json") -> str:
     """``architectures[0]`` of an HF config (z-lab's early configs have none: DFlash). A bare string is
     taken as a one-element list; anything else but a non-empty list of strings is a one-line error."""
-    archs = config.get("architectures") or [ARCH_DFLASH]
+    archs = config.get("architectures") or [DEFAULT_FAMILY.architectures[0]]
     if isinstance(archs, str):  # a bare string is accepted as a one-element list
         archs = [archs]
     if not isinstance(archs, list) or not archs:
@@ -63,10 +132,6 @@ def architecture_of(config: Mapping[str, Any], path: str = "config.json") -> str
     if not isinstance(archs[0], str):
         raise _not_a_drafter(path, archs[0])
     return archs[0]
-
-
-#: ``speculators_model_type`` values of the DFlash families (speculators' other algorithms, e.g. eagle3, are not)
-SPECULATORS_MODEL_TYPES = ("dflash", "dflash2", "dspark")
 
 
 def family_for_config(config: Mapping[str, Any], path: str = "config.json") -> DrafterFamily:
@@ -80,6 +145,12 @@ def family_for_config(config: Mapping[str, Any], path: str = "config.json") -> D
         if family.matches(config, architecture):
             return family
     raise _not_a_drafter(path, architecture)
+
+
+def has_conv_selector(spec: DrafterSpec) -> bool:
+    """Whether the spec's family carries per-layer convolutions and a candidate selector (DFlash 2)."""
+    family = family_for_architecture(spec.architecture)
+    return family is not None and family.conv_selector
 
 
 def family_for_spec(spec: DrafterSpec) -> DrafterFamily:
@@ -138,11 +209,23 @@ __all__ = [
     "DrafterFamily",
     "architecture_of",
     "expected_tensors",
+    "family_for_architecture",
     "family_for_config",
     "family_for_gguf",
     "family_for_spec",
+    "family_llama_cpp_tensor_aliases",
+    "family_llama_cpp_tensor_names",
+    "folder_modules",
+    "has_conv_selector",
+    "plain_label",
+    "plain_runtime_block",
+    "rope_type_of",
+    "label_for",
     "load_hf_config",
     "optional_tensors",
     "read_hf_config",
+    "runtime_blocks",
+    "runtime_family",
+    "runtime_param_paths",
     "spec_from_hf_config",
 ]

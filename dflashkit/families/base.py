@@ -10,7 +10,7 @@ architecture strings itself.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 from gguf import GGMLQuantizationType
@@ -19,15 +19,82 @@ from ..io.gguf_writer import MetadataEntry
 from ..spec import ConfigView, DrafterSpec
 
 
+#: Every family class that names itself, in definition order (`DrafterFamily.__init_subclass__`); the
+#: registry (`dflashkit.families`) orders their singletons by `DrafterFamily.priority`.
+REGISTERED: list["DrafterFamily"] = []
+
+
 class DrafterFamily:
-    """Base class: override what differs. Instances are module-level singletons, listed in the registry."""
+    """Base class: override what differs. A subclass that sets ``name`` registers itself (as gguf-py's
+    ``quants.py`` registers quant types): its singleton is ``cls.instance``, listed by the registry."""
 
     #: short id, e.g. "zlab-dflash"
     name: str = ""
+    #: matching order: a higher priority is asked first (a family claimed by config shape before one
+    #: claimed by architecture string; ties keep definition order)
+    priority: int = 0
+    #: claims an HF config with no ``architectures`` list and names the tensors of a config no family claims
+    default: bool = False
+    #: what reports call a drafter of this family, per checkpoint layout (``None`` key: any other layout)
+    labels: Mapping[str | None, str] = {}
+    #: what reports call its GGUF (read back through a dialect table)
+    gguf_label: str = ""
+    #: modules of the family's folder imported by the layer that needs them: ``checks`` (inspect checks,
+    #: registered on import) and ``runtime`` (its PyTorch block, imports torch) — never by the registry
+    folder_modules: tuple[str, ...] = ()
+
+    instance: "DrafterFamily"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:
+            cls.instance = cls()
+            REGISTERED.append(cls.instance)
+
+    # ---- runtime facts (the runtime asks these; it never names a family) ---------------------------
+    def runtime_fields(self, spec: DrafterSpec, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Any]:
+        """`RuntimeConfig` fields this family decides from its tensors (``shapes``: canonical id → shape of the
+        tensors at hand; empty for a config alone) beyond what every family derives."""
+        return {}
+
+    def check_runtime(self, cfg: Any, path: str) -> None:
+        """Family rules on a lifted `RuntimeConfig` (one-line DFlashError naming the key)."""
+
+    def label(self, layout: str | None) -> str:
+        """What reports call a drafter of this family stored in ``layout``."""
+        return self.labels.get(layout) or self.labels.get(None) or self.name
     #: HF ``architectures[0]`` strings this family claims (the first is written into specs)
     architectures: tuple[str, ...] = ()
-    #: module under ``dflashkit.runtime`` that runs this family (imports torch; never imported here)
+    #: id of the runtime block that runs this family (`RuntimeConfig.family`); families sharing a block share it
     runtime_module: str = ""
+    #: ``"module:Class"`` of that block's model (imports torch; resolved by ``dflashkit.runtime.zoo``, never here)
+    runtime_class: str = ""
+    #: runs on a backbone of its own (its ``runtime_class``), whatever block its heads share
+    own_backbone: bool = False
+    #: canonical id → the runtime block's parameter path, where they differ
+    runtime_param_paths: Mapping[str, str] = {}
+    #: why dflashkit's runtime does not run this family (refused by name), or "" when it does
+    runtime_unsupported: str = ""
+    #: ``speculators_model_type`` values this family reads (speculators' own configs)
+    speculators_model_types: tuple[str, ...] = ()
+    #: its tensors include per-layer convolutions and a candidate selector that only some dialects name
+    conv_selector: bool = False
+    #: always carries its own full-vocabulary head (decided without the tensors)
+    own_head: bool = False
+    #: its sliding window counts back from the anchor (speculators' mask) ...
+    window_from_anchor: bool = False
+    #: ... and is bidirectional within the block unless the config says ``sliding_window_non_causal``
+    window_non_causal_default: bool = False
+    #: canonical id → llama.cpp GGUF name (``{bid}`` = layer) of the tensors only this family has; the llama.cpp
+    #: dialect table adds them (the other dialects' loaders do not name them)
+    llama_cpp_tensor_names: Mapping[str, str] = {}
+    #: older GGUF names of those tensors, read and rewritten on translate
+    llama_cpp_tensor_aliases: Mapping[str, str] = {}
+    #: the layout a spec that names none is labelled in (the default family's)
+    label_layout: str = ""
+    #: why a GGUF cannot tell this family's architecture names apart ("" when it can): `dflash-diff` then
+    #: does not count an architecture-name difference between a checkpoint and its GGUF
+    gguf_architecture_note: str = ""
     #: True when `sanitize` changes tensor data (the converter then cannot copy bytes raw)
     transforms_data: bool = False
     #: DrafterSpec fields whose GGUF keys this family writes itself (`extra_metadata`, in its own

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dflashkit.errors import UsageError
+from dflashkit.families import folder_modules
 from dflashkit.inspect.checks import Check, InspectContext, register_check, registered_checks
 from dflashkit.inspect.findings import Finding, Severity
 from dflashkit.inspect.report import FileReport, InspectReport
@@ -36,12 +37,14 @@ _loaded = False
 
 def load_checks() -> None:
     """Import every submodule once so their @register_check decorators run (new check modules
-    dropped into this package are picked up without editing this file)."""
+    dropped into this package are picked up without editing this file), and every family's ``checks``."""
     global _loaded
     if _loaded:
         return
     for mod in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{mod.name}")
+    for name in folder_modules("checks"):
+        importlib.import_module(name)
     _loaded = True
 
 

@@ -30,9 +30,11 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
+from gguf import GGMLQuantizationType, GGUFValueType
 
 from dflashkit.codecs import tensor_nbytes
+from dflashkit.quant_types import KNOWN_TYPES, sizes
+from dflashkit.quant_types import block_size as quant_block_size
 from dflashkit.errors import FormatError
 
 __all__ = [
@@ -81,7 +83,7 @@ _SCALAR_FORMATS: dict[GGUFValueType, str] = {
 }
 _SCALAR_STRUCTS = {t: struct.Struct("<" + f) for t, f in _SCALAR_FORMATS.items()}
 _VALUE_TYPES = {int(t): t for t in GGUFValueType}
-_GGML_TYPES = {int(t): t for t in GGMLQuantizationType if t in GGML_QUANT_SIZES}
+_GGML_TYPES = KNOWN_TYPES
 
 # Typed numpy views for unquantized ggml types (BF16 as raw uint16: callers convert).
 _GGML_NUMPY_DTYPES: dict[GGMLQuantizationType, np.dtype] = {
@@ -244,8 +246,8 @@ class GGUFFile:
         dtype = _GGML_NUMPY_DTYPES.get(info.ggml_type)
         if dtype is not None:
             return raw.view(dtype).reshape(info.shape)
-        block_size, type_size = GGML_QUANT_SIZES[info.ggml_type]
-        row_bytes = info.dims[0] // block_size * type_size if info.dims else type_size
+        block, nbytes = sizes(info.ggml_type)
+        row_bytes = info.dims[0] // block * nbytes if info.dims else nbytes
         return raw.reshape(*info.shape[:-1], row_bytes)
 
 
@@ -535,7 +537,7 @@ def _parse_tensor_infos(p: _Parser, n_tensors: int) -> list[_RawTensor]:
             )
             valid = False
         elif valid:
-            block_size = GGML_QUANT_SIZES[ggml_type][0]
+            block_size = quant_block_size(ggml_type)
             ne0 = dims[0] if dims else 1
             if ne0 % block_size:
                 p.problem(

@@ -127,6 +127,10 @@ class BF16(Reinterpret, ggml_type=GGMLQuantizationType.BF16):
     dtype = torch.bfloat16
 
 
+#: ggml type name → torch dtype of the plain float types (a file's bytes viewed as it, then widened exactly)
+FLOAT_VIEWS: dict[str, torch.dtype] = {cls.ggml_type.name: cls.dtype for cls in (F32, F16, BF16)}
+
+
 # --- 32-value blocks
 class Q8_0(TorchDequant, ggml_type=GGMLQuantizationType.Q8_0):
     """block_q8_0: d (fp16) | qs int8[32]; x = qs * d."""

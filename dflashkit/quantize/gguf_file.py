@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
+from gguf import GGMLQuantizationType, GGUFValueType
 
 from dflashkit.errors import DFlashError
+from dflashkit.quant_types import type_size
 from dflashkit.io.gguf_reader import DEFAULT_ALIGNMENT, GGUFFile, TensorInfo, open_gguf
 from dflashkit.io.gguf_writer import (
     QUANTIZATION_VERSION,
@@ -114,7 +115,7 @@ def _can_dequantize(t: GGMLQuantizationType) -> bool:
     import gguf.quants
 
     try:
-        gguf.quants.dequantize(np.zeros(GGML_QUANT_SIZES[t][1], dtype=np.uint8), t)
+        gguf.quants.dequantize(np.zeros(type_size(t), dtype=np.uint8), t)
     except (NotImplementedError, KeyError, ValueError):
         return False
     return True

@@ -17,9 +17,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf import GGMLQuantizationType
 
 from dflashkit.errors import DFlashError, UsageError
+from dflashkit.quant_types import block_size, is_quantized
 from dflashkit.filetypes import ALL_FILE_TYPES, QUANTIZE_FILE_TYPES, FileType
 
 Q = GGMLQuantizationType
@@ -46,13 +47,6 @@ _FALLBACK: dict[GGMLQuantizationType, GGMLQuantizationType] = {
 }
 
 
-def is_quantized(t: GGMLQuantizationType) -> bool:
-    """ggml_is_quantized: block types (F32/F16/BF16 and the integer types have a block of 1)."""
-    return GGML_QUANT_SIZES[t][0] > 1
-
-
-def block_size(t: GGMLQuantizationType) -> int:
-    return GGML_QUANT_SIZES[t][0]
 
 
 @dataclass(frozen=True)

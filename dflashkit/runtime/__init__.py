@@ -7,21 +7,20 @@
     step = model.draft(target_hidden, block_ids, position_ids, cache, head)   # one round
     step.logits, step.tokens, step.hidden
 
-`dflash.py` holds the DFlash model, `dflash2.py` the DFlash 2 additions, `dspark.py` the DSpark heads,
-`gemma4_dspark.py` the Gemma-4 DSpark backbone, `cache.py` the croppable
-KV cache, `load.py` the loaders, `target.py` the transformers target runner (tap features).
+`dflash.py` holds the shared block every family builds on (attention, MLP, norms, RoPE, the draft round);
+a family's own block is ``runtime.py`` in its folder (`dflashkit.families`), found through `zoo.py`.
+`cache.py` holds the croppable KV cache, `load.py` the loaders, `target.py` the transformers target runner
+(tap features).
 """
 
 from .cache import DraftCache
 from .dflash import DFlashDraftModel, DraftStep, Linear, TargetHead
-from .dflash2 import DFlash2DraftModel
 from .load import DTYPES, LoadInfo, kernels_available, load_drafter, load_target_head, resolve_device, resolve_dtype
 from .target import DEFAULT_PROMPT, GreedyStream, HFTarget, extract_context_feature
 
 __all__ = [
     "DEFAULT_PROMPT",
     "DTYPES",
-    "DFlash2DraftModel",
     "DFlashDraftModel",
     "DraftCache",
     "DraftStep",

@@ -7,8 +7,8 @@ metadata through the dialect tables) with the zoo fields (``layout``, ``sample_f
 with and the spec does not say (`runtime_fields` derives them from the family, the tensors present and the
 file kind — no config is parsed here a second time):
 
-- ``family`` (dflash / dflash2 / dspark): the family's ``runtime_module``, which runtime file runs it (a
-  DSpark on a backbone of its own, `BACKBONE_LABELS` — Gemma-4 — runs in ``runtime/gemma4_dspark.py``);
+- ``family``: the family's ``runtime_module``, the id of the runtime block that runs it (a family on a
+  backbone of its own runs in that backbone's block: `dflashkit.families.runtime_family`);
 - ``own_embed_tokens`` / ``own_lm_head``: the drafter's own embeddings / head replace the target's, as
   llama.cpp's loader does (own head rows mapped to target ids through ``d2t``);
 - ``confidence_head_with_markov``: the DSpark confidence head also sees the Markov features;
@@ -33,22 +33,12 @@ from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 from ..errors import DFlashError
-from ..families import DrafterFamily, read_hf_config
-from ..families.zlab_dflash import rope_type_of
-from ..spec import ARCH_DFLASH2, DrafterSpec
+from ..families import (DEFAULT_FAMILY, DrafterFamily, family_for_architecture, label_for, plain_runtime_block,
+                        read_hf_config, rope_type_of, runtime_blocks, runtime_family)
+from ..spec import DrafterSpec
 
-FAMILIES = ("dflash", "dflash2", "dspark")
 HIDDEN_ACTS = ("silu", "gelu", "gelu_pytorch_tanh")
 ROPE_TYPES = ("default", "linear", "yarn")
-#: What reports call each (layout, family).
-FAMILY_LABELS = {
-    ("zlab", "dflash"): "z-lab DFlash", ("zlab", "dflash2"): "z-lab DFlash 2",
-    ("speculators", "dflash"): "speculators DFlash", ("speculators", "dflash2"): "speculators DFlash 2",
-    ("speculators", "dspark"): "speculators DSpark", ("specforge", "dspark"): "SpecForge DSpark",
-    ("zlab", "dspark"): "DSpark",
-    ("llama.cpp", "dflash"): "DFlash (llama.cpp GGUF)", ("llama.cpp", "dflash2"): "DFlash 2 (llama.cpp GGUF)",
-    ("llama.cpp", "dspark"): "DSpark (llama.cpp GGUF)",
-}
 
 
 #: DrafterSpec.rope_scaling key (llama.cpp's converter names) → transformers' rope_parameters key
@@ -67,7 +57,7 @@ def rope_parameters(scaling: Any) -> dict[str, Any] | None:
 class RuntimeConfig(DrafterSpec):
     """A `DrafterSpec` plus the runtime-only fields (defaults = z-lab DFlash behaviour)."""
 
-    family: str = "dflash"
+    family: str = DEFAULT_FAMILY.runtime_module
     own_embed_tokens: bool = False
     own_lm_head: bool = False
     confidence_head_with_markov: bool = True
@@ -77,16 +67,8 @@ class RuntimeConfig(DrafterSpec):
     sliding_window_non_causal: bool = False
 
     @property
-    def is_dflash2(self) -> bool:
-        return self.family == "dflash2"
-
-    @property
     def label(self) -> str:
-        layout = self.layout or "zlab"
-        if self.architecture in BACKBONE_LABELS:
-            backbone = BACKBONE_LABELS[self.architecture]
-            return f"{backbone} (llama.cpp GGUF)" if layout == "llama.cpp" else backbone
-        return FAMILY_LABELS.get((layout, self.family), f"{layout} {self.family}")
+        return label_for(self.architecture, self.family, self.layout or DEFAULT_FAMILY.label_layout)
 
     @property
     def first_draft_slot(self) -> int:
@@ -109,7 +91,7 @@ def _lift(spec: DrafterSpec, extra: Mapping[str, Any]) -> RuntimeConfig:
     if isinstance(spec, RuntimeConfig):
         base.update({f.name: getattr(spec, f.name) for f in fields(RuntimeConfig)})
     else:
-        base["family"] = "dflash2" if spec.architecture == ARCH_DFLASH2 else "dflash"
+        base["family"] = plain_runtime_block(spec.architecture)
     unknown = sorted(set(extra) - {f.name for f in fields(RuntimeConfig)})
     if unknown:
         raise TypeError(f"runtime_config_from_spec: unknown field(s) {unknown}")
@@ -117,20 +99,15 @@ def _lift(spec: DrafterSpec, extra: Mapping[str, Any]) -> RuntimeConfig:
     return RuntimeConfig(**base)
 
 
-#: DSpark architectures on a backbone of their own (runtime/gemma4_dspark.py) → what reports call them
-BACKBONE_LABELS = {"Gemma4DSparkModel": "Gemma-4 DSpark"}
-#: DSpark architectures whose backbone this runtime does not implement, refused by name
-UNSUPPORTED = {
-    "DeepseekV4DSparkModel": "a DeepSeek-V4 backbone (hyper-connections, MLA, MoE)",
-}
 #: canonical ids of the tensors that decide runtime-only fields (`runtime_fields`)
-EMBED_TOKENS, LM_HEAD, CONFIDENCE_W = "embed_tokens.weight", "lm_head.weight", "confidence_head.proj.weight"
+EMBED_TOKENS, LM_HEAD = "embed_tokens.weight", "lm_head.weight"
 
 
 def refuse_unsupported(architecture: str, path: str) -> None:
     """A one-line DFlashError for an architecture whose backbone this runtime does not implement."""
-    if architecture in UNSUPPORTED:
-        raise DFlashError(f"{path}: {architecture} is {UNSUPPORTED[architecture]}, which dflashkit's "
+    family = family_for_architecture(architecture)
+    if family is not None and family.runtime_unsupported:
+        raise DFlashError(f"{path}: {architecture} is {family.runtime_unsupported}, which dflashkit's "
                           "runtime does not run")
 
 
@@ -148,19 +125,17 @@ def runtime_fields(family: DrafterFamily, spec: DrafterSpec, *, kind: str, shape
     features when its width is hidden + rank.
     """
     out: dict[str, Any] = {"family": family.runtime_module}
-    if shapes is None:  # a Gemma-4 DSpark always has its own full-vocabulary head (llama.cpp's converter)
-        own_embed, own_head = False, spec.draft_vocab_size is not None or spec.architecture in BACKBONE_LABELS
+    if shapes is None:  # a family with a head of its own always has it (llama.cpp's converter writes it)
+        own_embed, own_head = False, spec.draft_vocab_size is not None or family.own_head
     else:
         own_embed = EMBED_TOKENS in shapes
         own_head = LM_HEAD in shapes or own_embed
     out["own_embed_tokens"], out["own_lm_head"] = own_embed, own_head
-    width = (shapes or {}).get(CONFIDENCE_W)
-    if width is not None:
-        out["confidence_head_with_markov"] = bool(spec.markov_rank) and width[-1] == spec.hidden_size + (spec.markov_rank or 0)
+    out.update(family.runtime_fields(spec, shapes or {}))
     out["rope_interleaved"] = kind == "hf" and not spec.rope_is_neox_style  # stored interleaved, run so
     out["attention_sinks"] = any(c.endswith(".self_attn.sinks") for c in shapes or ())
-    if spec.layout == "speculators":  # its sliding window counts back from the anchor (speculators' mask)
-        non_causal = (config or {}).get("sliding_window_non_causal", family.runtime_module == "dflash2")
+    if kind == "hf" and family.window_from_anchor:  # its sliding window counts back from the anchor (speculators' mask)
+        non_causal = (config or {}).get("sliding_window_non_causal", family.window_non_causal_default)
         out.update(window_from_anchor=True, sliding_window_non_causal=bool(non_causal))
     return out
 
@@ -177,9 +152,9 @@ def runtime_config(family: DrafterFamily, spec: DrafterSpec, *, kind: str,
     labelled with llama.cpp's layout."""
     refuse_unsupported(spec.architecture, path)
     extra = runtime_fields(family, spec, kind=kind, shapes=shapes, config=config)
-    plain_family = "dflash2" if spec.architecture == ARCH_DFLASH2 else "dflash"
+    plain_family = plain_runtime_block(spec.architecture)
     differs = [k for k, v in extra.items() if k != "family" and k in _RUNTIME_DEFAULTS and v != _RUNTIME_DEFAULTS[k]]
-    variant = kind == "hf" and (spec.layout not in (None, "zlab") or spec.hidden_act not in (None, "silu")
+    variant = kind == "hf" and (spec.layout not in (None, DEFAULT_FAMILY.label_layout) or spec.hidden_act not in (None, "silu")
                                 or spec.rope_scaling is not None)
     if spec.rope_scaling is not None and dict(spec.rope_scaling).get("type") not in ROPE_TYPES:
         raise DFlashError(f"{path}: rope scaling type '{dict(spec.rope_scaling).get('type')}' is not supported by the "
@@ -226,19 +201,13 @@ def runtime_config_from_hf(config: Mapping[str, Any], path: str = "config.json")
 
 
 def _checked(cfg: RuntimeConfig, path: str) -> RuntimeConfig:
-    if cfg.family not in FAMILIES:
-        raise DFlashError(f"{path}: unknown drafter family '{cfg.family}' (one of {', '.join(FAMILIES)})")
+    if cfg.family not in runtime_blocks():
+        raise DFlashError(f"{path}: unknown drafter family '{cfg.family}' (one of {', '.join(runtime_blocks())})")
     if (cfg.hidden_act or "silu") not in HIDDEN_ACTS:
         raise DFlashError(f"{path}: hidden_act '{cfg.hidden_act}' is not supported (one of {', '.join(HIDDEN_ACTS)})")
-    if cfg.family == "dspark" and (cfg.markov_rank or 0) > 0 and cfg.markov_head_type != "vanilla":
-        raise DFlashError(f"{path}: markov_head_type '{cfg.markov_head_type}' is not supported — only 'vanilla' "
-                          "runs (as in llama.cpp)")
+    runtime_family(cfg.architecture, cfg.family).check_runtime(cfg, path)
     if cfg.has_confidence_head and cfg.confidence_head_with_markov and (cfg.markov_rank or 0) <= 0:
         raise DFlashError(f"{path}: confidence_head_with_markov needs markov_rank > 0")
-    if cfg.family == "dflash2" and cfg.sample_from_anchor:
-        raise DFlashError(f"{path}: sample_from_anchor must be false for DFlash 2 (speculators requires it)")
-    if cfg.family == "dflash2" and cfg.own_lm_head:
-        raise DFlashError(f"{path}: DFlash 2 needs the full target vocabulary (draft_vocab_size = vocab_size)")
     if cfg.block_size - (0 if cfg.sample_from_anchor else 1) < 1:
         raise DFlashError(f"{path}: block_size {cfg.block_size} drafts nothing")
     return cfg

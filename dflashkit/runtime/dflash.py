@@ -32,6 +32,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..kernels.reference import FLOAT_VIEWS
 from ..spec import DrafterSpec
 from .cache import DraftCache
 from .config import rope_parameters
@@ -199,9 +200,8 @@ def unpack_rows(data: torch.Tensor, ggml_type: Any, shape: tuple[int, int], *,
             out = None
         else:
             out = out.view(shape)
-    if name in ("BF16", "F16", "F32"):
-        view = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}[name]
-        src = data.view(view).reshape(shape)
+    if name in FLOAT_VIEWS:
+        src = data.view(FLOAT_VIEWS[name]).reshape(shape)
         return src.to(torch.float32) if out is None else out.copy_(src)  # widening: exact either way
     if data.device.type != "cpu":  # dequantize on the device itself
         try:
@@ -550,6 +550,8 @@ class DFlashDraftModel(nn.Module):
     """z-lab's ``DFlashDraftModel``: ``forward`` returns the final-norm hidden states of the block."""
 
     layer_class: type[DecoderLayer] = DecoderLayer
+    #: sampling goes through the block's own candidate selector (`propose`) instead of the head's distribution
+    proposes_with_selector: bool = False
 
     def __init__(self, spec: DrafterSpec) -> None:
         super().__init__()

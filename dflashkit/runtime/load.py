@@ -26,7 +26,7 @@ from ..errors import DFlashError, UsageError
 from ..drafters import DrafterFile, open_drafter, release_pages
 from ..spec_checks import check_runnable
 from ..spec import DrafterSpec, read_config_json
-from ..families import architecture_of, expected_tensors, family_for_spec
+from ..families import architecture_of, expected_tensors, family_for_spec, plain_label
 from .dflash import DFlashDraftModel, Embedding, Linear, RMSNorm, TargetHead
 from .config import RuntimeConfig, refuse_unsupported, runtime_config
 from .zoo import model_class_for, module_path
@@ -85,7 +85,7 @@ class LoadInfo:
 
     @property
     def family_name(self) -> str:
-        return self.family or FAMILY_NAMES.get(self.architecture, self.architecture)
+        return self.family or plain_label(self.architecture) or self.architecture
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -95,8 +95,6 @@ class LoadInfo:
         }
 
 
-#: The family a report names for a z-lab architecture (other layouts set ``LoadInfo.family`` themselves).
-FAMILY_NAMES = {"DFlashDraftModel": "z-lab DFlash", "DFlash2DraftModel": "z-lab DFlash 2"}
 #: How every dflashkit runtime verifies a draft (reports say it: tree-verify numbers are not chain τ).
 VERIFY_MODE = ("chain verify (one draft path per round, longest accepted prefix + bonus token; not tree "
                "verification such as Luce DDTree, whose numbers are not chain τ)")

@@ -29,7 +29,6 @@ import torch
 from ..errors import DFlashError, UsageError
 from ..target_rules import taps_out_of_range
 from .dflash import DFlashDraftModel, TargetHead, sample_probs, sampling_probs
-from .dflash2 import DFlash2DraftModel
 from .target import HFTarget, extract_context_feature
 
 # ---------------------------------------------------------------------------------------------
@@ -293,7 +292,7 @@ def _generate(model: DFlashDraftModel, target: HFTarget, head: TargetHead, promp
             noise_len = verify - 1 + first_slot
             noise_ids = block_ids if noise_len == verify else block_ids[:, :noise_len].clone()
             positions = torch.arange(start - context.shape[1], start + noise_len, device=device)[None]
-            if temperature > 0 and isinstance(model, DFlash2DraftModel):
+            if temperature > 0 and model.proposes_with_selector:
                 # DraftStep carries no selector probabilities: draft hidden states, then `propose`.
                 step = model.draft(context, noise_ids, positions, draft_cache,
                                    noise_embedding=model.noise_embedding(noise_ids, head))

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..errors import DFlashError
-from ..spec import ConfigView, DrafterSpec
-from .base import DrafterFamily
+from ...errors import DFlashError
+from ...spec import ConfigView, DrafterSpec
+from ..base import DrafterFamily
 
 ARCH_DEEPSEEK_V4_DSPARK = "DeepseekV4DSparkModel"
 
 
 class DeepseekV4DSpark(DrafterFamily):
     name = "deepseek-v4-dspark"
+    priority = 50
     architectures = (ARCH_DEEPSEEK_V4_DSPARK,)
+    runtime_unsupported = "a DeepSeek-V4 backbone (hyper-connections, MLA, MoE)"
 
     def spec_from_config(self, config: Mapping[str, Any], view: ConfigView, architecture: str, path: str) -> DrafterSpec:
         raise DFlashError(
@@ -35,4 +37,4 @@ class DeepseekV4DSpark(DrafterFamily):
         return {}
 
 
-FAMILY = DeepseekV4DSpark()
+FAMILY = DeepseekV4DSpark.instance

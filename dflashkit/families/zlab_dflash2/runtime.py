@@ -19,8 +19,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..spec import DrafterSpec
-from .dflash import DecoderLayer, DFlashDraftModel, Embedding, Linear, TargetHead, sample_probs, sampling_probs
+from ...spec import DrafterSpec
+from ...runtime.dflash import DecoderLayer, DFlashDraftModel, Embedding, Linear, TargetHead, sample_probs, sampling_probs
 
 
 def grouped_dynamic_convolve(
@@ -118,6 +118,7 @@ class DFlash2DraftModel(DFlashDraftModel):
     """z-lab's ``DFlash2DraftModel``: DFlash with dynamic convolutions and a candidate selector."""
 
     layer_class = DFlash2DecoderLayer
+    proposes_with_selector = True
 
     def __init__(self, spec: DrafterSpec) -> None:
         super().__init__(spec)

@@ -40,11 +40,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..spec import DrafterSpec
-from .cache import DraftCache
-from .dflash import (MLP, Attention, RMSNorm, RotaryEmbedding, apply_rotary, attention_mask, repeat_kv,
+from ...spec import DrafterSpec
+from ...runtime.cache import DraftCache
+from ...runtime.dflash import (MLP, Attention, RMSNorm, RotaryEmbedding, apply_rotary, attention_mask, repeat_kv,
                      sink_attention)
-from .dspark import DSparkDraftModel
+from ..dspark.runtime import DSparkDraftModel
 
 ARCH_GEMMA4_DSPARK = "Gemma4DSparkModel"
 

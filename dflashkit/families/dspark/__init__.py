@@ -27,10 +27,10 @@ from typing import Any, Mapping
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType
 
-from ..errors import DFlashError
-from ..io.gguf_writer import MetadataEntry
-from ..spec import ConfigView, DrafterSpec
-from .zlab_dflash import ZLabDFlash, zlab_hf_to_canonical
+from ...errors import DFlashError
+from ...io.gguf_writer import MetadataEntry
+from ...spec import ConfigView, DrafterSpec
+from ..zlab_dflash import ZLabDFlash, zlab_hf_to_canonical
 
 DSPARK_ARCHITECTURES: tuple[str, ...] = (
     "Qwen3DSparkModel",
@@ -70,12 +70,35 @@ def dspark_hf_to_canonical(hf_name: str) -> str | None:
 
 class DSpark(ZLabDFlash):
     name = "dspark"
+    priority = 60
     architectures = DSPARK_ARCHITECTURES
-    runtime_module = "dspark"  # runtime/dspark.py (runtime.load lifts the spec to a RuntimeConfig)
+    runtime_module = "dspark"  # runtime.py here (runtime.load lifts the spec to a RuntimeConfig)
+    runtime_class = "dflashkit.families.dspark.runtime:DSparkDraftModel"
+    folder_modules = ("checks", "runtime")
+    labels = {"specforge": "SpecForge DSpark", "zlab": "DSpark", "llama.cpp": "DSpark (llama.cpp GGUF)"}
+    gguf_architecture_note = ("the five DSpark architecture names convert alike; a GGUF does not record which one "
+                              "the checkpoint used")
+    window_non_causal_default = False
+    runtime_param_paths = {MARKOV_W2_SCALE: "markov_head.markov_w2_scale"}
+    llama_cpp_tensor_names = {
+        MARKOV_W1: "markov_w1.weight", MARKOV_W2: "markov_w2.weight", MARKOV_W2_SCALE: "markov_w2.scale",
+        CONF_W: "conf_proj.weight", CONF_B: "conf_proj.bias",
+    }
     metadata_fields = frozenset({"sample_from_anchor", "has_confidence_head"})
     final_tensors = (D2T,)
     #: the checkpoint layout this family reads (DrafterSpec.layout)
     layout = "specforge"
+
+    def runtime_fields(self, spec: DrafterSpec, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Any]:
+        width = shapes.get(CONF_W)  # the confidence head sees the Markov features when its width is hidden + rank
+        if width is None:
+            return {}
+        return {"confidence_head_with_markov": bool(spec.markov_rank) and width[-1] == spec.hidden_size + (spec.markov_rank or 0)}
+
+    def check_runtime(self, cfg: Any, path: str) -> None:
+        if (cfg.markov_rank or 0) > 0 and cfg.markov_head_type != "vanilla":
+            raise DFlashError(f"{path}: markov_head_type '{cfg.markov_head_type}' is not supported — only 'vanilla' "
+                              "runs (as in llama.cpp)")
 
     # ---- claiming -------------------------------------------------------------------------------
     def matches(self, config: Mapping[str, Any], architecture: str) -> bool:
@@ -242,4 +265,4 @@ def d2t_absolute(stored: np.ndarray, vocab_size: int, source: str) -> np.ndarray
     return data
 
 
-FAMILY = DSpark()
+FAMILY = DSpark.instance

@@ -31,11 +31,11 @@ from typing import Any, Callable, Mapping
 import numpy as np
 from gguf import GGMLQuantizationType
 
-from ..errors import DFlashError
-from ..spec import ARCH_DFLASH, ARCH_DFLASH2, ConfigView, DrafterSpec
-from .dspark import D2T, d2t_absolute, is_speculators_config
-from .zlab_dflash import ZLabDFlash, zlab_hf_to_canonical
-from .zlab_dflash2 import ZLabDFlash2
+from ...errors import DFlashError
+from ...spec import ConfigView, DrafterSpec
+from ..dspark import D2T, d2t_absolute, is_speculators_config
+from ..zlab_dflash import ARCH_DFLASH, ZLabDFlash, zlab_hf_to_canonical
+from ..zlab_dflash2 import ARCH_DFLASH2, ZLabDFlash2
 
 #: speculators_model_type → the architecture written into specs
 MODEL_TYPES = {"dflash": ARCH_DFLASH, "dflash2": ARCH_DFLASH2}
@@ -91,6 +91,8 @@ class _SpeculatorsMixin:
 
     layout = "speculators"
     model_type = ""
+    #: speculators counts its sliding window back from the anchor
+    window_from_anchor = True
     #: d2t is rewritten (offsets → absolute ids) and written last, as llama.cpp's DSpark converter does
     final_tensors = (D2T,)
     #: z-lab's spec_from_config, reached through the MRO (ZLabDFlash / ZLabDFlash2)
@@ -191,7 +193,10 @@ class _SpeculatorsMixin:
 
 class SpeculatorsDFlash(_SpeculatorsMixin, ZLabDFlash):
     name = "speculators-dflash"
+    priority = 40
     model_type = "dflash"
+    speculators_model_types = ("dflash",)
+    labels = {"speculators": "speculators DFlash"}
 
     def spec_from_config_zlab(self, *args: Any) -> DrafterSpec:
         return ZLabDFlash.spec_from_config(self, *args)
@@ -199,11 +204,14 @@ class SpeculatorsDFlash(_SpeculatorsMixin, ZLabDFlash):
 
 class SpeculatorsDFlash2(_SpeculatorsMixin, ZLabDFlash2):
     name = "speculators-dflash2"
+    priority = 30
     model_type = "dflash2"
+    speculators_model_types = ("dflash2",)
+    labels = {"speculators": "speculators DFlash 2"}
 
     def spec_from_config_zlab(self, *args: Any) -> DrafterSpec:
         return ZLabDFlash2.spec_from_config(self, *args)
 
 
-DFLASH = SpeculatorsDFlash()
-DFLASH2 = SpeculatorsDFlash2()
+DFLASH = SpeculatorsDFlash.instance
+DFLASH2 = SpeculatorsDFlash2.instance

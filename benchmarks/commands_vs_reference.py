@@ -1,4 +1,4 @@
-"""Issue 17's table, every row with its reference measured in the same run, interleaved pair by pair.
+"""Every command against its reference, each row with its reference measured in the same run, pair by pair.
 
 Rows (``--rows`` picks some; default all):
 
@@ -28,7 +28,7 @@ reference's tokenizer step cheaper than with the real one.
 Environment: ``DFLASHKIT_LLAMA_CPP_SRC`` (llama.cpp source tree, default the llama-cpp-python 0.3.36 sdist's
 ``vendor/llama.cpp`` in ~/.cache/dflashkit), ``DFLASHKIT_LLAMA_CPP_BIN`` (folder with ``llama-quantize``).
 
-    python benchmarks/issue17.py [--rows f16,bf16,q4km,tensor,parity,large] [--pairs 3] [--workdir DIR] [--keep]
+    python benchmarks/commands_vs_reference.py [--rows f16,bf16,q4km,tensor,parity,large] [--pairs 3] [--workdir DIR] [--keep]
 """
 
 from __future__ import annotations
@@ -404,7 +404,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
     args = ap.parse_args()
     rows = args.rows.split(",")
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="dflash-issue17-"))
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="dflash-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {machine()}; "
           f"load average {os.getloadavg()[0]:.1f}; {args.pairs} interleaved pairs per row, medians", flush=True)

@@ -21,11 +21,10 @@ from typing import Any, Mapping
 import numpy as np
 from gguf import GGUFValueType
 
-from .. import bounds
-from ..errors import DFlashError
-from ..io.gguf_writer import MetadataEntry
-from ..spec import (
-    ARCH_DFLASH,
+from ... import bounds
+from ...errors import DFlashError
+from ...io.gguf_writer import MetadataEntry
+from ...spec import (
     ConfigView,
     DrafterSpec,
     build_target_layer_ids,
@@ -33,7 +32,10 @@ from ..spec import (
     rope_theta_of,
     split_bid,
 )
-from .base import DrafterFamily
+from ..base import DrafterFamily
+
+#: z-lab DFlash's HF architecture string
+ARCH_DFLASH = "DFlashDraftModel"
 
 #: Canonical tensor templates of the z-lab lineage (``{bid}`` = layer index); both DFlash generations.
 ZLAB_TENSORS: tuple[str, ...] = (
@@ -169,8 +171,19 @@ def rope_scaling_of(config: Mapping[str, Any], path: str) -> tuple[tuple[str, An
 
 class ZLabDFlash(DrafterFamily):
     name = "zlab-dflash"
+    priority = 20
+    default = True
     architectures = (ARCH_DFLASH,)
     runtime_module = "dflash"
+    runtime_class = "dflashkit.runtime.dflash:DFlashDraftModel"  # the shared block every family builds on
+    labels = {"zlab": "z-lab DFlash", "llama.cpp": "DFlash (llama.cpp GGUF)"}
+    #: the layout a spec that names none is labelled in (z-lab's own checkpoints)
+    label_layout = "zlab"
+    #: a plain `DrafterSpec` of this architecture runs in this family's block
+    plain_runtime = True
+    #: per-layer dynamic convolutions and a candidate selector (DFlash 2): tensors only llama.cpp's dialect names,
+    #: and a selector over the target's full vocabulary
+    conv_selector = False
     #: DFlash 2's conv/selector keys are required (DFlash reads them when present, as today)
     requires_conv = False
 
@@ -407,4 +420,4 @@ class ZLabDFlash(DrafterFamily):
         return shapes
 
 
-FAMILY = ZLabDFlash()
+FAMILY = ZLabDFlash.instance

@@ -34,10 +34,10 @@ from typing import Any, Mapping
 import numpy as np
 from gguf import GGUFValueType
 
-from ..errors import DFlashError
-from ..io.gguf_writer import MetadataEntry
-from ..spec import ConfigView, DrafterSpec
-from .dspark import CONF_B, CONF_W, DSpark, dspark_flags, dspark_hf_to_canonical
+from ...errors import DFlashError
+from ...io.gguf_writer import MetadataEntry
+from ...spec import ConfigView, DrafterSpec
+from ..dspark import CONF_B, CONF_W, DSpark, dspark_flags, dspark_hf_to_canonical
 
 ARCH_GEMMA4_DSPARK = "Gemma4DSparkModel"
 ROPE_FREQS = "rope_freqs.weight"
@@ -55,7 +55,21 @@ _DEFAULT_ROPE = {"rope_type": "proportional", "partial_rotary_factor": 0.25, "ro
 
 class Gemma4DSpark(DSpark):
     name = "gemma4-dspark"
+    priority = 70
     architectures = (ARCH_GEMMA4_DSPARK,)
+    own_backbone = True
+    runtime_class = "dflashkit.families.gemma4_dspark.runtime:Gemma4DSparkDraftModel"
+    folder_modules = ("runtime",)
+    labels = {None: "Gemma-4 DSpark", "llama.cpp": "Gemma-4 DSpark (llama.cpp GGUF)"}
+    #: always its own full-vocabulary head (llama.cpp's converter writes it)
+    own_head = True
+    gguf_architecture_note = ""
+    llama_cpp_tensor_names = {
+        ROPE_FREQS: "rope_freqs.weight",
+        "layers.{bid}.post_attention_norm.weight": "blk.{bid}.post_attention_norm.weight",
+        "layers.{bid}.post_feedforward_layernorm.weight": "blk.{bid}.post_ffw_norm.weight",
+        "layers.{bid}.layer_scalar.weight": "blk.{bid}.layer_output_scale.weight",
+    }
     metadata_fields = frozenset({"embedding_scale", "attention_scale", "hidden_act", "sample_from_anchor", "has_confidence_head"})
     final_tensors = ()
     layout = "specforge"
@@ -216,6 +230,6 @@ class Gemma4DSpark(DSpark):
         ]
 
 
-FAMILY = Gemma4DSpark()
+FAMILY = Gemma4DSpark.instance
 
 __all__ = ["ARCH_GEMMA4_DSPARK", "CONF_B", "CONF_W", "FAMILY", "Gemma4DSpark"]

@@ -22,8 +22,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..spec import DrafterSpec
-from .dflash import DFlashDraftModel, DraftStep, Embedding, Linear, TargetHead, sample_probs, sampling_probs
+from ...spec import DrafterSpec
+from ...runtime.dflash import DFlashDraftModel, DraftStep, Embedding, Linear, TargetHead, sample_probs, sampling_probs
 
 
 class MarkovHead(nn.Module):

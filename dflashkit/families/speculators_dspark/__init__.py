@@ -15,15 +15,19 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .. import bounds
-from ..errors import DFlashError
-from ..spec import ConfigView, DrafterSpec
-from .dspark import DSpark
+from ... import bounds
+from ...errors import DFlashError
+from ...spec import ConfigView, DrafterSpec
+from ..dspark import DSpark
 
 
 class SpeculatorsDSpark(DSpark):
     name = "speculators-dspark"
+    priority = 80
     layout = "speculators"
+    labels = {"speculators": "speculators DSpark"}
+    speculators_model_types = ("dspark",)
+    window_from_anchor = True
 
     def matches(self, config: Mapping[str, Any], architecture: str) -> bool:
         if config.get("speculators_model_type") == "dspark":
@@ -73,4 +77,4 @@ class SpeculatorsDSpark(DSpark):
         return self._dspark_fields(spec, merged, merged_view, path, default_sample_from_anchor=False)
 
 
-FAMILY = SpeculatorsDSpark()
+FAMILY = SpeculatorsDSpark.instance
