@@ -25,8 +25,8 @@ import numpy as np
 from .bounds import dumps
 from .errors import DFlashError, UsageError
 from .files import atomic_output, check_output, write_text_atomic
-from .llama_cpp import LlamaCppDrafterRun, mean_tau
-from .reporting import Bar, BarChart, BarGroup, Column, Field, Notes, Report, Table
+from .llama_cpp import LlamaCppDrafterRun, PerPromptTau
+from .reporting import Bar, BarChart, BarGroup, Column, Field, Notes, Report, Table, verdict
 from .runtime import HFTarget, LoadInfo, load_drafter
 from .runtime.load import VERIFY_MODE
 from .runtime.speculative import SpeculativeResult, check_pair, default_stop_ids, speculative_generate
@@ -208,7 +208,7 @@ def paired_bootstrap_ci(diffs: Sequence[float], *, seed: int = 0, resamples: int
 
 
 @dataclass
-class DrafterRun:
+class DrafterRun(PerPromptTau):
     """One drafter over every prompt (``runs[i]`` ↔ prompt i)."""
 
     path: str  # as given
@@ -220,14 +220,6 @@ class DrafterRun:
     def name(self) -> str:
         return Path(self.path).name or self.path
 
-    @property
-    def taus(self) -> list[float]:
-        return [r.tau for r in self.runs]
-
-    @property
-    def tau(self) -> float:
-        """Mean over prompts of per-prompt τ (prompts without a round are left out)."""
-        return mean_tau(self.taus)
 
     @property
     def accepted(self) -> list[int]:
@@ -674,12 +666,7 @@ def _build_report(r: AcceptResult, max_drop: float | None, min_tau: float | None
              if v in (VERDICT_BELOW, VERDICT_ZERO, VERDICT_NONFINITE)]
     named += [f"{d.name} in llama.cpp: {v}" for d, v in zip(r.drafters, llama_verdicts)
               if v in (VERDICT_BELOW, VERDICT_ZERO, VERDICT_REFUSED)]
-    if failures:
-        status, level = "; ".join(failures), "error"
-    elif named:
-        status, level = f"{headline} — {'; '.join(named)}", "warning"
-    else:
-        status, level = headline, "ok"
+    status, level = verdict(failures, f"{headline} — {'; '.join(named)}" if named else None, headline)
 
     n_prompt_tokens = [len(ids) for ids in r.prompt_ids]
     summary = [

@@ -195,6 +195,19 @@ def _emit(text: str, output: str | None, force: bool, quiet: bool, status: str, 
         click.echo(f"{prog}: wrote {output} — {status}", err=True)
 
 
+def _echo_written(result: Any, as_json: bool, quiet: bool, line: Callable[[dict[str, Any]], str]) -> None:
+    """A file-writing command's result: its JSON, or one line built from it (nothing with -q)."""
+    summary = result.to_json()
+    if as_json:
+        click.echo(dumps(summary, indent=2))
+    elif not quiet:
+        click.echo(line(summary))
+
+
+def _warnings(quiet: bool) -> Callable[[str], None]:
+    return (lambda m: None) if quiet else _warn
+
+
 def _warn(message: str) -> None:
     click.echo(click.style("warning: ", fg="yellow", bold=True) + escape_name(message, limit=2000), err=True)
 
@@ -263,30 +276,16 @@ def convert_command(
     as_json = _resolve_format(fmt, legacy_fmt) == "json"
 
     result = convert(
-        src,
-        out,
-        outtype=outtype.lower(),
-        target=target,
-        dialect=dialect,
-        num_target_layers=num_target_layers,
-        mask_token_id=mask_token_id,
-        taps_are_raw=taps_are_raw,
+        src, out, outtype=outtype.lower(), target=target, dialect=dialect, num_target_layers=num_target_layers,
+        mask_token_id=mask_token_id, taps_are_raw=taps_are_raw,
         target_layer_ids=_layer_ids(target_layer_ids) if target_layer_ids is not None else None,
-        source_repo=source_repo,
-        source_revision=source_revision,
-        force=force,
-        progress=not quiet,
-        warn=(lambda m: None) if quiet else _warn,
+        source_repo=source_repo, source_revision=source_revision, force=force, progress=not quiet, warn=_warnings(quiet),
     )
-    if as_json:
-        click.echo(dumps(result.to_json(), indent=2))
-    elif not quiet:
-        types = result.to_json()["tensor_types"]
-        mix = ", ".join(f"{n} {t}" for t, n in sorted(types.items()))
-        click.echo(
-            f"wrote {result.out} ({result.bytes_written / 1e6:.1f} MB, {len(result.tensors)} tensors: {mix}; "
-            f"dialect {result.dialect}, arch {result.architecture})"
-        )
+    _echo_written(result, as_json, quiet, lambda summary: (
+        f"wrote {result.out} ({result.bytes_written / 1e6:.1f} MB, {len(result.tensors)} tensors: "
+        f"{', '.join(f'{n} {t}' for t, n in sorted(summary['tensor_types'].items()))}; "
+        f"dialect {result.dialect}, arch {result.architecture})"
+    ))
 
 
 @dflash_command(
@@ -310,19 +309,8 @@ def convert_command(
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar, warnings or summary.")
 @format_option(("text", "json"), from_suffix=False)
 @user_errors
-def quantize_command(
-    src: str,
-    out: str,
-    file_type: str,
-    pure: bool,
-    tensor_types: tuple[str, ...],
-    no_fallback: bool,
-    allow_requantize: bool,
-    force: bool,
-    quiet: bool,
-    fmt: str | None,
-    legacy_fmt: str | None,
-) -> None:
+def quantize_command(src: str, out: str, file_type: str, pure: bool, tensor_types: tuple[str, ...], no_fallback: bool,
+                     allow_requantize: bool, force: bool, quiet: bool, fmt: str | None, legacy_fmt: str | None) -> None:
     """Quantize the GGUF SRC to OUT with llama-quantize's per-tensor rules.
 
     TYPE: Q8_0, Q6_K, Q5_K_M, Q5_K_S, Q4_K_M, Q4_K_S, F16 or BF16 (any case), or the drafter-aware preset
@@ -340,20 +328,14 @@ def quantize_command(
         overrides=tensor_types,
         allow_fallback=not no_fallback,
         allow_requantize=allow_requantize,
-        force=force,
-        progress=not quiet,
-        warn=(lambda m: None) if quiet else _warn,
+        force=force, progress=not quiet, warn=_warnings(quiet),
     )
-    if as_json:
-        click.echo(dumps(result.to_json(), indent=2))
-    elif not quiet:
-        summary = result.to_json()
-        mix = ", ".join(f"{n} {t}" for t, n in summary["tensor_types"].items())
-        totals = summary["totals"]
-        click.echo(
-            f"wrote {result.out} ({result.bytes_written / 1e6:.2f} MB, {summary['tensor_count']} tensors: {mix}; "
-            f"{result.file_type.name}, {totals['bits_per_weight']} bits/weight, arch {result.architecture})"
-        )
+    _echo_written(result, as_json, quiet, lambda summary: (
+        f"wrote {result.out} ({result.bytes_written / 1e6:.2f} MB, {summary['tensor_count']} tensors: "
+        f"{', '.join(f'{n} {t}' for t, n in summary['tensor_types'].items())}; {result.file_type.name}, "
+        f"{summary['totals']['bits_per_weight']} bits/weight, arch {result.architecture})"
+    ))
+    if not as_json and not quiet:
         if result.fallbacks:
             click.echo(f"{len(result.fallbacks)} tensor(s) fell back to another type (as llama-quantize does):")
             for c in result.fallbacks:

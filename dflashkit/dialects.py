@@ -224,6 +224,43 @@ _ROPE_SCALING = (
     KeySpec("rope_scaling.beta_slow", "{arch}.rope.scaling.yarn_beta_slow", T.FLOAT32),
 )
 
+_HPARAMS_BY_KEY = {ks.key: ks for ks in _COMMON_HPARAMS}
+
+
+def _hparams(*names: str) -> tuple[KeySpec, ...]:
+    """The common hparam rows ``{arch}.<name>``, in the order given (each dialect writes its own order)."""
+    return tuple(_HPARAMS_BY_KEY["{arch}." + n] for n in names)
+
+
+#: Keys the Luce and dflash-draft loaders share (under ``{arch}.dflash.`` / ``{arch}.attention.``)
+_DRAFT_LOADER_KEYS = {
+    ks.field: ks for ks in (
+        KeySpec("block_size", "{arch}.dflash.block_size", T.UINT32, required=True),
+        KeySpec("mask_token_id", "{arch}.dflash.mask_token_id", T.UINT32, required=True),
+        # The Luce loader ignores target_layer_ids of any element type but INT32, and a non-BOOL pattern.
+        KeySpec("target_layer_ids", "{arch}.dflash.target_layer_ids", T.ARRAY, T.INT32, required=True),
+        KeySpec("sliding_window", "{arch}.attention.sliding_window", T.UINT32),
+        KeySpec("sliding_window_pattern", "{arch}.attention.sliding_window_pattern", T.ARRAY, T.BOOL),
+    )
+}
+
+
+def _draft_keys(*fields_: str) -> tuple[KeySpec, ...]:
+    return tuple(_DRAFT_LOADER_KEYS[f] for f in fields_)
+
+
+#: DFlash semantics neither the Luce nor the dflash-draft loader has a key for (written as extensions, after
+#: each dialect's own first extension row)
+_SHARED_EXTENSIONS = (
+    ("embedding_scale", "{arch}.embedding_scale", T.FLOAT32),
+    ("logit_scale", "{arch}.logit_scale", T.FLOAT32),
+    ("attention_value_scale", "{arch}.attention.value_scale", T.FLOAT32),
+    ("rope_dimension_count", "{arch}.rope.dimension_count", T.UINT32),
+    ("rope_dimension_sections", "{arch}.rope.dimension_sections", T.ARRAY, T.INT32),
+    ("hidden_act", "{arch}.hidden_activation", T.STRING),
+    *((ks.field, ks.key, ks.type) for ks in _ROPE_SCALING),
+)
+
 # The llama.cpp dialect's keys in the order llama.cpp's converter writes them (TextModel's hparams,
 # then DFlashModel's own; general.file_type goes after value_length, see `Dialect.file_type_after`).
 LLAMA_CPP = Dialect(
@@ -237,23 +274,16 @@ LLAMA_CPP = Dialect(
     # names written before llama.cpp settled them (zoo.md §2), per family: read, rewritten on translate
     tensor_aliases=family_llama_cpp_tensor_aliases(),
     file_type_after="{arch}.attention.value_length",
-    keys=(
-        KeySpec("n_layers", "{arch}.block_count", T.UINT32, required=True),
-        KeySpec("context_length", "{arch}.context_length", T.UINT32, required=True),
-        KeySpec("hidden_size", "{arch}.embedding_length", T.UINT32, required=True),
-        KeySpec("intermediate_size", "{arch}.feed_forward_length", T.UINT32, required=True),
-        KeySpec("n_heads", "{arch}.attention.head_count", T.UINT32, required=True),
-        KeySpec("n_kv_heads", "{arch}.attention.head_count_kv", T.UINT32, required=True),
+    keys=_hparams("block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
+                  "attention.head_count_kv")
+    + (
         # llama.cpp's TextModel writes a False `is_causal` here; DFlashModel's later write of the same key
         # keeps this position (gguf-py overwrites a duplicated key in place). True is written below.
         KeySpec("causal_false", "{arch}.attention.causal", T.BOOL),
     )
     + _ROPE_SCALING
+    + _hparams("rope.freq_base", "attention.layer_norm_rms_epsilon", "attention.key_length", "attention.value_length")
     + (
-        KeySpec("rope_theta", "{arch}.rope.freq_base", T.FLOAT32, required=True),
-        KeySpec("rms_norm_eps", "{arch}.attention.layer_norm_rms_epsilon", T.FLOAT32, required=True),
-        KeySpec("head_dim", "{arch}.attention.key_length", T.UINT32, required=True),
-        KeySpec("head_dim", "{arch}.attention.value_length", T.UINT32, required=True),
         KeySpec("rope_dimension_count", "{arch}.rope.dimension_count", T.UINT32),
         KeySpec("attention_value_scale", "{arch}.attention.value_scale", T.FLOAT32),
         KeySpec("block_size", "{arch}.block_size", T.UINT32, required=True),
@@ -302,24 +332,10 @@ LUCE = Dialect(
     + (
         KeySpec("vocab_size", "{arch}.vocab_size", T.UINT32),
         KeySpec("luce_n_target_layers", "{arch}.dflash.n_target_layers", T.UINT32, required=True),
-        KeySpec("block_size", "{arch}.dflash.block_size", T.UINT32, required=True),
-        KeySpec("mask_token_id", "{arch}.dflash.mask_token_id", T.UINT32, required=True),
-        # The Luce loader ignores target_layer_ids of any element type but INT32, and a non-BOOL pattern.
-        KeySpec("target_layer_ids", "{arch}.dflash.target_layer_ids", T.ARRAY, T.INT32, required=True),
-        KeySpec("sliding_window", "{arch}.attention.sliding_window", T.UINT32),
-        KeySpec("sliding_window_pattern", "{arch}.attention.sliding_window_pattern", T.ARRAY, T.BOOL),
-        KeySpec("final_logit_softcapping", "{arch}.final_logit_softcapping", T.FLOAT32),
     )
-    + _extension_keys(
-        ("causal", "{arch}.attention.causal", T.BOOL),
-        ("embedding_scale", "{arch}.embedding_scale", T.FLOAT32),
-        ("logit_scale", "{arch}.logit_scale", T.FLOAT32),
-        ("attention_value_scale", "{arch}.attention.value_scale", T.FLOAT32),
-        ("rope_dimension_count", "{arch}.rope.dimension_count", T.UINT32),
-        ("rope_dimension_sections", "{arch}.rope.dimension_sections", T.ARRAY, T.INT32),
-        ("hidden_act", "{arch}.hidden_activation", T.STRING),
-        *((ks.field, ks.key, ks.type) for ks in _ROPE_SCALING),
-    ),
+    + _draft_keys("block_size", "mask_token_id", "target_layer_ids", "sliding_window", "sliding_window_pattern")
+    + (KeySpec("final_logit_softcapping", "{arch}.final_logit_softcapping", T.FLOAT32),)
+    + _extension_keys(("causal", "{arch}.attention.causal", T.BOOL), *_SHARED_EXTENSIONS),
 )
 
 DFLASH_DRAFT = Dialect(
@@ -335,25 +351,13 @@ DFLASH_DRAFT = Dialect(
         "layers.{bid}.post_attention_layernorm.weight": "blk.{bid}.post_attention_norm.weight",
     },
     keys=_COMMON_HPARAMS
+    + _draft_keys("target_layer_ids", "block_size", "mask_token_id")
     + (
-        KeySpec("target_layer_ids", "{arch}.dflash.target_layer_ids", T.ARRAY, T.INT32, required=True),
-        KeySpec("block_size", "{arch}.dflash.block_size", T.UINT32, required=True),
-        KeySpec("mask_token_id", "{arch}.dflash.mask_token_id", T.UINT32, required=True),
         KeySpec("n_target_features", "{arch}.dflash.n_target_features", T.UINT32, required=True),
         KeySpec("causal", "{arch}.attention.causal", T.BOOL),
-        KeySpec("sliding_window", "{arch}.attention.sliding_window", T.UINT32),
-        KeySpec("sliding_window_pattern", "{arch}.attention.sliding_window_pattern", T.ARRAY, T.BOOL),
     )
-    + _extension_keys(
-        ("final_logit_softcapping", "{arch}.final_logit_softcapping", T.FLOAT32),
-        ("embedding_scale", "{arch}.embedding_scale", T.FLOAT32),
-        ("logit_scale", "{arch}.logit_scale", T.FLOAT32),
-        ("attention_value_scale", "{arch}.attention.value_scale", T.FLOAT32),
-        ("rope_dimension_count", "{arch}.rope.dimension_count", T.UINT32),
-        ("rope_dimension_sections", "{arch}.rope.dimension_sections", T.ARRAY, T.INT32),
-        ("hidden_act", "{arch}.hidden_activation", T.STRING),
-        *((ks.field, ks.key, ks.type) for ks in _ROPE_SCALING),
-    ),
+    + _draft_keys("sliding_window", "sliding_window_pattern")
+    + _extension_keys(("final_logit_softcapping", "{arch}.final_logit_softcapping", T.FLOAT32), *_SHARED_EXTENSIONS),
 )
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (LLAMA_CPP, LUCE, DFLASH_DRAFT)}

@@ -30,7 +30,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -88,14 +88,10 @@ class LlamaCppPromptRun:
         return self.n_predict / self.rounds if self.rounds > 0 else math.nan
 
 
-@dataclass
-class LlamaCppDrafterRun:
-    """One drafter over every prompt: ``runs[i]`` ↔ prompt i, or ``refused`` (llama.cpp's own message)."""
+class PerPromptTau:
+    """τ over prompts of a run with ``runs`` (each with a ``tau``): both runtimes' drafter runs share it."""
 
-    path: str
-    gguf: str
-    runs: list[LlamaCppPromptRun] = field(default_factory=list)
-    refused: str | None = None
+    runs: list[Any]
 
     @property
     def taus(self) -> list[float]:
@@ -103,7 +99,18 @@ class LlamaCppDrafterRun:
 
     @property
     def tau(self) -> float:
+        """Mean over prompts of per-prompt τ (prompts without a round are left out)."""
         return mean_tau(self.taus)
+
+
+@dataclass
+class LlamaCppDrafterRun(PerPromptTau):
+    """One drafter over every prompt: ``runs[i]`` ↔ prompt i, or ``refused`` (llama.cpp's own message)."""
+
+    path: str
+    gguf: str
+    runs: list[LlamaCppPromptRun] = field(default_factory=list)
+    refused: str | None = None
 
     @property
     def drafted(self) -> int:

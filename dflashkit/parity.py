@@ -34,7 +34,8 @@ import torch
 
 from .errors import DFlashError, UsageError
 from .files import atomic_output, check_output
-from .reporting import Column, Field, Notes, Report, Table
+from .reporting import Column, Field, Notes, Report, Table, verdict
+from .target_rules import Target, check_runtime_fit
 from .runtime.dflash import RMSNorm
 from .runtime import DFlashDraftModel, HFTarget, LoadInfo, TargetHead, load_drafter, load_target_head
 from .runtime.load import VERIFY_MODE
@@ -369,14 +370,17 @@ def run_parity(
     if hf_target:
         runner = HFTarget(target, device=device)  # type: ignore[arg-type]
         head: TargetHead | None = runner.head(dtype=dtype)
-        inputs = _hf_inputs(runner, head, models, prompt, prompt_ids)
     else:
         head = (load_target_head(target, device=device, dtype=dtype, keep_quantized=keep_quantized, packed=True)
                 if target else None)
+    if head is not None:  # the drafter ↔ target rule table, as every command runs it
+        fit = Target(str(target), head.hidden_size, runner.n_layers if runner else None, head.vocab_size)
+        for side, path in (("reference", reference), ("candidate", candidate)):
+            check_runtime_fit(models[side].spec, fit, f"{side} drafter {path}")
+    if runner is not None:
+        inputs = _hf_inputs(runner, head, models, prompt, prompt_ids)
+    else:
         inputs = _random_inputs(head, models, rounds, block, seed)
-    if head is not None and head.hidden_size != ref_model.spec.hidden_size:
-        raise DFlashError(f"target {target}: hidden size {head.hidden_size} ≠ drafter hidden_size "
-                          f"{ref_model.spec.hidden_size} — wrong target")
 
     run = _run_rounds(models, inputs, rounds, block, torch.device(device))
     result = ParityResult(
@@ -562,21 +566,12 @@ def _side_meta(info: LoadInfo, s: Any) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 
 _LOGIT_COLUMNS = [
-    Column("position", "pos"),
-    Column("n", "n"),
-    Column("top1", "top-1", "pct"),
-    Column("top5", "top-5 overlap", "pct"),
-    Column("kl_mean", "KL mean", ".3g"),
-    Column("kl_p99", "KL p99", ".3g"),
-    Column("kl_max", "KL max", ".3g"),
-    Column("max_abs", "max |Δlogit|", ".3g"),
-    Column("rms", "RMS |Δlogit|", ".3g"),
+    Column("position", "pos"), Column("n", "n"), Column("top1", "top-1", "pct"), Column("top5", "top-5 overlap", "pct"),
+    Column("kl_mean", "KL mean", ".3g"), Column("kl_p99", "KL p99", ".3g"), Column("kl_max", "KL max", ".3g"),
+    Column("max_abs", "max |Δlogit|", ".3g"), Column("rms", "RMS |Δlogit|", ".3g"),
 ]
 _HIDDEN_COLUMNS = [
-    Column("position", "pos"),
-    Column("n", "n"),
-    Column("rel_rms", "rel RMS", ".3g"),
-    Column("max_abs", "max |Δ|", ".3g"),
+    Column("position", "pos"), Column("n", "n"), Column("rel_rms", "rel RMS", ".3g"), Column("max_abs", "max |Δ|", ".3g"),
     Column("cosine", "cosine", ".6f"),
 ]
 
@@ -596,9 +591,7 @@ def _build_report(r: ParityResult, threshold_top1: float | None, threshold_kl: f
     else:
         headline = (f"hidden-state rel RMS {r.hidden_overall.rel_rms:.3g}, cosine {r.hidden_overall.cosine:.6f} "
                     "(no target head: no logits)")
-    status, level = ("; ".join(failures), "error") if failures else (headline, "ok")
-    if not failures and o is None:
-        level = "info"
+    status, level = verdict(failures, None, headline, "ok" if o is not None else "info")
 
     w = r.weights
     rel = w.rel_rms_summary() if w is not None else {}

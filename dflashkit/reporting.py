@@ -125,6 +125,16 @@ class Field:
         return self.key or _slug(self.label)
 
 
+def verdict(failures: Sequence[str], warnings: str | None, headline: str, ok_level: str = "ok") -> tuple[str, str]:
+    """The one-line status of a report and its level, the same way in every command: the failures (error), else the
+    headline with what deserves a look (warning), else the headline."""
+    if failures:
+        return "; ".join(failures), "error"
+    if warnings:
+        return warnings, "warning"
+    return headline, ok_level
+
+
 @dataclass
 class Report:
     title: str

@@ -1,18 +1,20 @@
 """The drafter ↔ target rules, once: which pairs llama.cpp would mis-run or abort on.
 
 One table (`TARGET_RULES`), iterated by the converter and translation (`converters.plan`: the first
-broken rule is a DFlashError naming the target) and by ``dflash-inspect --target`` (every broken
-rule is a finding). Each rule carries the one-line message of each caller; the messages are the
-ones those commands have always printed.
+broken rule is a DFlashError naming the target), by ``dflash-inspect --target`` (every broken
+rule is a finding) and by the runtime before a drafter runs on a target (`check_runtime_fit`:
+``dflash-accept``, ``dflash-parity``, `speculative_generate`). Each rule carries its id, the fix, and the
+one-line message of each caller; the messages are the ones those commands have always printed.
 
 The target is anything with ``path``, ``hidden_size``, ``n_layers`` and ``vocab_size``
-(`dflashkit.converters.target.TargetInfo`), so this module stays below the commands.
+(`dflashkit.converters.target.TargetInfo`, `Target` below), so this module stays below the commands. A
+field the caller does not know (None) skips the rules that need it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence, Union
 
 from .dialects import Dialect
 from .errors import DFlashError
@@ -28,16 +30,43 @@ class TargetShape(Protocol):
 
 
 @dataclass(frozen=True)
+class Target:
+    """A target as far as a caller knows it (None: unknown, its rules are skipped)."""
+
+    path: str
+    hidden_size: int | None = None
+    n_layers: int | None = None
+    vocab_size: int | None = None
+
+
+#: A message: a ``str.format`` template over ``s`` (the spec), ``t`` (the target), ``v`` (the broken value),
+#: ``p`` (the drafter's path, inspect) and ``w`` (where, the runtime) — or a callable of those names.
+Message = Union[str, Callable[..., str]]
+
+
+@dataclass(frozen=True)
 class TargetRule:
     id: str  # inspect finding id
     #: the broken value(s), or None when the pair is fine
     check: Callable[[DrafterSpec, TargetShape], Any]
-    #: converter/translation message: (spec, target, value) → text
-    convert_message: Callable[[DrafterSpec, TargetShape, Any], str] | None
-    #: inspect message: (path, spec, target, value, dialect) → (text, finding data)
-    inspect_message: Callable[[str, DrafterSpec, TargetShape, Any, Dialect | None, str], tuple[str, dict[str, Any]]] | None
+    #: the target fields the rule reads (a caller that does not know one skips the rule)
+    needs: tuple[str, ...]
+    #: converter/translation message (the first broken rule is the error)
+    convert: Message | None
+    #: inspect message (every broken rule is a finding) and the finding's data
+    inspect: Message | None = None
+    inspect_data: Callable[[DrafterSpec, TargetShape, Any], dict[str, Any]] | None = None
+    #: runtime message (accept, parity, speculative_generate)
+    runtime: Message | None = None
     #: where inspect lists the finding (its report keeps its historical order)
     inspect_rank: int = 0
+
+
+def _say(message: Message, **names: Any) -> str:
+    return message(**names) if callable(message) else message.format(**names)
+
+
+_WRONG = "wrong target for this drafter"
 
 
 def _hidden(spec: DrafterSpec, t: TargetShape) -> Any:
@@ -71,8 +100,8 @@ def _layer_count(spec: DrafterSpec, t: TargetShape) -> Any:
     return True if spec.num_target_layers is not None and spec.num_target_layers != t.n_layers else None
 
 
-def _tap_convert(spec: DrafterSpec, t: TargetShape, bad: Any) -> str:
-    worst = max(spec.target_layer_ids)
+def _tap_convert(s: DrafterSpec, t: TargetShape, **_: Any) -> str:
+    worst = max(s.target_layer_ids)
     return (
         f"{t.path}: drafter target layer id {worst} taps layer {worst + 1} but the target has "
         f"{t.n_layers} layers (ids + 1 must be < {t.n_layers}); llama.cpp aborts on it "
@@ -80,62 +109,63 @@ def _tap_convert(spec: DrafterSpec, t: TargetShape, bad: Any) -> str:
     )
 
 
-def _tap_inspect(path: str, spec: DrafterSpec, t: TargetShape, bad: Any, dialect: Dialect | None, convention: str) -> tuple[str, dict[str, Any]]:
-    stored = dialect.taps_to_file(bad) if dialect else bad
+def _tap_inspect(p: str, t: TargetShape, v: Any, d: Dialect | None, c: str, **_: Any) -> str:
     return (
-        f"{path}: target layer id(s) {bad} (stored as {stored}, {convention}) tap past the last "
+        f"{p}: target layer id(s) {v} (stored as {d.taps_to_file(v) if d else v}, {c}) tap past the last "
         f"layer of the {t.n_layers}-layer target — llama.cpp aborts ('layer input tensor is null' / GGML_ASSERT); "
-        "wrong target, or ids converted with the wrong tap convention",
-        {"ids": bad, "target_layers": t.n_layers},
+        "wrong target, or ids converted with the wrong tap convention"
+    )
+
+
+def _tap_runtime(w: str, t: TargetShape, v: Any, **_: Any) -> str:
+    return (
+        f"{w}: taps target layer id(s) {v} but target {t.path} has {t.n_layers} layers (ids must be 0 .. "
+        f"{t.n_layers - 2}; llama.cpp aborts on the last layer's, transformers would give its normed output) — {_WRONG}"
     )
 
 
 #: In the converter's order (it stops at the first); inspect sorts by `inspect_rank`.
 TARGET_RULES: tuple[TargetRule, ...] = (
     TargetRule(
-        "target.hidden_size", _hidden,
-        lambda s, t, v: (
-            f"{t.path}: target hidden size {t.hidden_size} ≠ drafter hidden_size {s.hidden_size} "
-            "— this drafter was trained for another target"
-        ),
-        lambda p, s, t, v, d, c: (
-            f"{p}: drafter hidden size {s.hidden_size} ≠ target embedding length {t.hidden_size} "
-            f"({t.path}) — this drafter belongs to another target",
-            {"drafter": s.hidden_size, "target": t.hidden_size},
-        ),
+        "target.hidden_size", _hidden, ("hidden_size",),
+        convert="{t.path}: target hidden size {t.hidden_size} ≠ drafter hidden_size {s.hidden_size} — this drafter was "
+                "trained for another target",
+        inspect="{p}: drafter hidden size {s.hidden_size} ≠ target embedding length {t.hidden_size} ({t.path}) — this "
+                "drafter belongs to another target",
+        inspect_data=lambda s, t, v: {"drafter": s.hidden_size, "target": t.hidden_size},
+        runtime="{w}: hidden_size {s.hidden_size} ≠ target {t.path} hidden size {t.hidden_size} — " + _WRONG,
         inspect_rank=0,
     ),
     TargetRule(
-        "target.mask_token", _mask,
-        lambda s, t, v: (
-            f"{t.path}: drafter mask_token_id {s.mask_token_id} is outside the target vocabulary "
-            f"({t.vocab_size} tokens)"
-        ),
-        lambda p, s, t, v, d, c: (
-            f"{p}: mask token id {s.mask_token_id} is outside the target vocabulary ({t.vocab_size} tokens)",
-            {"mask_token_id": s.mask_token_id, "vocab": t.vocab_size},
-        ),
+        "target.mask_token", _mask, ("vocab_size",),
+        convert="{t.path}: drafter mask_token_id {s.mask_token_id} is outside the target vocabulary ({t.vocab_size} "
+                "tokens)",
+        inspect="{p}: mask token id {s.mask_token_id} is outside the target vocabulary ({t.vocab_size} tokens)",
+        inspect_data=lambda s, t, v: {"mask_token_id": s.mask_token_id, "vocab": t.vocab_size},
+        runtime="{w}: mask_token_id {s.mask_token_id} is not a token of target {t.path} (vocab {t.vocab_size}) — set "
+                "it in the drafter's config (dflash_config.mask_token_id)",
         inspect_rank=3,
     ),
     TargetRule(
-        "target.selector_vocab", _selector_vocab,
-        lambda s, t, v: (
-            f"{t.path}: target vocabulary {t.vocab_size} ≠ drafter vocab_size {s.vocab_size} "
-            "(the DFlash 2 selector codebooks have one row per token)"
-        ),
-        None,  # inspect checks the codebook rows against the file's own vocabulary instead
+        "target.selector_vocab", _selector_vocab, ("vocab_size",),
+        convert="{t.path}: target vocabulary {t.vocab_size} ≠ drafter vocab_size {s.vocab_size} (the DFlash 2 "
+                "selector codebooks have one row per token)",
+        # inspect checks the codebook rows against the file's own vocabulary instead
+        runtime="{w}: target vocabulary {t.vocab_size} ≠ drafter vocab_size {s.vocab_size} (the DFlash 2 selector "
+                "codebooks have one row per token) — " + _WRONG,
     ),
-    TargetRule("target.tap_range", _taps, _tap_convert, _tap_inspect, inspect_rank=1),
     TargetRule(
-        "target.layer_count", _layer_count,
-        lambda s, t, v: (
-            f"{t.path}: target has {t.n_layers} layers but the drafter config says "
-            f"num_target_layers = {s.num_target_layers} — wrong target model"
-        ),
-        lambda p, s, t, v, d, c: (
-            f"{p}: drafter was trained for a {s.num_target_layers}-layer target, {t.path} has {t.n_layers}",
-            {"drafter": s.num_target_layers, "target": t.n_layers},
-        ),
+        "target.tap_range", _taps, ("n_layers",), convert=_tap_convert, inspect=_tap_inspect,
+        inspect_data=lambda s, t, v: {"ids": v, "target_layers": t.n_layers}, runtime=_tap_runtime, inspect_rank=1,
+    ),
+    TargetRule(
+        "target.layer_count", _layer_count, ("n_layers",),
+        convert="{t.path}: target has {t.n_layers} layers but the drafter config says num_target_layers = "
+                "{s.num_target_layers} — wrong target model",
+        inspect="{p}: drafter was trained for a {s.num_target_layers}-layer target, {t.path} has {t.n_layers}",
+        inspect_data=lambda s, t, v: {"drafter": s.num_target_layers, "target": t.n_layers},
+        runtime="{w}: drafter was trained for a {s.num_target_layers}-layer target, {t.path} has {t.n_layers} — "
+                + _WRONG,
         inspect_rank=2,
     ),
 )
@@ -144,11 +174,23 @@ TARGET_RULES: tuple[TargetRule, ...] = (
 def check_target_compatibility(spec: DrafterSpec, target: TargetShape) -> None:
     """Refuse a drafter/target pair llama.cpp would mis-run or abort on (the first broken rule)."""
     for rule in TARGET_RULES:
-        if rule.convert_message is None:
+        if rule.convert is None:
             continue
         value = rule.check(spec, target)
         if value is not None:
-            raise DFlashError(rule.convert_message(spec, target, value))
+            raise DFlashError(_say(rule.convert, s=spec, t=target, v=value))
+
+
+def check_runtime_fit(spec: DrafterSpec, target: TargetShape, where: str,
+                      error: type[DFlashError] = DFlashError) -> None:
+    """Refuse to run a drafter on a target it does not fit (the first broken rule, as ``error``); a rule whose
+    target field the caller does not know is skipped."""
+    for rule in TARGET_RULES:
+        if rule.runtime is None or any(getattr(target, f, None) is None for f in rule.needs):
+            continue
+        value = rule.check(spec, target)
+        if value is not None:
+            raise error(_say(rule.runtime, w=where, s=spec, t=target, v=value))
 
 
 def target_violations(
@@ -156,10 +198,10 @@ def target_violations(
 ) -> Sequence[tuple[str, str, dict[str, Any]]]:
     """Every broken rule as (finding id, message, data), in inspect's order."""
     out = []
-    for rule in sorted((r for r in TARGET_RULES if r.inspect_message is not None), key=lambda r: r.inspect_rank):
+    for rule in sorted((r for r in TARGET_RULES if r.inspect is not None), key=lambda r: r.inspect_rank):
         value = rule.check(spec, target)
         if value is not None:
-            assert rule.inspect_message is not None
-            message, data = rule.inspect_message(path, spec, target, value, dialect, tap_convention)
-            out.append((rule.id, message, data))
+            assert rule.inspect is not None and rule.inspect_data is not None
+            message = _say(rule.inspect, p=path, s=spec, t=target, v=value, d=dialect, c=tap_convention)
+            out.append((rule.id, message, rule.inspect_data(spec, target, value)))
     return out

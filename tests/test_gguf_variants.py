@@ -188,7 +188,7 @@ def dflash2_files(drafters, targets, tmp_path_factory) -> tuple[Path, Path]:
 def test_old_dflash2_names_are_read(dflash2_files) -> None:
     new, old = dflash2_files
     with open_drafter(old) as d:
-        assert not d.unmapped and d.spec is not None and d.spec.is_dflash2
+        assert not d.unmapped and d.spec is not None and d.spec.architecture == "DFlash2DraftModel"
         assert d.tensors["candidate_selector.predecessor_codebook.weight"].name == "selector.pred_codebook"
     fs = findings(old)
     assert not [f for fl in fs.values() for f in fl if f.severity.value == "error"], fs

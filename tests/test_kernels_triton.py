@@ -81,7 +81,9 @@ def interpreted() -> dict[str, Any]:
     if importlib.util.find_spec("triton") is None:
         pytest.fail(f"triton is not installed, so the Triton kernels cannot be tested: {INSTALL_HINT}")
     seed = secrets.randbits(32)
-    env = dict(os.environ, TRITON_INTERPRET="1")
+    # the interpreter runs on the CPU: hide any GPU from the child, so torch and Triton behave as on a CPU box
+    # (on a CUDA machine Triton otherwise binds its active driver to the GPU)
+    env = dict(os.environ, TRITON_INTERPRET="1", CUDA_VISIBLE_DEVICES="")
     code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import test_kernels_triton as t; "
             "print('RESULTS' + json.dumps(t.run_cases(int(sys.argv[2]))))")
     proc = subprocess.run([sys.executable, "-c", code, os.path.dirname(__file__), str(seed)],

@@ -253,12 +253,18 @@ def _min_max(x, b, n):  # type: ignore[no-untyped-def]
 
 
 @njit(**_JIT)
+def _signed_scale(x, b, out, divisor):  # type: ignore[no-untyped-def]
+    """q4_0 / q5_0: d = the signed absmax / divisor, stored as fp16 at the block's start; returns 1/d (0 for 0)."""
+    d = _signed_absmax(x, b, 32) / divisor
+    put_u16(out, b, 0, fp32_to_fp16(d))
+    return _F1 / d if d != _F0 else _F0
+
+
+@njit(**_JIT)
 def q4_0_kernel(x, out):  # type: ignore[no-untyped-def]
     """quantize_row_q4_0_ref: d = max/-8, q = MIN(15, (int8_t)(x/d + 8.5))."""
     for b in range(x.shape[0]):
-        d = _signed_absmax(x, b, 32) / np.float32(-8)
-        idv = _F1 / d if d != _F0 else _F0
-        put_u16(out, b, 0, fp32_to_fp16(d))
+        idv = _signed_scale(x, b, out, np.float32(-8))
         for j in range(16):
             xi0 = min(15, as_int8(c_f32_to_i32(x[b, j] * idv + np.float32(8.5)))) & 0xFF
             xi1 = min(15, as_int8(c_f32_to_i32(x[b, j + 16] * idv + np.float32(8.5)))) & 0xFF
@@ -284,9 +290,7 @@ def _put_u32(out, b, pos, v):  # type: ignore[no-untyped-def]
 def q5_0_kernel(x, out):  # type: ignore[no-untyped-def]
     """quantize_row_q5_0_ref: d = max/-16, q = MIN(31, (int8_t)(x/d + 16.5))."""
     for b in range(x.shape[0]):
-        d = _signed_absmax(x, b, 32) / np.float32(-16)
-        idv = _F1 / d if d != _F0 else _F0
-        put_u16(out, b, 0, fp32_to_fp16(d))
+        idv = _signed_scale(x, b, out, np.float32(-16))
         qh = 0
         for j in range(16):
             xi0 = min(31, as_int8(c_f32_to_i32(x[b, j] * idv + np.float32(16.5)))) & 0xFF
@@ -804,15 +808,16 @@ def _qkx_superblock(x, b, out, nmax, rmin, rdelta, nstep, L, Laux, weights, scal
 
 
 @njit(**_JIT)
+def _qkx_scratch():  # type: ignore[no-untyped-def]
+    """The per-row scratch of `_qkx_superblock` (levels, their trial copy, weights, scales, mins, 6-bit codes)."""
+    return (np.zeros(256, np.int64), np.zeros(32, np.int64), np.zeros(32, np.float32), np.zeros(8, np.float32),
+            np.zeros(8, np.float32), np.zeros(8, np.int64), np.zeros(8, np.int64))
+
+
+@njit(**_JIT)
 def q4_k_scalar(x, out):  # type: ignore[no-untyped-def]
     """quantize_row_q4_K_ref: 8 sub-blocks of 32, make_qkx2_quants(15, -1, 0.1, 20), 4-bit levels."""
-    L = np.zeros(256, np.int64)
-    Laux = np.zeros(32, np.int64)
-    weights = np.zeros(32, np.float32)
-    scales = np.zeros(8, np.float32)
-    mins = np.zeros(8, np.float32)
-    ls = np.zeros(8, np.int64)
-    lm = np.zeros(8, np.int64)
+    L, Laux, weights, scales, mins, ls, lm = _qkx_scratch()
     for b in range(x.shape[0]):
         _qkx_superblock(x, b, out, 15, np.float32(-1.0), _F_TENTH, 20, L, Laux, weights, scales, mins, ls, lm)
         for jj in range(4):
@@ -824,13 +829,7 @@ def q4_k_scalar(x, out):  # type: ignore[no-untyped-def]
 @njit(**_JIT)
 def q5_k_scalar(x, out):  # type: ignore[no-untyped-def]
     """quantize_row_q5_K_ref: make_qkx2_quants(31, -0.5, 0.1, 15), low nibbles in qs, 5th bits in qh."""
-    L = np.zeros(256, np.int64)
-    Laux = np.zeros(32, np.int64)
-    weights = np.zeros(32, np.float32)
-    scales = np.zeros(8, np.float32)
-    mins = np.zeros(8, np.float32)
-    ls = np.zeros(8, np.int64)
-    lm = np.zeros(8, np.int64)
+    L, Laux, weights, scales, mins, ls, lm = _qkx_scratch()
     for b in range(x.shape[0]):
         _qkx_superblock(x, b, out, 31, np.float32(-0.5), _F_TENTH, 15, L, Laux, weights, scales, mins, ls, lm)
         for j in range(32):

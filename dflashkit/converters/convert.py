@@ -26,33 +26,16 @@ from ..drafters import DrafterFile, open_drafter
 from ..errors import DFlashError, UsageError
 from ..files import signals_deferred
 from ..filetypes import CONVERT_OUTTYPES, CONVERT_POLICY_OUTTYPES, outtype_file_type
-from ..io.gguf_writer import (
-    TensorToWrite,
-    check_output_path,
-    ggml_n_dims_shape,
-    iter_row_chunks,
-    llama_tensor_order_key,
-    write_gguf,
-)
+from ..io.gguf_writer import (TensorToWrite, check_output_path, ggml_n_dims_shape, iter_row_chunks,
+    llama_tensor_order_key, write_gguf)
 from ..io.copy import prefetch
 from ..io.safetensors_reader import SafetensorsTensor
 from ..spec import DrafterSpec
-from ..spec_checks import check_spec, require_mask_in_vocab
-from .plan import (
-    ConvertResult,
-    PlannedTensor,
-    apply_overrides,
-    build_metadata,
-    check_dialect_holds,
-    check_tensors,
-    converter_layout,
-    ordered_canonical,
-    spec_with_target,
-)
+from ..codecs import preload_bf16_to_f16
+from .plan import ConvertResult, PlannedTensor, build_metadata, converter_layout, ordered_canonical, validate
 from .general import Provenance, general_metadata, resolve_provenance
 from .mask_embedding import MASK_EMBEDDING_FILE, mask_embedding_tensors
 from .source import is_gguf_path, resolve_checkpoint_dir
-from .target import TargetInfo, load_target
 from .translate import translate_gguf
 
 Q = GGMLQuantizationType
@@ -314,44 +297,34 @@ def _convert_checkpoint(
     progress: bool,
     warn: Callable[[str], None],
 ) -> ConvertResult:
-    spec = apply_overrides(drafter.require_spec(), str(directory), num_target_layers=num_target_layers, mask_token_id=mask_token_id)
     family = drafter.family
     assert family is not None
     mapped = {c: drafter.source_tensor(c) for c in drafter.tensors}
     prefetch(sorted({t.file for t in mapped.values()}))  # shard reads overlap the target/tokenizer work
-    check_dialect_holds(spec, dialect_table, str(directory), hint=" — use --dialect llama.cpp")
-    check_spec(spec, str(directory))
-    source_shapes = {c: tuple(t.shape) for c, t in mapped.items()}
-    family.check_source(spec, source_shapes, str(directory))  # first: names the family's key (d2t, lm_head)
-    check_tensors(spec, source_shapes, str(directory), {c: t.name for c, t in mapped.items()})
     fast_f16 = (resolve_outtype(outtype, mapped) == "f16"
                 and sum(t.n_elements for t in mapped.values() if t.dtype == "BF16") >= FAST_F16_MIN_VALUES)
     if fast_f16:
-        from ..codecs import preload_bf16_to_f16
-
-        preload_bf16_to_f16()  # numba loads while the target's tokenizer is read
+        preload_bf16_to_f16()  # numba loads while the checks run and the target's tokenizer is read
+    checked = validate(
+        drafter.require_spec(), source=str(directory), dialect=dialect_table,
+        shapes={c: tuple(t.shape) for c, t in mapped.items()}, display={c: t.name for c, t in mapped.items()},
+        overrides={"num_target_layers": num_target_layers, "mask_token_id": mask_token_id}, target=target,
+        family=family, read_raw=drafter.read_raw, mask_source=str(directory / "config.json"),
+        hint=" — use --dialect llama.cpp",
+    )
+    spec, target_info, finals = checked.spec, checked.target, checked.finals
     # family-level tensor changes (DSpark / Gemma-4 DSpark): tensors llama.cpp's converter drops,
-    # rewrites and writes last (d2t → absolute I64 ids), or generates and writes first (rope_freqs)
-    finals = {
-        c: family.finalize_tensor(spec, c, drafter.read_raw(c), str(directory))
-        for c in family.final_tensors
-        if c in mapped
-    }
+    # rewrites and writes last (d2t → absolute I64 ids, `finals`), or generates and writes first (rope_freqs)
     family_generated = family.generated_tensors(spec)
     dropped = family.dropped_on_convert(spec)
     mapped = {c: t for c, t in mapped.items() if c not in dropped and c not in finals}
 
     warnings: list[str] = []
-    target_info: TargetInfo | None = None
-    if target is not None:
-        target_info = load_target(target)
-        spec = spec_with_target(spec, target_info, dialect_table)
-    else:
+    if target is None:
         warnings.append(
             f"no --target given: {out_path.name} will have no tokenizer and llama.cpp will refuse to load it "
             "(key not found in model: tokenizer.ggml.model) — re-run with --target TARGET.gguf or --target TARGET_HF_DIR"
         )
-    require_mask_in_vocab(spec, str(directory / "config.json"))  # the value came from the config
 
     outtype = resolve_outtype(outtype, mapped)
     # tensors llama.cpp's converter generates (MiMo's mask_embedding.pt): written first
@@ -435,16 +408,5 @@ def _convert_checkpoint(
         force=force,
         progress=progress,
     )
-    return ConvertResult(
-        out=out_path,
-        dialect=dialect_table.name,
-        architecture=arch,
-        outtype=outtype,
-        file_type=file_type,
-        bytes_written=size,
-        tensors=plan,
-        metadata=metadata,
-        spec=spec,
-        target=str(target) if target is not None else None,
-        warnings=warnings,
-    )
+    return ConvertResult(out_path, dialect_table.name, arch, outtype, file_type, size, plan, metadata, spec,
+                         str(target) if target is not None else None, warnings)

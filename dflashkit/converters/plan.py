@@ -23,8 +23,9 @@ from ..filetypes import CONVERT_OUTTYPES, outtype_file_type
 from ..families.tensor_set import check_tensor_set
 from ..io.gguf_writer import QUANTIZATION_VERSION, MetadataEntry, llama_tensor_order_key
 from ..spec import DrafterSpec
+from ..spec_checks import check_spec, require_mask_in_vocab
 from ..target_rules import check_target_compatibility
-from .target import TargetInfo
+from .target import TargetInfo, load_target
 
 
 @dataclass
@@ -134,6 +135,41 @@ def spec_with_target(spec: DrafterSpec, target: TargetInfo, dialect: Dialect) ->
         # as llama.cpp's converter: the drafter ropes on the temporal section only
         spec = replace(spec, rope_dimension_sections=(spec.head_dim // 2, 0, 0, 0))
     return spec
+
+
+@dataclass
+class Validated:
+    """A source that passed every check: its spec (overrides and the target's facts applied), its target and
+    the family's final tensors (checked and rewritten, e.g. DSpark's absolute ``d2t``)."""
+
+    spec: DrafterSpec
+    target: TargetInfo | None
+    finals: dict[str, tuple[Any, GGMLQuantizationType]]
+
+
+def validate(
+    spec: DrafterSpec, *, source: str, dialect: Dialect, shapes: Mapping[str, tuple[int, ...]],
+    display: Mapping[str, str], overrides: Mapping[str, int | None], target: Any = None, family: Any = None,
+    read_raw: Callable[[str], Any] | None = None, mask_source: str | None = None, hint: str = "",
+) -> Validated:
+    """Every check of a conversion or a translation, in one place and one pass, in the order their errors are
+    reported: the dialect can hold the drafter, the flags agree with the source, the spec rules, the family's
+    rules on its tensors, the tensor set, the family's final tensors, the drafter ↔ target rules (with the target
+    loaded) and the mask token. The first broken check is a one-line DFlashError; nothing is written before."""
+    check_dialect_holds(spec, dialect, source, hint=hint)
+    spec = apply_overrides(spec, source, **overrides)
+    check_spec(spec, source)
+    if family is not None:
+        family.check_source(spec, shapes, source)  # first: names the family's key (d2t, lm_head)
+    check_tensors(spec, shapes, source, display)
+    finals = {}
+    if family is not None and read_raw is not None:
+        finals = {c: family.finalize_tensor(spec, c, read_raw(c), source) for c in family.final_tensors if c in shapes}
+    target_info = load_target(target) if target is not None else None
+    if target_info is not None:
+        spec = spec_with_target(spec, target_info, dialect)
+    require_mask_in_vocab(spec, mask_source or source)
+    return Validated(spec, target_info, finals)
 
 
 def apply_overrides(

@@ -20,19 +20,9 @@ from ..dialects import Dialect, get_dialect
 from ..drafters import DrafterFile, open_drafter
 from ..errors import DFlashError, UsageError
 from ..io.gguf_writer import MetadataEntry, TensorToWrite, check_output_path, write_gguf
-from ..spec_checks import check_spec, require_mask_in_vocab
 from ..spec import DrafterSpec
 from ..variants import PRE_MERGE, RAW_TAPS, RAW_TAPS_KEY, TAPS_KEY
-from .plan import (
-    ConvertResult,
-    PlannedTensor,
-    apply_overrides,
-    build_metadata,
-    check_dialect_holds,
-    check_tensors,
-    spec_with_target,
-)
-from .target import TargetInfo, load_target
+from .plan import ConvertResult, PlannedTensor, build_metadata, validate
 
 _COPY_CHUNK = 16 << 20
 
@@ -108,22 +98,18 @@ def translate_gguf(
                 f"dialect: {shown} — refusing to drop them"
             )
         spec = _fix_tap_convention(drafter, spec, str(src), taps_are_raw)
-        check_dialect_holds(spec, table, str(src))
-        spec = apply_overrides(spec, str(src), num_target_layers=num_target_layers, mask_token_id=mask_token_id)
         if target_layer_ids is not None and list(target_layer_ids) != list(spec.target_layer_ids):
             raise DFlashError(
                 f"{src}: --target-layer-ids {','.join(str(i) for i in target_layer_ids)} contradicts the file's "
                 f"target layers {list(spec.target_layer_ids)} (HF ids) — a GGUF keeps its own taps"
             )
-        # the same spec and tensor-set checks a conversion runs
-        check_spec(spec, str(src))
-        check_tensors(spec, {c: t.shape for c, t in drafter.tensors.items()}, str(src), drafter.display_names())
-
-        target_info: TargetInfo | None = None
-        if target is not None:
-            target_info = load_target(target)
-            spec = spec_with_target(spec, target_info, table)
-        require_mask_in_vocab(spec, str(src))
+        # the checks a conversion runs, in the same place and order
+        checked = validate(
+            spec, source=str(src), dialect=table, shapes={c: t.shape for c, t in drafter.tensors.items()},
+            display=drafter.display_names(), overrides={"num_target_layers": num_target_layers,
+                                                        "mask_token_id": mask_token_id}, target=target,
+        )
+        spec, target_info = checked.spec, checked.target
         tokenizer = _tokenizer_entries(drafter)
         if not any(e.key == "tokenizer.ggml.model" for e in tokenizer) and target_info is not None and target_info.tokenizer:
             tokenizer = list(target_info.tokenizer.entries)
@@ -162,16 +148,5 @@ def translate_gguf(
             plan.append(PlannedTensor(canonical, name, ref.name, ref.shape, ref.ggml_type, ref.type_name))
             tensors.append(TensorToWrite(name, ref.shape, ref.ggml_type, _raw_copy(drafter, canonical)))
         size = write_gguf(out_path, arch, metadata, tensors, force=force, progress=progress)
-    return ConvertResult(
-        out=out_path,
-        dialect=table.name,
-        architecture=arch,
-        outtype="copy",
-        file_type=file_type,
-        bytes_written=size,
-        tensors=plan,
-        metadata=metadata,
-        spec=spec,
-        target=str(target) if target is not None else None,
-        warnings=[],
-    )
+    return ConvertResult(out_path, table.name, arch, "copy", file_type, size, plan, metadata, spec,
+                         str(target) if target is not None else None, [])

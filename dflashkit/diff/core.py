@@ -25,7 +25,7 @@ from ..dialects import LLAMA_CPP
 from ..families import family_for_architecture
 from ..errors import DFlashError
 from ..drafters import DrafterFile, TensorRef, open_drafter
-from ..reporting import Bar, BarChart, BarGroup, Column, Field, Report, Table
+from ..reporting import Bar, BarChart, BarGroup, Column, Field, Report, Table, verdict
 from .specs import SpecDifference, carried_fields, compare_specs
 from .stats import StatsAccumulator, TensorStats, tensor_stats
 
@@ -441,20 +441,10 @@ def _info(fa: DrafterFile, fb: DrafterFile) -> list[InfoItem]:
 _LAYER = re.compile(r"^layers\.(\d+)\.")
 
 _TENSOR_COLUMNS = [
-    Column("tensor", "tensor"),
-    Column("name_a", "A name"),
-    Column("name_b", "B name"),
-    Column("shape", "shape", "shape"),
-    Column("type_a", "A type"),
-    Column("type_b", "B type"),
-    Column("bpw_a", "A bpw", ".3g"),
-    Column("bpw_b", "B bpw", ".3g"),
-    Column("rel_rms", "rel RMS", ".4g"),
-    Column("max_abs_diff", "max |a-b|", ".4g"),
-    Column("cosine", "cosine", ".6f"),
-    Column("snr_db", "SNR dB", ".1f"),
-    Column("range_a", "A range", ".3g"),
-    Column("range_b", "B range", ".3g"),
+    Column("tensor", "tensor"), Column("name_a", "A name"), Column("name_b", "B name"), Column("shape", "shape", "shape"),
+    Column("type_a", "A type"), Column("type_b", "B type"), Column("bpw_a", "A bpw", ".3g"), Column("bpw_b", "B bpw", ".3g"),
+    Column("rel_rms", "rel RMS", ".4g"), Column("max_abs_diff", "max |a-b|", ".4g"), Column("cosine", "cosine", ".6f"),
+    Column("snr_db", "SNR dB", ".1f"), Column("range_a", "A range", ".3g"), Column("range_b", "B range", ".3g"),
 ]
 
 
@@ -545,14 +535,10 @@ def _build_report(r: DiffResult, threshold: float | None, allow_missing: bool) -
     relaxed = r._missing_phrases() if allow_missing else []
     rel = r.rel_rms_summary()
     worst = r.tensors[0] if r.tensors else None
-    if failures:
-        status, level = "; ".join(failures), "error"
-    elif relaxed:
-        status, level = f"passes with --allow-missing ({'; '.join(relaxed)})", "warning"
-    elif worst is None or worst.stats.identical:
-        status, level = f"{len(r.tensors)} tensors, all identical", "ok"
-    else:
-        status, level = f"{len(r.tensors)} tensors, max relative RMS error {rel['max']:.4g} ({worst.canonical})", "ok"
+    headline = (f"{len(r.tensors)} tensors, all identical" if worst is None or worst.stats.identical else
+                f"{len(r.tensors)} tensors, max relative RMS error {rel['max']:.4g} ({worst.canonical})")
+    status, level = verdict(failures, f"passes with --allow-missing ({'; '.join(relaxed)})" if relaxed else None,
+                            headline)
 
     missing_level = "warning" if allow_missing else "error"
     summary = [

@@ -11,7 +11,7 @@ import os
 import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from dflashkit.inspect.checks import InspectContext, register_check
 from dflashkit.inspect.findings import Finding, error, info, warning
@@ -106,13 +106,10 @@ def _open_gguf(ctx: InspectContext) -> None:
         ctx.summary["size"] = ctx.path.stat().st_size
     except OSError:
         pass
-    try:
-        g = open_gguf(ctx.path, strict=False)
-    except GGUFFormatError as err:
-        ctx.findings.append(Finding.from_error(err))
+    g = _opened(ctx, lambda: open_gguf(ctx.path, strict=False), GGUFFormatError)
+    if g is None:
         return
     ctx.gguf = g
-    ctx.findings.extend(Finding.from_error(p) for p in g.problems)
     mix, bpw = quant_mix((t.ggml_type.name, t.n_elements, t.nbytes) for t in g.tensors.values())
     ctx.summary.update(
         size=g.file_size, version=g.version, alignment=g.alignment,
@@ -147,14 +144,22 @@ def _config_arch(config: dict[str, Any] | None) -> str | None:
     return _str_or_none(config.get("model_type"))
 
 
-def _open_checkpoint(ctx: InspectContext) -> None:
+def _opened(ctx: InspectContext, opener: Callable[[], Any], error: type[Exception]) -> Any:
+    """The opened file with its problems as findings, or None (the reason a finding) when it cannot be opened."""
     try:
-        ck = open_checkpoint(ctx.path, strict=False)
-    except CheckpointFormatError as err:
+        opened = opener()
+    except error as err:
         ctx.findings.append(Finding.from_error(err))
+        return None
+    ctx.findings.extend(Finding.from_error(p) for p in opened.problems)
+    return opened
+
+
+def _open_checkpoint(ctx: InspectContext) -> None:
+    ck = _opened(ctx, lambda: open_checkpoint(ctx.path, strict=False), CheckpointFormatError)
+    if ck is None:
         return
     ctx.checkpoint = ck
-    ctx.findings.extend(Finding.from_error(p) for p in ck.problems)
     config, problem = _read_config(ck.directory)
     if problem:
         ctx.findings.append(problem)

@@ -432,21 +432,14 @@ def _check_version(p: _Parser) -> int:
 def _check_counts(p: _Parser, n_tensors: int, n_kv: int) -> None:
     room = p.size - HEADER_SIZE
     max_tensors = room // MIN_TENSOR_INFO_SIZE
+    truncated = f"(corrupt header or truncated file) — {_FIX_REDOWNLOAD}"
     if n_tensors > max_tensors:
-        p.fatal(
-            "gguf.tensor_count",
-            f"header claims {n_tensors} tensors but a {p.size}-byte file holds at most {max_tensors} "
-            f"(corrupt header or truncated file) — {_FIX_REDOWNLOAD}",
-            n_tensors=n_tensors, max_tensors=max_tensors, file_size=p.size,
-        )
+        p.fatal("gguf.tensor_count", f"header claims {n_tensors} tensors but a {p.size}-byte file holds at most "
+                f"{max_tensors} {truncated}", n_tensors=n_tensors, max_tensors=max_tensors, file_size=p.size)
     max_kv = (room - n_tensors * MIN_TENSOR_INFO_SIZE) // MIN_KV_SIZE
     if n_kv > max_kv:
-        p.fatal(
-            "gguf.kv_count",
-            f"header claims {n_kv} key-value pairs but a {p.size}-byte file with {n_tensors} tensors holds at most "
-            f"{max_kv} (corrupt header or truncated file) — {_FIX_REDOWNLOAD}",
-            n_kv=n_kv, max_kv=max_kv, file_size=p.size,
-        )
+        p.fatal("gguf.kv_count", f"header claims {n_kv} key-value pairs but a {p.size}-byte file with {n_tensors} "
+                f"tensors holds at most {max_kv} {truncated}", n_kv=n_kv, max_kv=max_kv, file_size=p.size)
 
 
 def _parse_kvs(p: _Parser, n_kv: int) -> dict[str, KV]:
@@ -530,11 +523,8 @@ def _parse_tensor_infos(p: _Parser, n_tensors: int) -> list[_RawTensor]:
             valid = False
         ggml_type = _GGML_TYPES.get(raw_type)
         if ggml_type is None:
-            p.problem(
-                "gguf.tensor_type",
-                f"{what} has unknown ggml type {raw_type} — the file is corrupt or needs a newer gguf-py",
-                tensor=name, ggml_type=raw_type,
-            )
+            p.problem("gguf.tensor_type", f"{what} has unknown ggml type {raw_type} — the file is corrupt or needs a "
+                      "newer gguf-py", tensor=name, ggml_type=raw_type)
             valid = False
         elif valid:
             block_size = quant_block_size(ggml_type)

@@ -24,16 +24,8 @@ from gguf import GGMLQuantizationType, GGUFValueType
 from dflashkit.errors import DFlashError
 from dflashkit.quant_types import type_size
 from dflashkit.io.gguf_reader import DEFAULT_ALIGNMENT, GGUFFile, TensorInfo, open_gguf
-from dflashkit.io.gguf_writer import (
-    QUANTIZATION_VERSION,
-    MetadataEntry,
-    TensorToWrite,
-    check_output_path,
-    ggml_n_dims_shape,
-    iter_row_chunks,
-    llama_tensor_order_key,
-    write_gguf,
-)
+from dflashkit.io.gguf_writer import (QUANTIZATION_VERSION, MetadataEntry, TensorToWrite, check_output_path,
+    ggml_n_dims_shape, iter_row_chunks, llama_tensor_order_key, write_gguf)
 
 from dflashkit.codecs import QUANT_TYPES, preload_quantizers, quantize, tensor_nbytes, to_float32
 from .policy import FileType, TypeChoice, choose_types, get_file_type, get_preset, is_quantized, normalize_overrides

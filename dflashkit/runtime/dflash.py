@@ -408,14 +408,8 @@ class Attention(nn.Module):
                              persistent=False)
         self.register_buffer("sinks", None)  # [n_heads] attention-sink logits (gpt-oss / MiMo), when present
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        context: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        cache: DraftCache | None,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, context: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                cache: DraftCache | None) -> torch.Tensor:
         b, q_len, _ = x.shape
         ctx_len = context.shape[1]
         q = self.q_norm(self.q_proj(x).view(b, q_len, -1, self.head_dim)).transpose(1, 2)
@@ -480,14 +474,8 @@ class DecoderLayer(nn.Module):
         """Run one block (``"attention"`` or ``"mlp"``) on its normed input; DFlash 2 adds convolutions."""
         return fn(x)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        context: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        cache: DraftCache | None,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, context: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                cache: DraftCache | None) -> torch.Tensor:
         attn = functools.partial(self.self_attn, context=context, cos=cos, sin=sin, cache=cache)
         x = x + self.around("attention", attn, self.input_layernorm(x))
         return x + self.around("mlp", self.mlp, self.post_attention_layernorm(x))

@@ -342,14 +342,8 @@ def _fill(model: DFlashDraftModel, f: DrafterFile, used: list[str], shapes: Mapp
 # ---------------------------------------------------------------------------------------------
 
 
-def load_target_head(
-    target: str | os.PathLike,
-    *,
-    device: str | torch.device = "cpu",
-    dtype: str | torch.dtype = "float32",
-    keep_quantized: bool = False,
-    packed: bool = False,
-) -> TargetHead:
+def load_target_head(target: str | os.PathLike, *, device: str | torch.device = "cpu", dtype: str | torch.dtype = "float32",
+                     keep_quantized: bool = False, packed: bool = False) -> TargetHead:
     """``embed_tokens`` and ``lm_head`` of a target GGUF (``token_embd`` / ``output``) or HF directory.
 
     A target without a separate output matrix ties the head to the embedding, as llama.cpp and

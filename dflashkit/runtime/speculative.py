@@ -27,7 +27,7 @@ from typing import Any, NamedTuple, Sequence
 import torch
 
 from ..errors import DFlashError, UsageError
-from ..target_rules import taps_out_of_range
+from ..target_rules import Target, check_runtime_fit
 from .dflash import DFlashDraftModel, TargetHead, sample_probs, sampling_probs
 from .target import HFTarget, extract_context_feature
 
@@ -201,16 +201,11 @@ def default_stop_ids(target: HFTarget) -> list[int]:
 
 
 def check_pair(model: DFlashDraftModel, target: HFTarget, head: TargetHead, where: str = "drafter") -> None:
-    """The drafter can run on this target: taps inside it, same hidden size, a mask token, a block."""
+    """The drafter can run on this target (the drafter ↔ target rule table, `target_rules.check_runtime_fit`),
+    and has a mask token and a block."""
     spec = model.spec
-    bad = taps_out_of_range(spec.target_layer_ids, target.n_layers)
-    if bad:
-        raise UsageError(f"{where}: taps target layer id(s) {bad} but target {target.path} has {target.n_layers} "
-                         f"layers (ids must be 0 .. {target.n_layers - 2}; llama.cpp aborts on "
-                         "the last layer's, transformers would give its normed output) — wrong target for this drafter")
-    if head.hidden_size != spec.hidden_size:
-        raise UsageError(f"{where}: hidden_size {spec.hidden_size} ≠ target {target.path} hidden size "
-                         f"{head.hidden_size} — wrong target for this drafter")
+    check_runtime_fit(spec, Target(str(target.path), head.hidden_size, target.n_layers, head.vocab_size), where,
+                      UsageError)
     if spec.mask_token_id is None or not 0 <= spec.mask_token_id < head.vocab_size:
         raise UsageError(f"{where}: mask_token_id {spec.mask_token_id} is not a token of target {target.path} "
                          f"(vocab {head.vocab_size}) — set it in the drafter's config (dflash_config.mask_token_id)")

@@ -26,7 +26,7 @@ reads — what its ``DSparkModel`` writes for the same config shape, minus the D
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 from gguf import GGMLQuantizationType
@@ -95,8 +95,13 @@ class _SpeculatorsMixin:
     window_from_anchor = True
     #: d2t is rewritten (offsets → absolute ids) and written last, as llama.cpp's DSpark converter does
     final_tensors = (D2T,)
-    #: z-lab's spec_from_config, reached through the MRO (ZLabDFlash / ZLabDFlash2)
-    spec_from_config_zlab: Callable[..., DrafterSpec]
+    @property
+    def speculators_model_types(self) -> tuple[str, ...]:  # type: ignore[override]
+        return (self.model_type,)
+
+    def spec_from_config_zlab(self, *args: Any) -> DrafterSpec:
+        """z-lab's spec_from_config, reached through the MRO (ZLabDFlash / ZLabDFlash2)."""
+        return super().spec_from_config(*args)  # type: ignore[misc]
 
     def matches(self, config: Mapping[str, Any], architecture: str) -> bool:
         if not is_speculators_config(config):
@@ -195,22 +200,14 @@ class SpeculatorsDFlash(_SpeculatorsMixin, ZLabDFlash):
     name = "speculators-dflash"
     priority = 40
     model_type = "dflash"
-    speculators_model_types = ("dflash",)
     labels = {"speculators": "speculators DFlash"}
-
-    def spec_from_config_zlab(self, *args: Any) -> DrafterSpec:
-        return ZLabDFlash.spec_from_config(self, *args)
 
 
 class SpeculatorsDFlash2(_SpeculatorsMixin, ZLabDFlash2):
     name = "speculators-dflash2"
     priority = 30
     model_type = "dflash2"
-    speculators_model_types = ("dflash2",)
     labels = {"speculators": "speculators DFlash 2"}
-
-    def spec_from_config_zlab(self, *args: Any) -> DrafterSpec:
-        return ZLabDFlash2.spec_from_config(self, *args)
 
 
 DFLASH = SpeculatorsDFlash.instance

@@ -19,7 +19,6 @@ ARCH_DFLASH2 = "DFlash2DraftModel"
 class ZLabDFlash2(ZLabDFlash):
     name = "zlab-dflash2"
     priority = 10
-    default = False
     architectures = (ARCH_DFLASH2,)
     runtime_module = "dflash2"
     runtime_class = "dflashkit.families.zlab_dflash2.runtime:DFlash2DraftModel"
