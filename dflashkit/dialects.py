@@ -78,7 +78,7 @@ _LLAMA_CPP_TENSORS: dict[str, str] = {
 _FAMILY_TENSORS: dict[str, str] = family_llama_cpp_tensor_names()
 
 #: tensors only llama.cpp's loader has names for (the Luce and dflash-draft loaders have none)
-LLAMA_CPP_ONLY_TENSORS: frozenset[str] = frozenset({"layers.{bid}.self_attn.sinks"})
+LLAMA_CPP_ONLY_TENSORS: frozenset[str] = frozenset({"layers.{bid}.self_attn.sinks", "d2t"})
 
 
 def _template_regex(template: str) -> re.Pattern[str]:

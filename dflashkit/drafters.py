@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import mmap
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -27,9 +27,18 @@ from .dialects import Dialect, detect_dialect, spec_from_gguf_metadata
 from .errors import DFlashError
 from .families import DEFAULT_FAMILY, DrafterFamily, architecture_of, expected_tensors, family_for_spec, read_hf_config
 from .io.gguf_reader import GGUFFile, open_gguf
+from .quant_types import KNOWN_TYPES, is_quantized
 from .io.safetensors_reader import SafetensorsCheckpoint, SafetensorsTensor, open_checkpoint
 from .spec import DrafterSpec, read_config_json
+from .spec_checks import check_runnable
 from .variants import current_layout, detect_variant
+
+
+_FLOAT_NAMES = frozenset({"F32", "F16", "BF16"})
+#: GGUF tensor types a weight may have: the float types and every block-quantized type
+_GGUF_WEIGHT_TYPES = _FLOAT_NAMES | {t.name for t in KNOWN_TYPES.values() if is_quantized(t)}
+#: checkpoint dtypes dflash-convert reads as weights
+_CHECKPOINT_WEIGHT_DTYPES = _FLOAT_NAMES | {"F64"}
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,20 @@ class DrafterFile:
     @property
     def tap_convention(self) -> str:
         return self.dialect.tap_convention if self.dialect else "raw HF ids (config.json)"
+
+    def weight_type_problem(self) -> str | None:
+        """An integer tensor where a weight belongs (I8 / I16 / I32 / I64 / F64 in a GGUF; a checkpoint dtype convert
+        cannot read): no runtime multiplies with it as a weight. Tensors the family converts or drops itself (DSpark's
+        ``d2t`` ids, speculators' ``t2d``) are not weights."""
+        own = set(self.family.final_tensors) | ({"d2t"} if self.kind == "gguf" else set()) if self.family else {"d2t"}
+        if self.family is not None and self.spec is not None:
+            own |= set(self.family.dropped_on_convert(self.spec))
+        allowed = _GGUF_WEIGHT_TYPES if self.kind == "gguf" else _CHECKPOINT_WEIGHT_DTYPES
+        for canonical, ref in self.tensors.items():
+            if canonical not in own and ref.type_name not in allowed:
+                return (f"{self.path}: tensor '{bounds.escape_name(ref.name)}' is {ref.type_name}; drafter weights must "
+                        f"be float ({', '.join(sorted(_FLOAT_NAMES))}) or a ggml quantized type")
+        return None
 
     def require_spec(self) -> DrafterSpec:
         if self.spec is None:
@@ -233,17 +256,26 @@ def _open_gguf(path: Path) -> DrafterFile:
     )
 
 
-def _fill_vocab(spec: DrafterSpec, metadata: dict[str, Any], tensors: dict[str, TensorRef]) -> DrafterSpec:
-    from dataclasses import replace
+def check_drafter_file(path: str | os.PathLike, action: str) -> None:
+    """The checks every command runs on a drafter before it builds anything from it (one-line DFlashError naming
+    the file): its metadata decodes, its weights are float or quantized, the spec rules, its tensor set."""
+    with open_drafter(path) as d:
+        spec = d.require_spec()
+        problem = d.weight_type_problem()
+        if problem is not None:
+            raise DFlashError(f"{problem} — refusing to {action}")
+        check_runnable(spec, d.tensors, d.path, action)
 
+
+def _fill_vocab(spec: DrafterSpec, metadata: dict[str, Any], tensors: dict[str, TensorRef]) -> DrafterSpec:
+    tokens = metadata.get("tokenizer.ggml.tokens")
+    if isinstance(tokens, list) and not tokens:  # a tokenizer with no tokens: every token id is out of range
+        raise DFlashError("tokenizer.ggml.tokens is an empty list — the vocabulary is lost; re-convert with --target")
     d2t = tensors.get("d2t")
     if d2t is not None and spec.draft_vocab_size is None and len(d2t.shape) == 1:
         spec = replace(spec, draft_vocab_size=d2t.shape[0])  # a reduced draft vocabulary: its row count
-    if spec.vocab_size is not None:
-        return spec
-    tokens = metadata.get("tokenizer.ggml.tokens")
-    if isinstance(tokens, list) and tokens:
-        return replace(spec, vocab_size=len(tokens))
+    if spec.vocab_size is None and isinstance(tokens, list):
+        spec = replace(spec, vocab_size=len(tokens))
     return spec  # else the family may tell it from its tensors (`DrafterFamily.refine_spec`)
 
 
@@ -269,8 +301,6 @@ def _open_hf(directory: Path, *, strict: bool = False, target_layer_ids: Sequenc
     family: DrafterFamily | None = None
     try:
         family, spec = read_hf_config(config, str(config_path))
-        from dataclasses import replace
-
         spec = replace(spec, name=spec.name or directory.resolve().name)
     except DFlashError as exc:
         if strict:

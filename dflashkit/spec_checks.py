@@ -13,6 +13,7 @@ Layer: beside the families (it reads their tensor sets), below converters and ru
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any, Mapping
 
@@ -31,6 +32,36 @@ def size_problems(spec: DrafterSpec, fields: tuple[str, ...] = POSITIVE_FIELDS) 
     problems = [f"{name} must be >= 1, got {getattr(spec, name)}" for name in fields if getattr(spec, name) < 1]
     if spec.n_heads >= 1 and spec.n_kv_heads >= 1 and spec.n_heads % spec.n_kv_heads:
         problems.append(f"head count ({spec.n_heads}) must be a multiple of the KV head count ({spec.n_kv_heads})")
+    return problems
+
+
+#: Optional float fields that scale activations: when present they must be finite (NaN / inf poison every logit).
+FINITE_FIELDS: tuple[str, ...] = (
+    "final_logit_softcapping", "embedding_scale", "logit_scale", "attention_value_scale", "attention_scale",
+)
+
+
+def _positive(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+def value_problems(spec: DrafterSpec) -> list[str]:
+    """Numbers no runtime can compute with: a non-positive or non-finite norm epsilon, RoPE base or RoPE scaling
+    factor, a non-finite scale. Every command runs these (convert, translate, quantize, parity, accept; inspect as
+    ``drafter.values`` findings)."""
+    problems = []
+    if not _positive(spec.rms_norm_eps):
+        problems.append(f"RMS norm epsilon must be > 0, got {spec.rms_norm_eps}")
+    if not _positive(spec.rope_theta):
+        problems.append(f"RoPE base frequency (rope_theta / rope.freq_base) must be a positive number, got {spec.rope_theta}")
+    scaling = dict(spec.rope_scaling or ())
+    for key, what in (("factor", "RoPE scaling factor"), ("original_context_length", "RoPE scaling original context")):
+        if key in scaling and scaling[key] is not None and not _positive(scaling[key]):
+            problems.append(f"{what} ({scaling.get('type') or 'rope'}) must be a positive number, got {scaling[key]}")
+    for name in FINITE_FIELDS:
+        value = getattr(spec, name, None)
+        if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value)):
+            problems.append(f"{name} must be a finite number, got {value}")
     return problems
 
 
@@ -55,8 +86,7 @@ def spec_problems(spec: DrafterSpec) -> list[str]:
         )
     if spec.rope_dimension_count is not None and not 0 < spec.rope_dimension_count <= spec.head_dim:
         problems.append(f"rope dimension count {spec.rope_dimension_count} must lie in 1 .. head_dim ({spec.head_dim})")
-    if not spec.rms_norm_eps > 0:
-        problems.append(f"RMS norm epsilon must be > 0, got {spec.rms_norm_eps}")
+    problems += value_problems(spec)
     # DSpark heads (issue 13): the same rules a DSpark config is held to (families/dspark.py)
     if spec.draft_vocab_size is not None and spec.vocab_size is not None and spec.draft_vocab_size > spec.vocab_size:
         problems.append(
@@ -91,15 +121,16 @@ def require_mask_in_vocab(spec: DrafterSpec, source: str) -> None:
         raise DFlashError(f"{source}: {problem}")
 
 
-def check_runnable(spec: DrafterSpec, tensors: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
+def check_runnable(spec: DrafterSpec, tensors: Mapping[str, Any], path: str | os.PathLike[str],
+                   action: str = "run this drafter") -> None:
     """Raise a one-line `DFlashError` naming ``path`` unless a model can be built from ``spec`` with exactly
-    the tensors present (``tensors``: canonical id → object with a ``shape``)."""
+    the tensors present (``tensors``: canonical id → object with a ``shape``); ``action`` is what is refused."""
     problems = spec_problems(spec)
     mask = mask_problem(spec)
     if mask:
         problems.append(mask)
     if problems:
-        raise DFlashError(f"{path}: {problems[0]} — refusing to run this drafter (dflash-inspect lists every problem)")
+        raise DFlashError(f"{path}: {problems[0]} — refusing to {action} (dflash-inspect lists every problem)")
     if spec.n_layers > len(tensors):  # each layer has several tensors: bounded before building the name table
         raise DFlashError(f"{path}: the metadata claims {spec.n_layers} layers but the file holds {len(tensors)} tensors")
     check_tensor_set(spec, {k: tuple(t.shape) for k, t in tensors.items()}, source=str(path))

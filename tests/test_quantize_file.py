@@ -277,9 +277,10 @@ def test_library_error_is_dflash_error(small, tmp_path):
 
 
 def test_foreign_gguf(tmp_path):
-    # another converter's file: gguf-py writer, F32 + F16 matrices, alignment 64, no general.file_type
+    # another converter's file: gguf-py writer, F32 + F16 matrices, alignment 64, no general.file_type (a plain
+    # llama-architecture model: a "dflash" file without a drafter's metadata is refused, see the next test)
     rng = np.random.default_rng(1)
-    w = gguf.GGUFWriter(tmp_path / "in.gguf", "dflash")
+    w = gguf.GGUFWriter(tmp_path / "in.gguf", "llama")
     w.add_custom_alignment(64)
     w.add_block_count(1)
     w.add_tensor("blk.0.attn_q.weight", rng.standard_normal((8, 256)).astype(np.float32))
@@ -293,7 +294,7 @@ def test_foreign_gguf(tmp_path):
     r = gguf.GGUFReader(tmp_path / "out.gguf")
     assert r.alignment == 64
     fields = [(k, f.contents()) for k, f in r.fields.items() if not k.startswith("GGUF.")]
-    assert fields == [("general.architecture", "dflash"), ("general.alignment", 64), ("dflash.block_count", 1),
+    assert fields == [("general.architecture", "llama"), ("general.alignment", 64), ("llama.block_count", 1),
                       ("general.quantization_version", 2), ("general.file_type", 15)]
     # 1 attn_v tensor in 1 layer: use_more_bits(0, 1) (0 >= 7/8 = 0) -> Q6_K
     assert {t.name: Q(t.tensor_type) for t in r.tensors} == {

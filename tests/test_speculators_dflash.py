@@ -372,3 +372,13 @@ def test_translating_the_gguf_keeps_every_byte(name: str, zoo, tmp_path: Path) -
     convert(out, again, **QUIET)
     assert _meta(again)["dflash.sample_from_anchor"] == (V.BOOL, False)
     assert again.read_bytes() == out.read_bytes()
+
+
+@pytest.mark.parametrize("dialect", ["luce", "dflash-draft"])
+def test_a_reduced_draft_vocabulary_needs_the_llama_cpp_dialect(zoo, dialect: str, tmp_path: Path) -> None:
+    # only llama.cpp's loader reads d2t: the other dialects have no name for it, so the file is refused, not
+    # written without the map (its draft rows would be read as target ids)
+    target, made = zoo
+    with pytest.raises(DFlashError, match=f"tensor 'd2t' cannot be stored in the {dialect} dialect"):
+        convert(made["spec-dflash"], tmp_path / "d.gguf", outtype="f16", target=target, dialect=dialect, **QUIET)
+    assert not (tmp_path / "d.gguf").exists()

@@ -91,6 +91,8 @@ def translate_gguf(
         raise UsageError(f"{src}: not a GGUF file")
     with drafter:
         spec = drafter.require_spec()
+        if (problem := drafter.weight_type_problem()) is not None:
+            raise DFlashError(f"{problem} — refusing to convert it")
         if drafter.unmapped:
             shown = ", ".join(bounds.escape_name(n) for n in drafter.unmapped[:10])
             raise DFlashError(

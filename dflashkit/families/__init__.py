@@ -124,7 +124,9 @@ def _not_a_drafter(path: str, architecture: Any) -> DFlashError:
 def architecture_of(config: Mapping[str, Any], path: str = "config.json") -> str:
     """``architectures[0]`` of an HF config (z-lab's early configs have none: DFlash). A bare string is
     taken as a one-element list; anything else but a non-empty list of strings is a one-line error."""
-    archs = config.get("architectures") or [DEFAULT_FAMILY.architectures[0]]
+    archs = config.get("architectures")
+    if archs is None:  # z-lab's early configs have none
+        archs = [DEFAULT_FAMILY.architectures[0]]
     if isinstance(archs, str):  # a bare string is accepted as a one-element list
         archs = [archs]
     if not isinstance(archs, list) or not archs:

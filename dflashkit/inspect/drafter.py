@@ -16,7 +16,7 @@ from dflashkit.inspect.checks import InspectContext, register_check
 from dflashkit.inspect.findings import Finding, error, info, warning
 from dflashkit.drafters import DrafterFile, open_drafter
 from dflashkit.spec import DrafterSpec, read_config_json
-from dflashkit.spec_checks import POSITIVE_FIELDS, size_problems
+from dflashkit.spec_checks import POSITIVE_FIELDS, size_problems, value_problems
 from dflashkit.families import FAMILIES, KNOWN_ARCHITECTURES
 from dflashkit.families.tensor_set import tensor_set_problems
 from dflashkit.variants import MASK_KEY, PRE_MERGE, PRE_MERGE_MASK_KEY, PRE_MERGE_TAPS_KEY, RAW_TAPS, RAW_TAPS_KEY, TAPS_KEY, detect_variant
@@ -111,6 +111,9 @@ def check_gguf_metadata(ctx: InspectContext) -> Iterator[Finding]:
             yield error("drafter.metadata_invalid", f"{ctx.path}: {drafter.spec_error}")
         return
     yield from _spec_checks(ctx, drafter, drafter.spec, n_tokens=len(tokens) if isinstance(tokens, list) else None)
+    problem = drafter.weight_type_problem()
+    if problem is not None:
+        yield error("drafter.dtype", f"{problem} (dflash-parity and dflash-accept refuse it)")
     features_key = drafter.dialect.key_for_field("n_target_features", arch) if drafter.dialect else None
     if features_key is not None:
         features = ctx.gguf.get(features_key)
@@ -163,6 +166,10 @@ def check_checkpoint(ctx: InspectContext) -> Iterator[Finding]:
     if drafter is None:
         yield from _config_refused(ctx)
         return
+    if drafter.family is None and drafter.spec_error and _has_drafter_tensors(ctx):
+        # a drafter's tensors under a config no family reads (e.g. an empty architectures list): convert refuses it
+        yield error("drafter.config_invalid", f"{drafter.spec_error} (dflash-convert refuses this checkpoint)")
+        return
     if drafter.family is None and drafter.architecture not in KNOWN_ARCHITECTURES:
         yield info("drafter.not_a_drafter", f"{ctx.path}: config architecture '{drafter.architecture}' is not a DFlash drafter")
         return
@@ -185,14 +192,18 @@ _DRAFTER_ONLY = ("fc.weight", "hidden_norm.weight")
 def _config_refused(ctx: InspectContext) -> Iterable[Finding]:
     """A drafter checkpoint (it has DFlash's own fc / hidden_norm tensors) whose config.json is missing or
     unreadable is refused by convert: an error here too. Other safetensors directories stay generic."""
-    if ctx.has_errors("safetensors.") or ctx.checkpoint is None:
-        return
-    if not any(f.hf_to_canonical(name) in _DRAFTER_ONLY for f in FAMILIES for name in ctx.checkpoint.tensors):
+    if ctx.has_errors("safetensors.") or not _has_drafter_tensors(ctx):
         return
     try:
         read_config_json(ctx.path)
     except DFlashError as exc:
         yield error("drafter.config_invalid", f"{exc} (dflash-convert refuses this checkpoint)")
+
+
+def _has_drafter_tensors(ctx: InspectContext) -> bool:
+    """The checkpoint has DFlash's own fc / hidden_norm tensors (a drafter, whatever its config says)."""
+    return ctx.checkpoint is not None and any(
+        f.hf_to_canonical(name) in _DRAFTER_ONLY for f in FAMILIES for name in ctx.checkpoint.tensors)
 
 
 def _dtypes_refused(drafter: DrafterFile) -> Iterable[Finding]:
@@ -233,6 +244,8 @@ def _spec_checks(ctx: InspectContext, drafter: DrafterFile, spec: DrafterSpec, *
             f"{spec.hidden_size}",
             ids=ids, fc_inputs=fc.shape[1], hidden=spec.hidden_size,
         )
+    for problem in value_problems(spec):
+        yield error("drafter.values", f"{path}: {problem}")
     if not 1 <= spec.block_size <= MAX_BLOCK_SIZE:
         yield error("drafter.block_size", f"{path}: block size {spec.block_size} is outside 1..{MAX_BLOCK_SIZE}", block_size=spec.block_size)
     if spec.sliding_window_pattern is not None:

@@ -21,6 +21,8 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType
 
+from dflashkit.dialects import detect_dialect
+from dflashkit.drafters import check_drafter_file
 from dflashkit.errors import DFlashError
 from dflashkit.quant_types import type_size
 from dflashkit.io.gguf_reader import DEFAULT_ALIGNMENT, GGUFFile, TensorInfo, open_gguf
@@ -255,6 +257,8 @@ def quantize_gguf(
         arch = gf.get("general.architecture")
         if not isinstance(arch, str) or not arch:
             raise DFlashError(f"{src_path}: no general.architecture key — not a model GGUF")
+        if detect_dialect(arch) is not None:
+            check_drafter_file(src_path, "quantize this drafter")  # the checks every command runs on a drafter
         split_count = gf.get("split.count")
         if isinstance(split_count, int) and split_count > 1:
             raise DFlashError(f"{src_path}: is shard {gf.get('split.no', 0) + 1} of {split_count} — merge the "

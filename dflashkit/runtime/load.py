@@ -130,6 +130,8 @@ def load_drafter(
         refuse_unsupported(_hf_architecture(Path(path)), str(Path(path) / "config.json"))
     with open_drafter(path) as f:
         spec = f.require_spec()
+        if (problem := f.weight_type_problem()) is not None:  # e.g. I32 weights: never multiplied as integers
+            raise DFlashError(f"{problem} — refusing to run this drafter")
         refuse_unsupported(spec.architecture, str(path))  # e.g. a Gemma-4 DSpark GGUF: a backbone this runtime lacks
         family = f.family or family_for_spec(spec)
         used = runtime_tensors(f, spec)
