@@ -37,11 +37,15 @@ def test_config_without_architectures_is_dflash() -> None:
 def test_unknown_architecture_names_the_known_ones() -> None:
     with pytest.raises(DFlashError) as info:
         families.family_for_config({"architectures": ["LlamaForCausalLM"]}, "d/config.json")
-    assert str(info.value) == (
-        "d/config.json: architecture 'LlamaForCausalLM' is not a DFlash drafter "
-        "(expected one of Qwen3DSparkModel, DSparkDraftModel, DSparkSpeculator, Lfm2DSparkDraftModel, "
-        "LingDSparkModel, Gemma4DSparkModel, DeepseekV4DSparkModel, DFlashDraftModel, DFlash2DraftModel)"
-    )
+    prefix = "d/config.json: architecture 'LlamaForCausalLM' is not a DFlash drafter (expected one of "
+    message = str(info.value)
+    assert message.startswith(prefix) and message.endswith(")"), message
+    listed = message[len(prefix):-1].split(", ")
+    # every architecture string a registered family claims, in matching order (a new family adds its own)
+    assert listed == list(families.KNOWN_ARCHITECTURES)
+    known = ["Qwen3DSparkModel", "DSparkDraftModel", "DSparkSpeculator", "Lfm2DSparkDraftModel", "LingDSparkModel",
+             "Gemma4DSparkModel", "DeepseekV4DSparkModel", "DFlashDraftModel", "DFlash2DraftModel"]
+    assert [a for a in listed if a in known] == known
 
 
 def test_a_family_may_claim_configs_by_shape(monkeypatch: pytest.MonkeyPatch) -> None:
