@@ -25,7 +25,10 @@ import numpy as np
 from .bounds import dumps
 from .errors import DFlashError, UsageError
 from .files import atomic_output, check_output, write_text_atomic
-from .llama_cpp import LlamaCppDrafterRun, PerPromptTau
+from .converters.convert import convert
+from .llama_cpp import (LlamaCppDrafterRun, PerPromptTau, check_prompt_text, find_binary, run_drafter,
+                        target_gguf_from_hf, temp_dir)
+from .llama_cpp import llama_cpp_src as find_src
 from .reporting import Bar, BarChart, BarGroup, Column, Field, Notes, Report, Table, verdict
 from .runtime import HFTarget, LoadInfo, load_drafter
 from .runtime.load import VERIFY_MODE
@@ -505,7 +508,6 @@ def run_acceptance(
             raise DFlashError(f"{d}: no such file or directory (drafters are HF dirs or GGUF files)")
     llama_binary = converter_src = None
     if llama_cpp is not None:
-        from .llama_cpp import find_binary, llama_cpp_src as find_src
 
         if temperature > 0:
             raise UsageError("--llama-cpp measures greedy τ: use it with --temperature 0")
@@ -548,7 +550,6 @@ def run_acceptance(
         if fallback:
             plain.append(p.id)
     if llama_binary is not None:  # before minutes of reference runs, not after
-        from .llama_cpp import check_prompt_text
 
         for p, text in zip(prompt_list, texts):
             try:
@@ -597,8 +598,6 @@ def _run_llama_cpp(binary: Path, runs: list[DrafterRun], texts: list[str], promp
                    max_new_tokens: int, threads: int, notes: list[str],
                    say: Callable[[str], None], ignore_eos: bool = False) -> tuple[list[LlamaCppDrafterRun], str]:
     """Every drafter through llama-speculative-simple (HF dirs converted to bf16 GGUFs in a temp folder)."""
-    from .converters.convert import convert
-    from .llama_cpp import run_drafter, target_gguf_from_hf, temp_dir
 
     with temp_dir() as tmp:
         if target_gguf is None:

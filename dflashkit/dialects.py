@@ -20,7 +20,7 @@ from gguf import GGUFValueType
 from . import bounds
 from .errors import DFlashError
 from .io.gguf_writer import MetadataEntry
-from .families import family_llama_cpp_tensor_aliases, family_llama_cpp_tensor_names
+from .families import family_for_gguf, family_llama_cpp_tensor_aliases, family_llama_cpp_tensor_names
 from .spec import DrafterSpec, split_bid
 
 T = GGUFValueType
@@ -487,7 +487,6 @@ def spec_from_gguf_metadata(kvs: Mapping[str, Any], dialect: Dialect, arch: str,
     n_target_layers = fields_.get("num_target_layers")
     if dialect.stores_target_count(arch):
         n_target_layers = fields_.get("luce_n_target_layers")
-    from .families import family_for_gguf
 
     spec = DrafterSpec(
         # the family's GGUF signature (DFlash 2: the conv keys) gives the HF architecture back

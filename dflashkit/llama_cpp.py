@@ -22,6 +22,7 @@ reader derives from the Split regex (``converters.tokenizer``) is handed to it i
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -34,6 +35,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .converters.tokenizer import load_backend, pre_tokenizer_name
 from .errors import DFlashError, UsageError
 
 SPECULATIVE_BINARY = "llama-speculative-simple"
@@ -277,15 +279,12 @@ def llama_cpp_src(explicit: str | os.PathLike | None = None) -> Path | None:
 def target_gguf_from_hf(hf_dir: str | os.PathLike, out: str | os.PathLike, src: Path, *, outtype: str = "bf16",
                         timeout: float = TIMEOUT_S) -> Path:
     """Convert an HF target with llama.cpp's own converter (in a subprocess, its own gguf-py)."""
-    import json
-
-    from .converters.tokenizer import _load_backend, _pre_tokenizer_name
 
     hf_dir, out = Path(hf_dir), Path(out)
     tokenizer_json = hf_dir / "tokenizer.json"
     try:
         doc = json.loads(tokenizer_json.read_text(encoding="utf-8"))
-        pre = _pre_tokenizer_name(_load_backend(tokenizer_json), tokenizer_json, doc)
+        pre = pre_tokenizer_name(load_backend(tokenizer_json), tokenizer_json, doc)
     except (OSError, ValueError, DFlashError):
         pre = "default"  # the converter's own table decides, or it says why not
     cmd = [sys.executable, "-c", CONVERTER_RUNNER, str(src), pre, str(hf_dir), "--outtype", outtype,

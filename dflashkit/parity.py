@@ -32,6 +32,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from .diff import diff_drafters
 from .errors import DFlashError, UsageError
 from .files import atomic_output, check_output
 from .reporting import Column, Field, Notes, Report, Table, verdict
@@ -405,7 +406,6 @@ def run_parity(
     del models, ref_model, head, inputs, run, runner  # (an HF target's model too)
     gc.collect()
     if weights:
-        from .diff import diff_drafters
 
         result.weights = diff_drafters(reference, candidate)
     if dump is not None:

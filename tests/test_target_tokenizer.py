@@ -187,7 +187,7 @@ def test_pre_tokenizer_hash_is_llama_cpps() -> None:
 def test_unknown_hash_identified_by_the_split_regex(hf: Path) -> None:
     # A ~500-token vocabulary cannot reproduce Qwen's ids for the check text, so its hash is not in
     # llama.cpp's table; its Split regex is Qwen2's exactly, which identifies the pre-tokenizer.
-    chkhsh = tk.pre_tokenizer_hash(tk._load_backend(hf / "tokenizer.json"))
+    chkhsh = tk.pre_tokenizer_hash(tk.load_backend(hf / "tokenizer.json"))
     assert chkhsh not in tk.LLAMA_CPP_PRE_HASHES
     assert tokenizer_from_hf_dir(hf, 512).get("tokenizer.ggml.pre") == "qwen2"
 
@@ -211,7 +211,7 @@ def test_error_unknown_pre_tokenizer_hash(hf_copy: Path) -> None:
     data["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = r"\p{L}+|\p{N}+|\s+"
     tok.write_text(json.dumps(data), encoding="utf-8")
     message = error(tokenizer_from_hf_dir, hf_copy, 512)
-    chkhsh = tk.pre_tokenizer_hash(tk._load_backend(tok))
+    chkhsh = tk.pre_tokenizer_hash(tk.load_backend(tok))
     assert message == (
         f"{tok}: pre-tokenizer hash {chkhsh} is not recognised (not in llama.cpp's convert_hf_to_gguf "
         f"table); pass the target's GGUF file as --target instead"

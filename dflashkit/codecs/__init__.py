@@ -11,6 +11,7 @@ cached on disk.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -135,8 +136,6 @@ def _load_kernels(calls: list[Callable[[], Any]]) -> None:
 
 
 def _start(calls: list[Callable[[], Any]]) -> None:
-    import threading
-
     if calls:
         threading.Thread(target=_load_kernels, args=(calls,), name="dflashkit-numba-preload", daemon=True).start()
 

@@ -31,7 +31,8 @@ from ..io.gguf_writer import (TensorToWrite, check_output_path, ggml_n_dims_shap
 from ..io.copy import prefetch
 from ..io.safetensors_reader import SafetensorsTensor
 from ..spec import DrafterSpec
-from ..codecs import preload_bf16_to_f16
+from .. import codecs  # through the module: tests swap its kernels
+from ..quantize.policy import choose_types, get_file_type
 from .plan import ConvertResult, PlannedTensor, build_metadata, converter_layout, ordered_canonical, validate
 from .general import Provenance, general_metadata, resolve_provenance
 from .mask_embedding import MASK_EMBEDDING_FILE, mask_embedding_tensors
@@ -84,7 +85,6 @@ def plan_tensor_types(
     f32 and running llama-quantize (``dflash-quantize``) would give.
     """
     if outtype in QUANTIZED_OUTTYPES:
-        from ..quantize.policy import choose_types, get_file_type
 
         ft = get_file_type(QUANTIZED_OUTTYPES[outtype])
         base = [convert_tensor_type(c, shape, Q.F32)[0] for c, _, shape in tensors]
@@ -140,19 +140,18 @@ FAST_F16_MIN_VALUES = 1 << 25
 
 def _convert_chunk(raw: np.ndarray, src_tag: str, out_type: GGMLQuantizationType, row_elems: int,
                    fast_f16: bool = False) -> np.ndarray:
-    from ..codecs import bf16_bits_to_f16_bits, quantize, to_float32
 
     # Same-type copies keep the exact bits (bf16 NaN payloads included).
     if (src_tag, out_type) in _SAME_BYTES:
         return raw
     if fast_f16 and src_tag == "BF16" and out_type == Q.F16:  # the same bits as numpy's astype below
-        return bf16_bits_to_f16_bits(raw, threads=1).view(np.float16)
-    x = to_float32(raw, src_tag, copy=False)
+        return codecs.bf16_bits_to_f16_bits(raw, threads=1).view(np.float16)
+    x = codecs.to_float32(raw, src_tag, copy=False)
     if out_type == Q.F32:
         return x
     if out_type == Q.F16:
         return x.astype(np.float16)  # IEEE round-to-nearest-even, as ggml's fp32→fp16
-    return quantize(x.reshape(-1, row_elems), out_type)
+    return codecs.quantize(x.reshape(-1, row_elems), out_type)
 
 
 def _chunk_producer(t: SafetensorsTensor, out_type: GGMLQuantizationType,
@@ -304,7 +303,7 @@ def _convert_checkpoint(
     fast_f16 = (resolve_outtype(outtype, mapped) == "f16"
                 and sum(t.n_elements for t in mapped.values() if t.dtype == "BF16") >= FAST_F16_MIN_VALUES)
     if fast_f16:
-        preload_bf16_to_f16()  # numba loads while the checks run and the target's tokenizer is read
+        codecs.preload_bf16_to_f16()  # numba loads while the checks run and the target's tokenizer is read
     checked = validate(
         drafter.require_spec(), source=str(directory), dialect=dialect_table,
         shapes={c: tuple(t.shape) for c, t in mapped.items()}, display={c: t.name for c, t in mapped.items()},

@@ -324,9 +324,9 @@ def tokenizer_from_hf_dir(directory: str | Path, vocab_size: int) -> TokenizerMe
     tokenizer_config = files.read_if_present(directory / "tokenizer_config.json")
     files.read_if_present(directory / "config.json")  # a one-line error now, not SpecialVocab's traceback
 
-    backend = _load_backend(tokenizer_json)
+    backend = load_backend(tokenizer_json)
     _add_config_tokens(backend, tokenizer_config)
-    pre = _pre_tokenizer_name(backend, tokenizer_json, tok)
+    pre = pre_tokenizer_name(backend, tokenizer_json, tok)
     vocab = backend.get_vocab(with_added_tokens=True)
     if vocab and max(vocab.values()) >= vocab_size:
         worst = max(vocab, key=vocab.__getitem__)
@@ -393,7 +393,7 @@ def _require_byte_level_bpe(tok: Any, path: Path) -> None:
         )
 
 
-def _load_backend(tokenizer_json: Path) -> Any:
+def load_backend(tokenizer_json: Path) -> Any:
     # The `tokenizers` package (Rust, no remote code) encodes the check text exactly as the
     # AutoTokenizer llama.cpp uses would; hand-rolling every pre-tokenizer would be a second spec.
     try:
@@ -417,7 +417,7 @@ def pre_tokenizer_hash(backend: Any) -> str:
     return hashlib.sha256(str(ids).encode()).hexdigest()
 
 
-def _pre_tokenizer_name(backend: Any, tokenizer_json: Path, tok: dict[str, Any]) -> str:
+def pre_tokenizer_name(backend: Any, tokenizer_json: Path, tok: dict[str, Any]) -> str:
     chkhsh = pre_tokenizer_hash(backend)
     name = LLAMA_CPP_PRE_HASHES.get(chkhsh)
     if name is None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 
 _FICLONERANGE = 0x4020940D  # _IOW(0x94, 13, struct file_clone_range)
 _UNSUPPORTED = {errno.EXDEV, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS, errno.EBADF, errno.ETXTBSY,
@@ -120,7 +121,5 @@ def prefetch(paths: list[os.PathLike[str] | str]) -> None:
                 pass
             finally:
                 os.close(fd)
-
-    import threading
 
     threading.Thread(target=advise, name="dflashkit-prefetch", daemon=True).start()

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..codecs import QUANT_TYPES, dequantize_into, to_float32
 from ..kernels.reference import FLOAT_VIEWS
 from ..spec import DrafterSpec
 from .cache import DraftCache
@@ -214,7 +215,6 @@ def unpack_rows(data: torch.Tensor, ggml_type: Any, shape: tuple[int, int], *,
             pass
     # on the CPU: the codecs' dequantizers (bit for bit gguf.quants.dequantize's values); into ``out`` without
     # a temporary for Q8_0
-    from ..codecs import QUANT_TYPES, dequantize_into, to_float32
 
     if out is not None and ggml_type in QUANT_TYPES:
         dequantize_into(data.numpy(), ggml_type, out.numpy())

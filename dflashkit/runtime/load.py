@@ -22,6 +22,9 @@ import numpy as np
 import torch
 
 from ..codecs import to_float32
+from ..converters.mask_embedding import read_mask_embedding
+from ..io.gguf_reader import open_gguf
+from ..io.safetensors_reader import open_checkpoint
 from ..errors import DFlashError, UsageError
 from ..drafters import DrafterFile, open_drafter, release_pages
 from ..spec_checks import check_runnable
@@ -218,7 +221,6 @@ def _mask_embedding(f: DrafterFile, spec: DrafterSpec) -> torch.Tensor | None:
     if f.kind != "hf":
         return None
     # (with embeddings of its own, the converter writes the row into those: the same lookup as here)
-    from ..converters.mask_embedding import read_mask_embedding
 
     vector = read_mask_embedding(Path(f.path), spec)
     return None if vector is None else vector.detach().to(torch.float32).reshape(-1)
@@ -367,7 +369,6 @@ def load_target_head(target: str | os.PathLike, *, device: str | torch.device = 
 
 
 def _gguf_head(path: Path, dev: torch.device, dt: torch.dtype, keep_quantized: bool, *, packed: bool = False) -> TargetHead:
-    from ..io.gguf_reader import open_gguf
 
     with open_gguf(path) as g:
         if "token_embd.weight" not in g.tensors:
@@ -411,7 +412,6 @@ def _gguf_head(path: Path, dev: torch.device, dt: torch.dtype, keep_quantized: b
 
 
 def _hf_head(directory: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    from ..io.safetensors_reader import open_checkpoint
 
     ck = open_checkpoint(directory, strict=True)
     # Multimodal checkpoints nest the language model (model.language_model.embed_tokens.weight).
