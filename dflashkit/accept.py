@@ -128,6 +128,9 @@ def parse_template_kwargs(text: str | None) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise UsageError(f"--chat-template-kwargs: not valid JSON ({exc.msg}) — give an object such as "
                          "'{\"enable_thinking\": false}'") from None
+    except RecursionError:  # a few bytes of brackets: bounded here, not a crash
+        raise UsageError("--chat-template-kwargs: JSON nested too deeply — give an object such as "
+                         "'{\"enable_thinking\": false}'") from None
     if not isinstance(value, dict):
         raise UsageError(f"--chat-template-kwargs: expected a JSON object, got a JSON {type(value).__name__}")
     return value
@@ -166,6 +169,8 @@ def _parse_prompt(line: str, src: Path, n: int) -> Prompt:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
         raise DFlashError(f"{where}: not valid JSON ({exc.msg}) — each line must be {_PROMPT_FORMS}") from None
+    except RecursionError:
+        raise DFlashError(f"{where}: JSON nested too deeply — each line must be {_PROMPT_FORMS}") from None
     if isinstance(obj, str):
         obj = {"prompt": obj}
     if not isinstance(obj, dict):

@@ -389,3 +389,17 @@ def test_accept_bad_block_is_exit_1_and_pickle_targets_refused(base: Path, targe
     (t / "model.safetensors").rename(t / "pytorch_model.bin")
     line = one_line_error(run(accept_command, [base, "--target", t, "--max-prompts", "1", "-q"]))
     assert f"only pickle weights ({t / 'pytorch_model.bin'})" in line and "never unpickles" in line
+
+
+def test_deeply_nested_json_is_a_one_line_error(tmp_path: Path) -> None:
+    # 60 000 nested objects in --chat-template-kwargs (usage: exit 2) or in a prompts line (bad input: exit 1)
+    trained = Path(__file__).resolve().parents[1] / "fixtures" / "trained"
+    common = [str(trained / "drafter"), "--target", str(trained / "target"), "--max-prompts", "1", "-q"]
+    r = CliRunner().invoke(accept_command, [*common, "--chat-template-kwargs", '{"a":' * 60000 + "1" + "}" * 60000])
+    assert r.exit_code == 2, r.output
+    assert r.output.strip() == ("error: --chat-template-kwargs: JSON nested too deeply — give an object such as "
+                                "'{\"enable_thinking\": false}'")
+    prompts = tmp_path / "deep.jsonl"
+    prompts.write_text("[" * 60000 + "]" * 60000 + "\n")
+    r = CliRunner().invoke(accept_command, [*common, "--prompts", str(prompts)])
+    assert r.exit_code == 1 and r.output.strip().startswith(f"error: {prompts}:1: JSON nested too deeply"), r.output
