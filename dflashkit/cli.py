@@ -196,12 +196,22 @@ def _emit(text: str, output: str | None, force: bool, quiet: bool, status: str, 
 
 
 def _echo_written(result: Any, as_json: bool, quiet: bool, line: Callable[[dict[str, Any]], str]) -> None:
-    """A file-writing command's result: its JSON, or one line built from it (nothing with -q)."""
+    """A file-writing command's result: its JSON, or one line built from it (nothing with -q). OUT is complete
+    before this prints: when stdout cannot take the summary (a full device, a closed pipe), OUT is kept and the
+    error says so."""
     summary = result.to_json()
-    if as_json:
-        click.echo(dumps(summary, indent=2))
-    elif not quiet:
-        click.echo(line(summary))
+    text = dumps(summary, indent=2) if as_json else None if quiet else line(summary)
+    if text is None:
+        return
+    try:
+        click.echo(text)
+        sys.stdout.flush()
+    except OSError as exc:
+        if exc.errno not in _STDOUT_ERRNOS:
+            raise
+        _silence_stdout()
+        raise DFlashError(f"{result.out} is written and complete (kept), but its summary could not be printed "
+                          f"({exc.strerror or exc}): stdout is a full device or closed — redirect it, or use -q") from None
 
 
 def _warnings(quiet: bool) -> Callable[[str], None]:

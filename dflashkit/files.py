@@ -114,6 +114,19 @@ def file_kind(path: Path) -> str:
     return next((k for test, k in _KINDS if test(mode)), "not a regular file")
 
 
+def side_file(path: Path) -> bool:
+    """Whether an optional input file (a model card, generation_config.json, tokenizer files, mask_embedding.pt)
+    is there to read: False when missing, True for a regular file (or a link to one); anything else (a FIFO, a
+    directory, a device) is a one-line DFlashError naming it — skipping it would silently change the output, and
+    opening a FIFO would block."""
+    kind = file_kind(path)
+    if kind == "missing":
+        return False
+    if kind == "a regular file":
+        return True
+    raise DFlashError(f"{path}: is {kind}, not a regular file — replace it with the file, or remove it")
+
+
 def refuse_non_regular(out: Path, name: str | None = None) -> None:
     """An existing OUT that is not a regular file (device, FIFO, socket, directory, or a link to one) is a usage
     error: publishing over it would replace the node itself (run as root, ``/dev/null`` became a file)."""

@@ -113,6 +113,32 @@ def test_stdout_that_cannot_take_the_report(line: str, message: str) -> None:
     assert "Traceback" not in r.stderr and "Exception ignored" not in r.stderr and "internal error" not in r.stderr
 
 
+@pytest.mark.parametrize("command", ["convert", "quantize"])
+@pytest.mark.parametrize("redirect", ["--format json > /dev/full", "| head -c 0"])
+def test_a_written_file_is_kept_when_its_summary_cannot_be_printed(tmp_path: Path, command: str, redirect: str) -> None:
+    # OUT is complete before the summary prints: it is kept, and the one error line says so (exit 1)
+    import os
+    import subprocess
+    import sys
+
+    if "/dev/full" in redirect and not Path("/dev/full").exists():
+        pytest.skip("no /dev/full on this system")
+    base = tmp_path / "base.gguf"
+    assert CliRunner().invoke(cli.convert_command, [str(EXAMPLE), str(base), "-q"]).exit_code == 0
+    out = tmp_path / "out.gguf"
+    argv = f"{EXAMPLE} {out}" if command == "convert" else f"{base} {out} Q8_0"
+    code = f"from dflashkit.cli import {command}_command as c; c()"
+    env = {**os.environ, "PYTHONPATH": str(EXAMPLE.parents[2])}
+    r = subprocess.run(["bash", "-c", f"{sys.executable} -c '{code}' {argv} {redirect}; echo rc=${{PIPESTATUS[0]}} >&2"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert "rc=1" in r.stderr, r.stderr
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: {out} is written and complete (kept), but its summary "
+                                                     "could not be printed"), r.stderr
+    assert out.is_file() and out.stat().st_size > 0
+    assert "Traceback" not in r.stderr and "Exception ignored" not in r.stderr
+
+
 @pytest.mark.parametrize("args, message", [
     (["--rounds", "100000000"], "'--rounds': 100000000 is not in the range 1<=x<=10000"),
     (["--seed", str(2**70)], f"'--seed': {2**70} is not in the range 0<=x<=9223372036854775807"),

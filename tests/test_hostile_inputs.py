@@ -403,3 +403,22 @@ def test_deeply_nested_json_is_a_one_line_error(tmp_path: Path) -> None:
     prompts.write_text("[" * 60000 + "]" * 60000 + "\n")
     r = CliRunner().invoke(accept_command, [*common, "--prompts", str(prompts)])
     assert r.exit_code == 1 and r.output.strip().startswith(f"error: {prompts}:1: JSON nested too deeply"), r.output
+
+
+@pytest.mark.parametrize("where, name", [("drafter", "generation_config.json"), ("drafter", "README.md"),
+                                         ("drafter", "mask_embedding.pt"), ("target", "tokenizer_config.json")])
+def test_a_fifo_side_file_is_named_not_skipped(tmp_path: Path, where: str, name: str) -> None:
+    # gguf-py and a plain is_file() skip a FIFO silently (the output then lacks what the file says); reading one
+    # blocks: it is refused by name instead
+    import os
+
+    trained = Path(__file__).resolve().parents[1] / "fixtures" / "trained"
+    dirs = {w: shutil.copytree(trained / w, tmp_path / w) for w in ("drafter", "target")}
+    fifo = dirs[where] / name
+    fifo.unlink(missing_ok=True)
+    os.mkfifo(fifo)
+    out = tmp_path / "d.gguf"
+    r = CliRunner().invoke(convert_command, [str(dirs["drafter"]), str(out), "--target", str(dirs["target"]), "-q"])
+    assert r.exit_code == 1, r.output
+    assert r.output.strip() == f"error: {fifo}: is a FIFO, not a regular file — replace it with the file, or remove it"
+    assert not out.exists()

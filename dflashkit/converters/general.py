@@ -31,7 +31,7 @@ from gguf import GGUFType, GGUFWriter, Metadata, size_label
 
 from ..errors import DFlashError
 from ..bounds import escape_name
-from ..files import read_json
+from ..files import read_json, side_file
 from ..io.gguf_writer import MetadataEntry
 
 HUB_URL = "https://huggingface.co"
@@ -108,7 +108,7 @@ def parameter_counts(tensors: Sequence[tuple[str, tuple[int, ...]]]) -> tuple[in
 
 def _llama_cpp_sampling_fallback(metadata: Metadata, directory: Path) -> None:
     path = directory / "generation_config.json"
-    if metadata.sampling_penalty_repeat is not None or not path.is_file():
+    if metadata.sampling_penalty_repeat is not None or not side_file(path):
         return
     try:
         config = read_json(path)  # bounded, strict (files.read_json)
@@ -129,6 +129,8 @@ def general_metadata(
     directory = Path(directory)
     provenance = provenance or Provenance()
     total, shared, expert, expert_count = parameter_counts(tensors)
+    for name in ("README.md", "generation_config.json"):  # gguf-py skips what is not a regular file, silently
+        side_file(directory / name)
     try:
         metadata = Metadata.load(None, directory, None, total)
     except (OSError, ValueError) as exc:  # a malformed README.md front matter or JSON file

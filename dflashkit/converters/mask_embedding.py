@@ -23,7 +23,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import DFlashError
-from ..files import read_json
+from ..files import read_json, side_file
 from ..io.safetensors_reader import SafetensorsCheckpoint, SafetensorsTensor, open_checkpoint
 from ..spec import DrafterSpec
 
@@ -86,7 +86,7 @@ def read_mask_embedding(directory: Path, spec: DrafterSpec) -> Any:
     checked against the spec's mask token id and hidden size as llama.cpp's converter checks it; None when
     the directory has no such file. (The runtime reads it here too: one reader for the file.)"""
     path = Path(directory) / MASK_EMBEDDING_FILE
-    if not path.is_file():
+    if not side_file(path):
         return None
     mask = _load_mask(path)
     stored_id = mask["mask_token_id"]

@@ -47,7 +47,7 @@ from gguf import GGUFValueType, Keys, SpecialVocab, TokenType
 
 from dflashkit import bounds
 from dflashkit.errors import DFlashError
-from dflashkit.files import read_json
+from dflashkit.files import read_json, side_file
 from dflashkit.io.gguf_writer import MetadataEntry
 
 if TYPE_CHECKING:
@@ -306,14 +306,14 @@ def tokenizer_from_hf_dir(directory: str | Path, vocab_size: int) -> TokenizerMe
     """
     directory = Path(directory)
     tokenizer_json = directory / "tokenizer.json"
-    if (directory / "tokenizer.model").is_file():
+    if side_file(directory / "tokenizer.model"):
         # llama.cpp converts these with sentencepiece (scores, byte tokens, "llama" model): we do not
         # rebuild that; the target's own GGUF already carries the right keys.
         raise DFlashError(
             f"{directory}: sentencepiece tokenizer (tokenizer.model) cannot be converted from an HF "
             f"directory; pass the target's GGUF file as --target instead"
         )
-    if not tokenizer_json.is_file():
+    if not side_file(tokenizer_json):
         raise DFlashError(
             f"{directory}: no tokenizer files (tokenizer.json); pass the target's GGUF file "
             f"or a complete HF directory as --target"
@@ -369,7 +369,7 @@ class _ParsedJson:
         return self._parsed[path]
 
     def read_if_present(self, path: Path) -> dict[str, Any] | None:
-        if not path.is_file():
+        if not side_file(path):
             return None
         data = self.read(path)
         if not isinstance(data, dict):
