@@ -175,9 +175,19 @@ def _resolve_format(fmt: str | None, legacy: str | None, output: str | None = No
     return _REPORT_SUFFIXES.get(Path(output).suffix.lower(), "text") if output else "text"
 
 
+#: -o values that mean the standard output: the report is written there as a stream, not as a file
+STDOUT_NAMES = ("-", "/dev/stdout")
+
+
+def _stdout_as_stream(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    return None if value in STDOUT_NAMES else value
+
+
 def output_option(func: Any) -> Any:
-    return click.option("-o", "--output", type=click.Path(dir_okay=False), metavar="FILE",
-                        help="Write the report to FILE (atomically; --force to replace it) instead of stdout.")(func)
+    return click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), metavar="FILE",
+                        callback=_stdout_as_stream,
+                        help="Write the report to FILE (atomically; --force to replace it) instead of stdout; - or "
+                             "/dev/stdout: stdout.")(func)
 
 
 def _emit(text: str, output: str | None, force: bool, quiet: bool, status: str, prog: str) -> None:

@@ -5,6 +5,7 @@ one-line OS errors naming OUT. Hostile cases from issue 16, run through the real
 from __future__ import annotations
 
 import errno
+import json
 import hashlib
 import os
 import shutil
@@ -518,6 +519,16 @@ def test_force_onto_a_device_node_leaves_it_a_device(command: str, hf: Path, ggu
     one_line(res, 2, f"{node}: exists and is {kind}")
     assert _mode(node) == before
     assert names(tmp_path) == sorted(["hf", "in.gguf", "node.gguf"])
+
+
+@pytest.mark.parametrize("name", ["-", "/dev/stdout"])
+def test_dash_and_dev_stdout_are_the_report_stream(name: str, hf: Path, gguf_copy: Path, tmp_path: Path) -> None:
+    # the standard output as -o: the report goes there as a stream (never a file replacing /dev/stdout)
+    res = CliRunner().invoke(diff_command, [str(hf), str(gguf_copy), "-o", name, "--format", "json", "--force"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["title"] == f"dflash-diff: {hf.name} vs {gguf_copy.name}"
+    assert names(tmp_path) == sorted(["hf", "in.gguf"])
+    assert Path("/dev/stdout").is_symlink() or not Path("/dev/stdout").is_file()
 
 
 def test_a_long_out_name_leaves_room_for_the_temp_suffix(gguf_copy: Path, tmp_path: Path) -> None:
