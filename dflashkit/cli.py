@@ -271,6 +271,8 @@ def _warn(message: str) -> None:
 )
 @click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar or warnings.")
+@click.option("--strict", is_flag=True,
+              help="Refuse (exit 1, nothing written) a tensor with NaN / inf values, or values beyond ±65504 for F16.")
 @format_option(("text", "json"), from_suffix=False)
 @user_errors
 def convert_command(
@@ -287,6 +289,7 @@ def convert_command(
     source_revision: str | None,
     force: bool,
     quiet: bool,
+    strict: bool,
     fmt: str | None,
     legacy_fmt: str | None,
 ) -> None:
@@ -300,6 +303,7 @@ def convert_command(
         mask_token_id=mask_token_id, taps_are_raw=taps_are_raw,
         target_layer_ids=_layer_ids(target_layer_ids) if target_layer_ids is not None else None,
         source_repo=source_repo, source_revision=source_revision, force=force, progress=not quiet, warn=_warnings(quiet),
+        strict=strict,
     )
     _echo_written(result, as_json, quiet, lambda summary: (
         f"wrote {result.out} ({result.bytes_written / 1e6:.1f} MB, {len(result.tensors)} tensors: "
@@ -327,10 +331,13 @@ def convert_command(
 @click.option("--allow-requantize", is_flag=True, help="Dequantize already-quantized input tensors first (quality loss).")
 @click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar, warnings or summary.")
+@click.option("--strict", is_flag=True,
+              help="Refuse (exit 1, nothing written) a tensor with NaN / inf values, or values beyond ±65504 for F16.")
 @format_option(("text", "json"), from_suffix=False)
 @user_errors
 def quantize_command(src: str, out: str, file_type: str, pure: bool, tensor_types: tuple[str, ...], no_fallback: bool,
-                     allow_requantize: bool, force: bool, quiet: bool, fmt: str | None, legacy_fmt: str | None) -> None:
+                     allow_requantize: bool, force: bool, quiet: bool, strict: bool, fmt: str | None,
+                     legacy_fmt: str | None) -> None:
     """Quantize the GGUF SRC to OUT with llama-quantize's per-tensor rules.
 
     TYPE: Q8_0, Q6_K, Q5_K_M, Q5_K_S, Q4_K_M, Q4_K_S, F16 or BF16 (any case), or the drafter-aware preset
@@ -348,7 +355,7 @@ def quantize_command(src: str, out: str, file_type: str, pure: bool, tensor_type
         overrides=tensor_types,
         allow_fallback=not no_fallback,
         allow_requantize=allow_requantize,
-        force=force, progress=not quiet, warn=_warnings(quiet),
+        force=force, progress=not quiet, warn=_warnings(quiet), strict=strict,
     )
     _echo_written(result, as_json, quiet, lambda summary: (
         f"wrote {result.out} ({result.bytes_written / 1e6:.2f} MB, {summary['tensor_count']} tensors: "

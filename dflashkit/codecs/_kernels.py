@@ -199,6 +199,21 @@ def bf16_to_f16_kernel(bits, out):  # type: ignore[no-untyped-def]
 
 
 @njit(**_JIT)
+def bf16_f16_specials(bits):  # type: ignore[no-untyped-def]
+    """(NaN / inf values, finite values that round past F16's 65504) among bfloat16 ``bits``: a magnitude at or
+    above 0x7F80 is not finite; a finite one at or above 0x4780 (65536; the bfloat16 below it is 65280) overflows."""
+    nonfinite = 0
+    beyond = 0
+    for i in range(bits.shape[0]):
+        m = bits[i] & 0x7FFF
+        if m >= 0x4780:
+            beyond += 1
+            if m >= 0x7F80:
+                nonfinite += 1
+    return nonfinite, beyond - nonfinite
+
+
+@njit(**_JIT)
 def f32_to_bf16_kernel(x, out):  # type: ignore[no-untyped-def]
     """ggml_fp32_to_bf16_row_ref / ggml_compute_fp32_to_bf16 over flat uint32 bits into uint16."""
     for i in range(x.shape[0]):

@@ -32,6 +32,7 @@ from ..io.copy import prefetch
 from ..io.safetensors_reader import SafetensorsTensor
 from ..spec import DrafterSpec
 from .. import codecs  # through the module: tests swap its kernels
+from ..codecs.values import ValueCounts
 from ..quantize.policy import choose_types, get_file_type
 from .plan import ConvertResult, PlannedTensor, build_metadata, converter_layout, ordered_canonical, validate
 from .general import Provenance, general_metadata, resolve_provenance
@@ -139,23 +140,29 @@ FAST_F16_MIN_VALUES = 1 << 25
 
 
 def _convert_chunk(raw: np.ndarray, src_tag: str, out_type: GGMLQuantizationType, row_elems: int,
-                   fast_f16: bool = False) -> np.ndarray:
+                   fast_f16: bool = False, counts: ValueCounts | None = None, name: str = "") -> np.ndarray:
 
     # Same-type copies keep the exact bits (bf16 NaN payloads included).
     if (src_tag, out_type) in _SAME_BYTES:
         return raw
     if fast_f16 and src_tag == "BF16" and out_type == Q.F16:  # the same bits as numpy's astype below
-        return codecs.bf16_bits_to_f16_bits(raw, threads=1).view(np.float16)
+        out = codecs.bf16_bits_to_f16_bits(raw, threads=1).view(np.float16)
+        if counts is not None:
+            counts.add_bf16_to_f16(name, raw)
+        return out
     x = codecs.to_float32(raw, src_tag, copy=False)
+    if counts is not None:
+        counts.add(name, x, to_f16=out_type == Q.F16)
     if out_type == Q.F32:
         return x
     if out_type == Q.F16:
-        return x.astype(np.float16)  # IEEE round-to-nearest-even, as ggml's fp32→fp16
+        with np.errstate(over="ignore"):  # counted and named above (ValueCounts), not numpy's RuntimeWarning
+            return x.astype(np.float16)  # IEEE round-to-nearest-even, as ggml's fp32→fp16
     return codecs.quantize(x.reshape(-1, row_elems), out_type)
 
 
-def _chunk_producer(t: SafetensorsTensor, out_type: GGMLQuantizationType,
-                    fast_f16: bool = False) -> Callable[[], Iterator[np.ndarray]]:
+def _chunk_producer(t: SafetensorsTensor, out_type: GGMLQuantizationType, fast_f16: bool = False,
+                    counts: ValueCounts | None = None) -> Callable[[], Iterator[np.ndarray]]:
     dtype = _source_dtype(t)
     row_elems = t.shape[-1] if t.shape else 1
     n_rows = int(np.prod(t.shape[:-1], dtype=np.int64)) if len(t.shape) > 1 else 1
@@ -164,7 +171,8 @@ def _chunk_producer(t: SafetensorsTensor, out_type: GGMLQuantizationType,
         fd = os.open(t.file, os.O_RDONLY)
         try:
             def work(rows: tuple[int, int]) -> np.ndarray:
-                return _convert_chunk(_read_rows(t, fd, *rows, row_elems, dtype), t.dtype, out_type, row_elems, fast_f16)
+                return _convert_chunk(_read_rows(t, fd, *rows, row_elems, dtype), t.dtype, out_type, row_elems, fast_f16,
+                                      counts, t.name)
 
             # Read + convert the next chunks on worker threads (numpy releases the GIL) while the
             # caller writes the current one; in-order, at most PREFETCH chunks in flight.
@@ -197,7 +205,8 @@ def _ids_producer(array: np.ndarray) -> Callable[[], Iterator[np.ndarray]]:
 
 
 def _rewritten_producer(
-    drafter: DrafterFile, spec: DrafterSpec, canonical: str, t: SafetensorsTensor, out_type: GGMLQuantizationType
+    drafter: DrafterFile, spec: DrafterSpec, canonical: str, t: SafetensorsTensor, out_type: GGMLQuantizationType,
+    counts: ValueCounts | None = None,
 ) -> Callable[[], Iterator[np.ndarray]]:
     """A tensor whose data the family rewrites (`DrafterFamily.sanitize_for`, e.g. the NeoX permutation
     of an interleaved-RoPE q/k): read whole, rewritten in its stored dtype (only data moves, so
@@ -207,19 +216,20 @@ def _rewritten_producer(
 
     def chunks() -> Iterator[np.ndarray]:
         data = family.sanitize_for(spec, canonical, np.array(drafter.read_raw(canonical)))
-        yield from _array_producer(data, t.dtype, out_type)()
+        yield from _array_producer(data, t.dtype, out_type, counts, t.name)()
 
     return chunks
 
 
-def _array_producer(data: np.ndarray, tag: str, out_type: GGMLQuantizationType) -> Callable[[], Iterator[np.ndarray]]:
+def _array_producer(data: np.ndarray, tag: str, out_type: GGMLQuantizationType, counts: ValueCounts | None = None,
+                    name: str = "") -> Callable[[], Iterator[np.ndarray]]:
     """An in-memory tensor (stored dtype ``tag``; BF16 as uint16) converted in row chunks."""
     row_elems = data.shape[-1] if data.shape else 1
 
     def chunks() -> Iterator[np.ndarray]:
         rows = data.reshape(-1, row_elems)
         for start, stop in iter_row_chunks(rows.shape[0], row_elems * data.dtype.itemsize, CHUNK_BYTES):
-            yield _convert_chunk(rows[start:stop].reshape(-1), tag, out_type, row_elems)
+            yield _convert_chunk(rows[start:stop].reshape(-1), tag, out_type, row_elems, counts=counts, name=name)
 
     return chunks
 
@@ -240,9 +250,14 @@ def convert(
     force: bool = False,
     progress: bool = True,
     warn: Callable[[str], None] | None = None,
+    strict: bool = False,
 ) -> ConvertResult:
     """Convert an HF drafter checkpoint (local dir or hub repo id) — or translate a drafter GGUF —
     to a GGUF file in ``dialect``.
+
+    NaN / inf values and values beyond F16 in the tensors it converts are warned about with their names
+    (`codecs.values`; a tensor copied byte for byte, as in a translation, keeps its values and is not read);
+    ``strict`` refuses them instead (nothing is written).
 
     ``target_layer_ids`` (HF decoder-layer ids) supplies the taps of a config without them;
     ``source_repo`` / ``source_revision`` record where a local checkpoint came from (a hub download
@@ -277,7 +292,7 @@ def convert(
         return _convert_checkpoint(
             drafter, directory, out_path, outtype=outtype, target=target, dialect_table=dialect_table,
             num_target_layers=num_target_layers, mask_token_id=mask_token_id, provenance=provenance,
-            force=force, progress=progress, warn=warn,
+            force=force, progress=progress, warn=warn, strict=strict,
         )
 
 
@@ -295,6 +310,7 @@ def _convert_checkpoint(
     force: bool,
     progress: bool,
     warn: Callable[[str], None],
+    strict: bool = False,
 ) -> ConvertResult:
     family = drafter.family
     assert family is not None
@@ -351,6 +367,7 @@ def _convert_checkpoint(
     )
     metadata = build_metadata(spec, dialect_table, arch, file_type=file_type, tokenizer=tokenizer, general=general)
 
+    counts = ValueCounts(str(directory), strict)
     plan: list[PlannedTensor] = []
     producers: list[Callable[[], Iterator[np.ndarray]]] = []
     # kernel copies (TensorToWrite.source): only a checkpoint tensor written with its stored bytes
@@ -370,7 +387,8 @@ def _convert_checkpoint(
             source_name = g.source.name if g.source is not None else MASK_EMBEDDING_FILE
             plan.append(PlannedTensor(canonical, dialect_table.gguf_name(canonical), source_name, shape, ggml_type, g.dtype, note))
             producers.append(
-                _chunk_producer(g.source, ggml_type) if g.source is not None else _array_producer(g.data, g.dtype, ggml_type)  # type: ignore[arg-type]
+                _chunk_producer(g.source, ggml_type, counts=counts) if g.source is not None
+                else _array_producer(g.data, g.dtype, ggml_type, counts, g.canonical)  # type: ignore[arg-type]
             )
             copies.append(copy_of(g.source, ggml_type) if g.source is not None else None)
             continue
@@ -378,7 +396,8 @@ def _convert_checkpoint(
         plan.append(PlannedTensor(canonical, dialect_table.gguf_name(canonical), t.name, shape, ggml_type, t.dtype, note))
         rewritten = family.rewrites(spec, canonical)
         producers.append(
-            _rewritten_producer(drafter, spec, canonical, t, ggml_type) if rewritten else _chunk_producer(t, ggml_type, fast_f16)
+            _rewritten_producer(drafter, spec, canonical, t, ggml_type, counts) if rewritten
+            else _chunk_producer(t, ggml_type, fast_f16, counts)
         )
         copies.append(None if rewritten else copy_of(t, ggml_type))
     for canonical, (array, ggml_type) in finals.items():  # written last, as llama.cpp's prepare_tensors
@@ -407,5 +426,8 @@ def _convert_checkpoint(
         force=force,
         progress=progress,
     )
+    for w in counts.warnings():  # known once every converted chunk was counted
+        warn(w)
+        warnings.append(w)
     return ConvertResult(out_path, dialect_table.name, arch, outtype, file_type, size, plan, metadata, spec,
                          str(target) if target is not None else None, warnings)

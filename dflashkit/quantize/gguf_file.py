@@ -30,6 +30,7 @@ from dflashkit.io.gguf_writer import (QUANTIZATION_VERSION, MetadataEntry, Tenso
     ggml_n_dims_shape, iter_row_chunks, llama_tensor_order_key, write_gguf)
 
 from dflashkit.codecs import QUANT_TYPES, preload_quantizers, quantize, tensor_nbytes, to_float32
+from dflashkit.codecs.values import ValueCounts
 from .policy import FileType, TypeChoice, choose_types, get_file_type, get_preset, is_quantized, normalize_overrides
 
 Q = GGMLQuantizationType
@@ -115,7 +116,8 @@ def _can_dequantize(t: GGMLQuantizationType) -> bool:
     return True
 
 
-def _producer(gguf_file: GGUFFile, info: TensorInfo, new_type: GGMLQuantizationType) -> Callable[[], Iterator[np.ndarray]]:
+def _producer(gguf_file: GGUFFile, info: TensorInfo, new_type: GGMLQuantizationType,
+              counts: ValueCounts) -> Callable[[], Iterator[np.ndarray]]:
     """Chunks of the output tensor: the raw bytes when the type is kept, else rows dequantized and requantized."""
     ne0 = info.dims[0] if info.dims else 1
     n_rows = info.n_elements // ne0 if ne0 else 0
@@ -149,8 +151,13 @@ def _producer(gguf_file: GGUFFile, info: TensorInfo, new_type: GGMLQuantizationT
                 part = np.frombuffer(mm, np.uint8, count=n, offset=first)
                 try:
                     # a kept type is copied (no view may outlive the map); every conversion makes new arrays
-                    out = part.copy() if same else quantize(
-                        to_float32(part.reshape(-1, src_row), info.ggml_type, copy=False), new_type)
+                    if same:
+                        out = part.copy()
+                    else:
+                        x = to_float32(part.reshape(-1, src_row), info.ggml_type, copy=False)
+                        counts.add(info.name, x, to_f16=new_type == GGMLQuantizationType.F16)
+                        out = quantize(x, new_type)
+                        del x
                 finally:
                     del part
                 yield out
@@ -239,10 +246,13 @@ def quantize_gguf(
     force: bool = False,
     progress: bool = True,
     warn: Callable[[str], None] | None = None,
+    strict: bool = False,
 ) -> QuantizeResult:
     """Quantize the GGUF ``src`` to ``out`` with llama-quantize's per-tensor policy for ``file_type``.
 
     ``overrides``: ``"REGEX=TYPE"`` strings or (pattern, type) pairs, first match wins (``--tensor-type``).
+    NaN / inf values and values beyond F16 in the tensors it converts are warned about with their names
+    (`codecs.values`); ``strict`` refuses them instead (nothing is written).
     Raises DFlashError / UsageError (one line) before writing anything; ``out`` appears only when complete.
     """
     warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
@@ -293,11 +303,15 @@ def quantize_gguf(
 
         # ggml_n_dims_shape only drops leading 1-dims from the header (same bytes), so a same-type tensor
         # is still a kernel copy of the source's bytes
-        plan = [TensorToWrite(t.name, ggml_n_dims_shape(t.shape), c.new_type, _producer(gf, t, c.new_type),
+        counts = ValueCounts(str(src_path), strict)
+        plan = [TensorToWrite(t.name, ggml_n_dims_shape(t.shape), c.new_type, _producer(gf, t, c.new_type, counts),
                               (src_path, t.offset) if t.ggml_type == c.new_type and t.nbytes else None)  # kernel copy
                 for t, c in zip(infos, choices)]
         size = write_gguf(out_path, arch, _metadata(gf, ft), plan, force=force, progress=progress,
                           alignment=gf.alignment)
+        for w in counts.warnings():
+            warn(w)
+            warnings.append(w)
     return QuantizeResult(
         src=src_path,
         out=out_path,

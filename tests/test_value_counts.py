@@ -1,0 +1,100 @@
+"""Numbers that would change silently: NaN / inf weights and values an F16 file cannot hold are counted per tensor by
+dflash-convert and dflash-quantize, named in warnings, and refused under --strict (exit 1, nothing written)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from safetensors.torch import load_file, save_file
+
+from dflashkit.cli import convert_command, quantize_command
+from dflashkit.codecs.values import ValueCounts
+from dflashkit.errors import DFlashError
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAINED = ROOT / "fixtures" / "trained"
+DOWN, UP = "layers.1.mlp.down_proj.weight", "layers.0.mlp.up_proj.weight"
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def test_the_counts_agree_with_numpys_f16_cast() -> None:
+    x = np.array([np.nan, np.inf, -np.inf, 65504, 65519.99, 65520, -70000, 1e30, 1.0], np.float32)
+    counts = ValueCounts("src")
+    counts.add("t", x, to_f16=True)
+    with np.errstate(over="ignore"):
+        became_inf = int(np.count_nonzero(np.isinf(x.astype(np.float16)) & np.isfinite(x)))
+    assert counts.nonfinite == {"t": 3} and counts.f16_overflow == {"t": became_inf} == {"t": 3}
+    with pytest.raises(DFlashError, match="src: tensor 't' has 3 NaN or infinite value"):
+        ValueCounts("src", strict=True).add("t", x)
+    # the same values in bf16 (65504 and 65519.99 round up to 65536 there, past F16) through the bf16 → f16 path
+    bits = torch.from_numpy(x).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    widened = torch.from_numpy(x).to(torch.bfloat16).float().numpy()
+    with np.errstate(over="ignore"):
+        half = widened.astype(np.float16)
+    fast = ValueCounts("src")
+    fast.add_bf16_to_f16("t", bits)
+    assert fast.nonfinite == {"t": 3}
+    assert fast.f16_overflow == {"t": int(np.count_nonzero(np.isinf(half) & np.isfinite(widened)))} == {"t": 5}
+
+
+@pytest.fixture(scope="module")
+def poisoned(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The trained drafter with one NaN and one inf in DOWN, and three values of 1e6 in UP."""
+    d = tmp_path_factory.mktemp("poisoned") / "drafter"
+    shutil.copytree(TRAINED / "drafter", d)
+    tensors = load_file(str(d / "model.safetensors"))
+    down, up = tensors[DOWN].clone(), tensors[UP].clone()
+    down[0, 0], down[1, 1] = float("nan"), float("inf")
+    up[0, :3] = 1e6
+    tensors.update({DOWN: down, UP: up})
+    save_file(tensors, str(d / "model.safetensors"), metadata={"format": "pt"})
+    return d
+
+
+def _warnings(output: str) -> list[str]:
+    return [ln for ln in output.splitlines() if ln.startswith("warning: layers.") or ln.startswith("warning: blk.")]
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["numpy", "bf16-kernel"])
+def test_convert_to_f16_names_them(poisoned: Path, tmp_path: Path, fast: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dflashkit.converters import convert as convert_module
+
+    if fast:  # the one-pass bf16 → f16 kernel counts the same values
+        monkeypatch.setattr(convert_module, "FAST_F16_MIN_VALUES", 0)
+    out = tmp_path / "d.gguf"
+    args = [str(poisoned), str(out), "--outtype", "f16", "--target", str(TRAINED / "target")]
+    r = CliRunner().invoke(convert_command, args)
+    assert r.exit_code == 0 and out.is_file(), r.output
+    assert _warnings(r.output) == [
+        f"warning: {DOWN}: 2 NaN or infinite value(s), written as they are (a runtime computes NaN from them)",
+        f"warning: {UP}: 3 value(s) beyond ±65504 became ±inf in F16 (use bf16 or f32 for this tensor)",
+    ]
+    assert "RuntimeWarning" not in r.output
+    out.unlink()
+    r = CliRunner().invoke(convert_command, [*args, "--strict"])
+    assert r.exit_code == 1 and not out.exists()
+    assert r.output.strip().splitlines()[-1].startswith(f"error: {poisoned}: tensor '")
+
+
+def test_quantize_names_them_and_strict_refuses(poisoned: Path, tmp_path: Path) -> None:
+    src = tmp_path / "bf16.gguf"  # bf16 → bf16 copies the bytes: nothing to count there
+    r = CliRunner().invoke(convert_command, [str(poisoned), str(src), "--outtype", "bf16", "--target",
+                                             str(TRAINED / "target")])
+    assert r.exit_code == 0 and _warnings(r.output) == [], r.output
+    out = tmp_path / "q.gguf"
+    r = CliRunner().invoke(quantize_command, [str(src), str(out), "Q8_0"])
+    assert r.exit_code == 0 and out.is_file(), r.output
+    assert _warnings(r.output) == [
+        "warning: blk.1.ffn_down.weight: 2 NaN or infinite value(s), written as they are (a runtime computes NaN "
+        "from them)"]
+    out.unlink()
+    r = CliRunner().invoke(quantize_command, [str(src), str(out), "Q8_0", "--strict"])
+    assert r.exit_code == 1 and not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["bf16.gguf"]
+    assert r.output.strip() == (f"error: {src}: tensor 'blk.1.ffn_down.weight' has 2 NaN or infinite value(s) — "
+                                "refusing under --strict (without it: written, with a warning)")
