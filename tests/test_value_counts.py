@@ -98,3 +98,22 @@ def test_quantize_names_them_and_strict_refuses(poisoned: Path, tmp_path: Path) 
     assert r.exit_code == 1 and not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["bf16.gguf"]
     assert r.output.strip() == (f"error: {src}: tensor 'blk.1.ffn_down.weight' has 2 NaN or infinite value(s) — "
                                 "refusing under --strict (without it: written, with a warning)")
+
+
+def test_inspect_names_non_finite_weights(poisoned: Path, tmp_path: Path) -> None:
+    from dflashkit.cli import inspect_command
+    import json
+
+    gguf_file = tmp_path / "bf16.gguf"
+    assert CliRunner().invoke(convert_command, [str(poisoned), str(gguf_file), "--outtype", "bf16", "--target",
+                                                str(TRAINED / "target"), "-q"]).exit_code == 0
+    r = CliRunner().invoke(inspect_command, [str(poisoned), str(gguf_file), str(TRAINED / "drafter"), "--format",
+                                             "json"])
+    assert r.exit_code == 1
+    files = json.loads(r.stdout)["files"]
+    found = [[f for f in file["findings"] if f["id"] == "tensor.nonfinite"] for file in files]
+    assert [f["values"] for f, in found[:2]] == [{"tensors": {DOWN: 2}}, {"tensors": {"blk.1.ffn_down.weight": 2}}]
+    assert found[1][0]["message"] == (f"{gguf_file}: 2 NaN or infinite weight value(s) in 1 tensor(s): "
+                                      "blk.1.ffn_down.weight (2) — every draft through them is NaN; re-convert from "
+                                      "a good checkpoint")
+    assert found[2] == []  # the trained drafter itself is clean
