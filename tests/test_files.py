@@ -593,3 +593,33 @@ def test_sigint_at_random_points_of_a_quantize_write(big_f32_gguf: Path, tmp_pat
         outcomes.append(rc)
     assert outcomes.count(130) >= 10, outcomes  # most signals land mid-write
     assert names(tmp_path) == sorted(f"t{i}" for i in range(20))  # no marker, no temp file anywhere
+
+
+@pytest.mark.parametrize("command, extra", [
+    ("accept_command", ["--prompts", "{trained}/prompts.jsonl", "--max-new-tokens", "128", "-o", "{out}"]),
+    ("parity_command", ["{trained}/drafter", "--rounds", "500", "-o", "{out}"]),
+])
+def test_sigint_stops_a_long_run_within_two_seconds(command: str, extra: list[str], tmp_path: Path) -> None:
+    # mid-run (models loaded, rounds going): exit 130, one line, no report written, within 2 s
+    trained = Path(__file__).resolve().parents[1] / "fixtures" / "trained"
+    out = tmp_path / "report.json"
+    args = [str(trained / "drafter"), "--target", str(trained / "target"), "-q",
+            *[a.format(trained=trained, out=out) for a in extra]]
+    code = f"import sys; from dflashkit.cli import {command} as c; sys.argv[0] = 'dflash'; c()"
+    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": str(trained.parents[1])})
+    try:
+        time.sleep(8.0)  # start-up (torch, both models) is done well before: the rounds are running
+        assert proc.poll() is None, f"finished before the signal: {proc.returncode} {proc.stderr.read()}"
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(30)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = proc.stderr.read()
+    assert rc == 130 and took < 2.0, (rc, took, err)
+    assert err.strip().splitlines()[-1] == "interrupted (no output written)" and "Traceback" not in err, err
+    assert names(tmp_path) == []
