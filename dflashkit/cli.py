@@ -309,6 +309,8 @@ def convert_command(
         f"wrote {result.out} ({result.bytes_written / 1e6:.1f} MB, {len(result.tensors)} tensors: "
         f"{', '.join(f'{n} {t}' for t, n in sorted(summary['tensor_types'].items()))}; "
         f"dialect {result.dialect}, arch {result.architecture})"
+        + (f"; {n} tensor(s) fell back to another type (rows too short for the requested type's blocks: see the "
+           "warnings)" if (n := sum(1 for t in result.tensors if t.note)) else "")
     ))
 
 

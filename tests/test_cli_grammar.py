@@ -181,3 +181,16 @@ def test_a_config_json_that_is_not_a_file_is_named_for_what_it_is(tmp_path: Path
     want = "is a FIFO, not a file" if kind == "fifo" else "is a directory, not a file"
     r = CliRunner().invoke(cli.convert_command, [str(d), str(tmp_path / "d.gguf"), "-q"])
     assert r.exit_code == 1 and f"{d / 'config.json'}: {want} — config.json must be a JSON file" in r.output
+
+
+def test_convert_says_how_many_tensors_fell_back(tmp_path: Path) -> None:
+    # the example drafter's rows (64 / 128 wide) are too short for 256-value K-quant blocks: every quantized
+    # tensor falls back (Q5_0 / Q8_0), and the summary line says so beside the per-tensor warnings
+    out = tmp_path / "ex.gguf"
+    r = CliRunner().invoke(cli.convert_command, [str(EXAMPLE), str(out), "--outtype", "Q4_K_M"])
+    assert r.exit_code == 0, r.output
+    lines = r.output.strip().splitlines()
+    assert sum(ln.startswith("warning: ") and ln.endswith(" instead") for ln in lines) == 15
+    assert lines[-1] == (f"wrote {out} (0.1 MB, 25 tensors: 10 F32, 13 Q5_0, 2 Q8_0; dialect llama.cpp, arch dflash); "
+                         "15 tensor(s) fell back to another type (rows too short for the requested type's blocks: see "
+                         "the warnings)")

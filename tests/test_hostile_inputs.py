@@ -422,3 +422,19 @@ def test_a_fifo_side_file_is_named_not_skipped(tmp_path: Path, where: str, name:
     assert r.exit_code == 1, r.output
     assert r.output.strip() == f"error: {fifo}: is a FIFO, not a regular file — replace it with the file, or remove it"
     assert not out.exists()
+
+
+def test_an_array_of_many_arrays_is_capped_before_it_is_built(tmp_path: Path) -> None:
+    # 12 bytes per empty inner array: 11 M of them (132 MB) once cost inspect 2.5 GB and 90 s of Python lists
+    import struct
+
+    path = tmp_path / "arrays.gguf"
+    n = 70_000
+    arch = struct.pack("<Q", 20) + b"general.architecture" + struct.pack("<IQ", 8, 6) + b"dflash"
+    arrays = struct.pack("<Q", 8) + b"x.arrays" + struct.pack("<IIQ", 9, 9, n) + struct.pack("<IQ", 0, 0) * n
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 2) + arch + arrays)
+    r = CliRunner().invoke(inspect_command, [str(path), "--format", "json"])
+    findings = {f["id"]: f["message"] for f in json.loads(r.stdout)["files"][0]["findings"]}
+    assert r.exit_code == 1
+    assert findings["gguf.array_length"] == (f"{path}: key 'x.arrays' holds {n} arrays, over the cap of 65536 (no "
+                                             "loader reads an array of arrays)")

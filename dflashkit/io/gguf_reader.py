@@ -61,6 +61,7 @@ HEADER_SIZE = 24  # magic + version + n_tensors + n_kv
 # Smallest possible encodings, used to bound the declared counts by the file size up front.
 MIN_KV_SIZE = 8 + 4 + 1  # key length, value type, 1-byte value
 MIN_TENSOR_INFO_SIZE = 8 + 4 + 4 + 8  # name length, n_dims, ggml type, offset
+MAX_INNER_ARRAYS = 65536  # arrays in one array of arrays (llama.cpp loads none): bounded before Python lists
 MAX_ARRAY_NESTING = 32  # arrays of arrays: bounded so a crafted file cannot exhaust the stack
 INT64_MAX = 2**63 - 1
 
@@ -361,6 +362,9 @@ class _Parser:
                 self.problem("gguf.kv_type", f"{what} is an array of arrays, which llama.cpp cannot load")
             if depth >= MAX_ARRAY_NESTING:
                 self.fatal("gguf.kv_type", f"{what} nests arrays deeper than {MAX_ARRAY_NESTING} levels")
+            if n > MAX_INNER_ARRAYS:  # 12 bytes each: 11M in 132 MB cost 2.5 GB of Python lists
+                self.fatal("gguf.array_length", f"{what} holds {n} arrays, over the cap of {MAX_INNER_ARRAYS} (no "
+                           "loader reads an array of arrays)", offset=count_offset, length=n)
             return [self.array(what, depth + 1)[0] for _ in range(n)], sub
         # Numeric arrays: one bounded copy of the bytes (no reference to the map), read lazily.
         nbytes = n * _SCALAR_STRUCTS[sub].size
