@@ -193,3 +193,29 @@ def test_markdown_output_keeps_no_html_and_no_links_from_files() -> None:
 def test_html_output_escapes_too() -> None:
     page = _hostile_report().to_html()
     assert "<script>alert" not in page and "<img src=x" not in page
+
+
+def _cie76(a: str, b: str) -> float:
+    import math
+
+    def lab(h: str) -> tuple[float, float, float]:
+        lin = [((c + 0.055) / 1.055) ** 2.4 if c > 0.04045 else c / 12.92
+               for c in (int(h[i:i + 2], 16) / 255 for i in (1, 3, 5))]
+        x = (lin[0] * 0.4124 + lin[1] * 0.3576 + lin[2] * 0.1805) / 0.95047
+        y = lin[0] * 0.2126 + lin[1] * 0.7152 + lin[2] * 0.0722
+        z = (lin[0] * 0.0193 + lin[1] * 0.1192 + lin[2] * 0.9505) / 1.08883
+        f = [v ** (1 / 3) if v > 0.008856 else 7.787 * v + 16 / 116 for v in (x, y, z)]
+        return 116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])
+
+    return math.dist(lab(a), lab(b))
+
+
+def test_chart_series_colours_are_far_apart() -> None:
+    # a layer has 15 tensor series: each pair of colours, and each colour and the flag red, differ clearly (CIE76)
+    from itertools import combinations
+
+    from dflashkit.reporting import PALETTE
+
+    assert len(PALETTE) >= 15
+    assert min(_cie76(a, b) for a, b in combinations(PALETTE[:15], 2)) > 30
+    assert min(_cie76(a, "#c00000") for a in PALETTE) > 30
