@@ -404,7 +404,7 @@ table{border-collapse:collapse;margin:4px 0 8px}th,td{padding:2px 8px;border-bot
 td.num{text-align:right;font-variant-numeric:tabular-nums}th{background:#f4f4f4}
 tr.flag td{background:#fde2e2}table.summary th{background:none;font-weight:600}
 .note{color:#555;margin:2px 0 6px}.empty{color:#555;margin:4px 0}.empty b{color:#222}
-th{white-space:nowrap}
+th{white-space:nowrap}td.pair{white-space:nowrap;font-variant-numeric:tabular-nums}
 .chart{overflow-x:auto;border:1px solid #e4e4e4;padding:8px}
 .legend span{display:inline-block;margin:2px 10px 2px 0;font-size:12px}
 .legend i{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
@@ -437,7 +437,8 @@ def _html_section(s: Section) -> str:
         out.append("<table><tr>" + "".join(f"<th>{e(c.header)}</th>" for c in s.columns) + "</tr>")
         for i, (row, cells) in enumerate(zip(s.rows, _cells(s))):
             tds = "".join(
-                f'<td class="num">{e(v)}</td>' if _is_number(row.get(c.key)) else f"<td>{e(v)}</td>"
+                f'<td class="num">{e(v)}</td>' if _is_number(row.get(c.key))
+                else f'<td class="pair">{e(v)}</td>' if isinstance(row.get(c.key), tuple) else f"<td>{e(v)}</td>"
                 for c, v in zip(s.columns, cells)
             )
             out.append(f'<tr class="flag">{tds}</tr>' if i in s.flagged else f"<tr>{tds}</tr>")

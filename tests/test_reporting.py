@@ -219,3 +219,12 @@ def test_chart_series_colours_are_far_apart() -> None:
     assert len(PALETTE) >= 15
     assert min(_cie76(a, b) for a, b in combinations(PALETTE[:15], 2)) > 30
     assert min(_cie76(a, "#c00000") for a in PALETTE) > 30
+
+
+def test_html_pairs_do_not_wrap() -> None:
+    # paired values (a range, "mean / p99") are one cell that never breaks across lines
+    from dflashkit.reporting import Column, Report, Table
+
+    report = Report("t", "s", "ok", [], [Table("T", [Column("r", "range", ".3g")], [{"r": (-0.157, 0.144)}], id="t")])
+    page = report.to_html()
+    assert '<td class="pair">-0.157 / 0.144</td>' in page and "td.pair{white-space:nowrap" in page
