@@ -623,3 +623,37 @@ def test_sigint_stops_a_long_run_within_two_seconds(command: str, extra: list[st
     assert rc == 130 and took < 2.0, (rc, took, err)
     assert err.strip().splitlines()[-1] == "interrupted (no output written)" and "Traceback" not in err, err
     assert names(tmp_path) == []
+
+
+def test_sigint_during_a_convert_write(tmp_path: Path) -> None:
+    # convert streams through the same atomic writer: INT after its header is written (and at random points after
+    # it lets go) gives 130 within 2 s and leaves nothing, or the complete file if it was already published
+    trained = Path(__file__).resolve().parents[1] / "fixtures" / "trained"
+    rng = np.random.default_rng(25)
+    outcomes = []
+    for trial in range(6):
+        out_dir = tmp_path / f"t{trial}"
+        out_dir.mkdir()
+        marker = tmp_path / f"m{trial}"
+        proc = _start("convert_command", [str(trained / "drafter"), str(out_dir / "d.gguf"), "--outtype", "f32",
+                                          "--target", str(trained / "target"), "-q"], marker)
+        try:
+            _wait_for(marker, proc)
+            marker.unlink()
+            time.sleep(float(rng.uniform(0.0, 0.05)))
+            sent = time.monotonic()
+            proc.send_signal(signal.SIGINT)
+            rc = proc.wait(30)
+            took = time.monotonic() - sent
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if names(out_dir):
+            assert names(out_dir) == ["d.gguf"] and rc in (0, 130, -signal.SIGINT), (trial, rc)
+        else:
+            assert rc == 130, (trial, rc, proc.stderr.read())
+        assert took < 2.0, (trial, took)
+        outcomes.append(rc)
+    assert outcomes.count(130) >= 3, outcomes
+    assert names(tmp_path) == sorted(f"t{i}" for i in range(6))
