@@ -10,7 +10,7 @@ look); `dflash-diff` and `dflash-parity` see their values.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +45,11 @@ def nonfinite_count(path: Path, offset: int, nbytes: int, type_name: str, buffer
     return count
 
 
+def _buffer(sizes: Iterable[int]) -> bytearray:
+    """One read buffer for a file's tensors: the largest of them, at most `CHUNK_BYTES` (small files stay small)."""
+    return bytearray(max(8, min(CHUNK_BYTES, max(sizes, default=0))))
+
+
 def _report(ctx: InspectContext, counts: dict[str, int]) -> Iterator[Finding]:
     bad = {name: n for name, n in counts.items() if n}
     if not bad:
@@ -62,9 +67,10 @@ def check_gguf_values(ctx: InspectContext) -> Iterator[Finding]:
     assert g is not None
     if g.problems or ctx.has_errors("gguf."):
         return  # offsets or sizes already reported as broken
-    buffer = bytearray(CHUNK_BYTES)
+    floats = [t for t in g.tensors.values() if t.ggml_type.name in _FLOAT_BITS]
+    buffer = _buffer(t.nbytes for t in floats)
     yield from _report(ctx, {t.name: nonfinite_count(g.path, t.offset, t.nbytes, t.ggml_type.name, buffer)
-                             for t in g.tensors.values() if t.ggml_type.name in _FLOAT_BITS})
+                             for t in floats})
 
 
 @register_check("tensor.values_checkpoint", kinds=("safetensors",), order=150)
@@ -73,6 +79,7 @@ def check_checkpoint_values(ctx: InspectContext) -> Iterator[Finding]:
     assert ck is not None
     if ck.problems or ctx.has_errors("safetensors."):
         return
-    buffer = bytearray(CHUNK_BYTES)
+    floats = [t for t in ck.tensors.values() if t.dtype in _FLOAT_BITS]
+    buffer = _buffer(t.nbytes for t in floats)
     yield from _report(ctx, {t.name: nonfinite_count(Path(t.file), t.offset, t.nbytes, t.dtype, buffer)
-                             for t in ck.tensors.values() if t.dtype in _FLOAT_BITS})
+                             for t in floats})
