@@ -183,6 +183,12 @@ def _stdout_as_stream(ctx: click.Context, param: click.Parameter, value: str | N
     return None if value in STDOUT_NAMES else value
 
 
+def values_strict_option(func: Any) -> Any:
+    """convert / quantize: --strict refuses the values a conversion cannot carry over (`codecs.values`)."""
+    return click.option("--strict", is_flag=True, help="Refuse (exit 1, nothing written) a tensor with NaN / inf "
+                        "values, or values beyond ±65504 for F16.")(func)
+
+
 def output_option(func: Any) -> Any:
     return click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), metavar="FILE",
                         callback=_stdout_as_stream,
@@ -271,8 +277,7 @@ def _warn(message: str) -> None:
 )
 @click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar or warnings.")
-@click.option("--strict", is_flag=True,
-              help="Refuse (exit 1, nothing written) a tensor with NaN / inf values, or values beyond ±65504 for F16.")
+@values_strict_option
 @format_option(("text", "json"), from_suffix=False)
 @user_errors
 def convert_command(
@@ -333,8 +338,7 @@ def convert_command(
 @click.option("--allow-requantize", is_flag=True, help="Dequantize already-quantized input tensors first (quality loss).")
 @click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar, warnings or summary.")
-@click.option("--strict", is_flag=True,
-              help="Refuse (exit 1, nothing written) a tensor with NaN / inf values, or values beyond ±65504 for F16.")
+@values_strict_option
 @format_option(("text", "json"), from_suffix=False)
 @user_errors
 def quantize_command(src: str, out: str, file_type: str, pure: bool, tensor_types: tuple[str, ...], no_fallback: bool,

@@ -96,9 +96,12 @@ class DrafterFile:
         """An integer tensor where a weight belongs (I8 / I16 / I32 / I64 / F64 in a GGUF; a checkpoint dtype convert
         cannot read): no runtime multiplies with it as a weight. Tensors the family converts or drops itself (DSpark's
         ``d2t`` ids, speculators' ``t2d``) are not weights."""
-        own = set(self.family.final_tensors) | ({"d2t"} if self.kind == "gguf" else set()) if self.family else {"d2t"}
-        if self.family is not None and self.spec is not None:
-            own |= set(self.family.dropped_on_convert(self.spec))
+        # a GGUF's d2t is I64 ids whatever its family; a checkpoint's is its family's final tensor
+        own = {"d2t"} if self.kind == "gguf" or self.family is None else set()
+        if self.family is not None:
+            own |= set(self.family.final_tensors)
+            if self.spec is not None:
+                own |= set(self.family.dropped_on_convert(self.spec))
         allowed = _GGUF_WEIGHT_TYPES if self.kind == "gguf" else _CHECKPOINT_WEIGHT_DTYPES
         for canonical, ref in self.tensors.items():
             if canonical not in own and ref.type_name not in allowed:

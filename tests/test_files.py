@@ -560,6 +560,25 @@ def big_f32_gguf(tmp_path_factory) -> Path:
     return path
 
 
+def _interrupt_mid_write(command: str, args: list[str], marker: Path, delay: float) -> tuple[int, float, str]:
+    """Start ``command``, let it write its header (the writer pauses at ``marker``), let go, send INT ``delay`` s
+    later: (exit status, seconds from the signal to the exit, stderr)."""
+    proc = _start(command, args, marker)
+    try:
+        _wait_for(marker, proc)  # the header is written; the tensor data comes next
+        marker.unlink()  # let it go on writing
+        time.sleep(delay)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(30)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return rc, took, proc.stderr.read()
+
+
 def test_sigint_at_random_points_of_a_quantize_write(big_f32_gguf: Path, tmp_path: Path) -> None:
     rng = np.random.default_rng(26)
     complete_path = tmp_path / "complete.gguf"
@@ -571,24 +590,13 @@ def test_sigint_at_random_points_of_a_quantize_write(big_f32_gguf: Path, tmp_pat
         out_dir = tmp_path / f"t{trial}"
         out_dir.mkdir()
         marker = tmp_path / f"m{trial}"
-        proc = _start("quantize_command", [str(big_f32_gguf), str(out_dir / "q.gguf"), "Q6_K", "-q"], marker)
-        try:
-            _wait_for(marker, proc)  # the header is written; the tensor data comes next
-            marker.unlink()  # let it go on writing
-            time.sleep(float(rng.uniform(0.0, 1.0)))
-            sent = time.monotonic()
-            proc.send_signal(signal.SIGINT)
-            rc = proc.wait(30)
-            took = time.monotonic() - sent
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        rc, took, err = _interrupt_mid_write("quantize_command", [str(big_f32_gguf), str(out_dir / "q.gguf"), "Q6_K",
+                                                                  "-q"], marker, float(rng.uniform(0.0, 1.0)))
         if names(out_dir):  # published before the signal (then exit 0, or INT's own status once past the CLI)
             assert names(out_dir) == ["q.gguf"] and (out_dir / "q.gguf").read_bytes() == complete, trial
             assert rc in (0, 130, -signal.SIGINT), (trial, rc)
         else:
-            assert rc == 130, (trial, rc, proc.stderr.read())
+            assert rc == 130, (trial, rc, err)
         assert took < 2.0, (trial, took)
         outcomes.append(rc)
     assert outcomes.count(130) >= 10, outcomes  # most signals land mid-write
@@ -635,24 +643,13 @@ def test_sigint_during_a_convert_write(tmp_path: Path) -> None:
         out_dir = tmp_path / f"t{trial}"
         out_dir.mkdir()
         marker = tmp_path / f"m{trial}"
-        proc = _start("convert_command", [str(trained / "drafter"), str(out_dir / "d.gguf"), "--outtype", "f32",
-                                          "--target", str(trained / "target"), "-q"], marker)
-        try:
-            _wait_for(marker, proc)
-            marker.unlink()
-            time.sleep(float(rng.uniform(0.0, 0.05)))
-            sent = time.monotonic()
-            proc.send_signal(signal.SIGINT)
-            rc = proc.wait(30)
-            took = time.monotonic() - sent
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        rc, took, err = _interrupt_mid_write("convert_command", [str(trained / "drafter"), str(out_dir / "d.gguf"),
+                                                                "--outtype", "f32", "--target", str(trained / "target"),
+                                                                "-q"], marker, float(rng.uniform(0.0, 0.05)))
         if names(out_dir):
             assert names(out_dir) == ["d.gguf"] and rc in (0, 130, -signal.SIGINT), (trial, rc)
         else:
-            assert rc == 130, (trial, rc, proc.stderr.read())
+            assert rc == 130, (trial, rc, err)
         assert took < 2.0, (trial, took)
         outcomes.append(rc)
     assert outcomes.count(130) >= 3, outcomes

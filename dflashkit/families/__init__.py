@@ -30,28 +30,46 @@ for _folder in pkgutil.iter_modules(__path__):
 
 #: Every family, in matching order (the first whose `matches` is true wins): highest priority first.
 FAMILIES: tuple[DrafterFamily, ...] = tuple(sorted(REGISTERED, key=lambda f: -f.priority))
-#: Claims an HF config with no ``architectures`` list (z-lab's early configs) and names tensors of
-#: a config no family claims.
-DEFAULT_FAMILY: DrafterFamily = next(f for f in FAMILIES if type(f).__dict__.get("default"))
 #: Every HF architecture string a family claims by name.
 KNOWN_ARCHITECTURES: tuple[str, ...] = tuple(dict.fromkeys(a for f in FAMILIES for a in f.architectures))
 #: ``speculators_model_type`` values of the families (speculators' other algorithms, e.g. eagle3, are not ours)
 SPECULATORS_MODEL_TYPES: tuple[str, ...] = tuple(sorted({t for f in FAMILIES for t in f.speculators_model_types}))
 
 
+def _own(family: DrafterFamily, attribute: str, default: Any = None) -> Any:
+    """A family's own value of ``attribute`` (not one inherited from the family it extends): what it adds to a
+    shared table, or a role only it plays."""
+    return type(family).__dict__.get(attribute, default)
+
+
+def _merged(attribute: str) -> dict[str, str]:
+    """Every family's own ``attribute`` table, merged (matching order)."""
+    return {k: v for f in FAMILIES for k, v in _own(f, attribute, {}).items()}
+
+
+#: Claims an HF config with no ``architectures`` list (z-lab's early configs) and names tensors of
+#: a config no family claims.
+DEFAULT_FAMILY: DrafterFamily = next(f for f in FAMILIES if _own(f, "default"))
+
+
 def family_llama_cpp_tensor_names() -> dict[str, str]:
     """What the families add to llama.cpp's tensor-name table (canonical id → GGUF name)."""
-    return {k: v for f in FAMILIES for k, v in type(f).__dict__.get("llama_cpp_tensor_names", {}).items()}
+    return _merged("llama_cpp_tensor_names")
 
 
 def family_llama_cpp_tensor_aliases() -> dict[str, str]:
     """Older llama.cpp GGUF names of the families' tensors (old name → current name)."""
-    return {k: v for f in FAMILIES for k, v in type(f).__dict__.get("llama_cpp_tensor_aliases", {}).items()}
+    return _merged("llama_cpp_tensor_aliases")
+
+
+def runtime_param_paths() -> dict[str, str]:
+    """Canonical id → runtime parameter path, where a family's runtime block names a tensor otherwise."""
+    return _merged("runtime_param_paths")
 
 
 def folder_modules(kind: str) -> list[str]:
     """Import paths of every family's ``kind`` module (``"checks"``, ``"runtime"``) that exists."""
-    return [f"{type(f).__module__}.{kind}" for f in FAMILIES if kind in type(f).__dict__.get("folder_modules", ())]
+    return [f"{type(f).__module__}.{kind}" for f in FAMILIES if kind in _own(f, "folder_modules", ())]
 
 
 def family_for_architecture(architecture: str) -> DrafterFamily | None:
@@ -59,41 +77,45 @@ def family_for_architecture(architecture: str) -> DrafterFamily | None:
     return next((f for f in FAMILIES if architecture in f.architectures), None)
 
 
+def _backbone(architecture: str) -> DrafterFamily | None:
+    """The family that runs ``architecture`` on a backbone of its own, if one does."""
+    return next((f for f in FAMILIES if f.own_backbone and architecture in f.architectures), None)
+
+
+def _plain(architecture: str) -> DrafterFamily | None:
+    """The family that runs a plain `DrafterSpec` of ``architecture`` (``plain_runtime``), if one does."""
+    return next((f for f in FAMILIES if _own(f, "plain_runtime") and architecture in f.architectures), None)
+
+
+def _block_of(architecture: str, runtime_block: str | None) -> str:
+    """``runtime_block``, or that of the family claiming ``architecture`` (the default family's for none)."""
+    return runtime_block or (family_for_architecture(architecture) or DEFAULT_FAMILY).runtime_module
+
+
 def runtime_family(architecture: str, runtime_block: str | None = None) -> DrafterFamily:
     """The family whose runtime block runs a drafter: one that runs ``architecture`` on a backbone of its
     own, else the first with ``runtime_block`` (default: that of the family claiming ``architecture``)."""
+    backbone = _backbone(architecture)
+    if backbone is not None:
+        return backbone
+    block = _block_of(architecture, runtime_block)
     for f in FAMILIES:
-        if f.own_backbone and architecture in f.architectures:
+        if f.runtime_module == block and f.runtime_class and not f.own_backbone:
             return f
-    if runtime_block is None:
-        runtime_block = (family_for_architecture(architecture) or DEFAULT_FAMILY).runtime_module
-    for f in FAMILIES:
-        if f.runtime_module == runtime_block and f.runtime_class and not f.own_backbone:
-            return f
-    raise DFlashError(f"unknown drafter runtime '{runtime_block}' (one of {', '.join(runtime_blocks())})")
+    raise DFlashError(f"unknown drafter runtime '{block}' (one of {', '.join(runtime_blocks())})")
 
 
 def plain_runtime_block(architecture: str) -> str:
     """The runtime block of a plain `DrafterSpec` (no runtime fields computed): that of the family that runs
     ``architecture`` as a plain spec (``plain_runtime``), else the default family's."""
-    for f in FAMILIES:
-        if type(f).__dict__.get("plain_runtime") and architecture in f.architectures:
-            return f.runtime_module
-    return DEFAULT_FAMILY.runtime_module
-
-
-def runtime_param_paths() -> dict[str, str]:
-    """Canonical id → runtime parameter path, where a family's runtime block names a tensor otherwise."""
-    return {k: v for f in FAMILIES for k, v in type(f).__dict__.get("runtime_param_paths", {}).items()}
+    return (_plain(architecture) or DEFAULT_FAMILY).runtime_module
 
 
 def plain_label(architecture: str) -> str | None:
     """What reports call a plain spec of ``architecture`` (a family that runs it as a plain spec, in its own
     layout), or None when no such family claims it."""
-    for f in FAMILIES:
-        if type(f).__dict__.get("plain_runtime") and architecture in f.architectures:
-            return f.labels.get(DEFAULT_FAMILY.label_layout)
-    return None
+    family = _plain(architecture)
+    return family.labels.get(DEFAULT_FAMILY.label_layout) if family is not None else None
 
 
 def runtime_blocks() -> tuple[str, ...]:
@@ -103,15 +125,14 @@ def runtime_blocks() -> tuple[str, ...]:
 
 def label_for(architecture: str, runtime_block: str | None, layout: str | None) -> str:
     """What reports call a drafter: the label of the family that runs it in ``layout``."""
-    backbone = next((f for f in FAMILIES if f.own_backbone and architecture in f.architectures), None)
+    backbone = _backbone(architecture)
     if backbone is not None:
         return backbone.label(layout)
-    if runtime_block is None:
-        runtime_block = (family_for_architecture(architecture) or DEFAULT_FAMILY).runtime_module
+    block = _block_of(architecture, runtime_block)
     for f in FAMILIES:
-        if f.runtime_module == runtime_block and layout in f.labels and not f.own_backbone:
+        if f.runtime_module == block and layout in f.labels and not f.own_backbone:
             return f.labels[layout]
-    return f"{layout} {runtime_block}"
+    return f"{layout} {block}"
 
 
 def _not_a_drafter(path: str, architecture: Any) -> DFlashError:

@@ -37,32 +37,10 @@ class DrafterFamily:
     default: bool = False
     #: what reports call a drafter of this family, per checkpoint layout (``None`` key: any other layout)
     labels: Mapping[str | None, str] = {}
-    #: what reports call its GGUF (read back through a dialect table)
-    gguf_label: str = ""
     #: modules of the family's folder imported by the layer that needs them: ``checks`` (inspect checks,
     #: registered on import) and ``runtime`` (its PyTorch block, imports torch) — never by the registry
     folder_modules: tuple[str, ...] = ()
 
-    instance: "DrafterFamily"
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if "name" in cls.__dict__:
-            cls.instance = cls()
-            REGISTERED.append(cls.instance)
-
-    # ---- runtime facts (the runtime asks these; it never names a family) ---------------------------
-    def runtime_fields(self, spec: DrafterSpec, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Any]:
-        """`RuntimeConfig` fields this family decides from its tensors (``shapes``: canonical id → shape of the
-        tensors at hand; empty for a config alone) beyond what every family derives."""
-        return {}
-
-    def check_runtime(self, cfg: Any, path: str) -> None:
-        """Family rules on a lifted `RuntimeConfig` (one-line DFlashError naming the key)."""
-
-    def label(self, layout: str | None) -> str:
-        """What reports call a drafter of this family stored in ``layout``."""
-        return self.labels.get(layout) or self.labels.get(None) or self.name
     #: HF ``architectures[0]`` strings this family claims (the first is written into specs)
     architectures: tuple[str, ...] = ()
     #: id of the runtime block that runs this family (`RuntimeConfig.family`); families sharing a block share it
@@ -92,6 +70,8 @@ class DrafterFamily:
     llama_cpp_tensor_aliases: Mapping[str, str] = {}
     #: the layout a spec that names none is labelled in (the default family's)
     label_layout: str = ""
+    #: a plain `DrafterSpec` of its architecture runs in this family's block (asked of the family's own class)
+    plain_runtime: bool = False
     #: why a GGUF cannot tell this family's architecture names apart ("" when it can): `dflash-diff` then
     #: does not count an architecture-name difference between a checkpoint and its GGUF
     gguf_architecture_note: str = ""
@@ -102,6 +82,27 @@ class DrafterFamily:
     metadata_fields: frozenset[str] = frozenset()
     #: canonical ids rewritten by `finalize_tensor` and written after every other tensor (DSpark ``d2t``)
     final_tensors: tuple[str, ...] = ()
+
+    instance: "DrafterFamily"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:
+            cls.instance = cls()
+            REGISTERED.append(cls.instance)
+
+    # ---- runtime facts (the runtime asks these; it never names a family) ---------------------------
+    def runtime_fields(self, spec: DrafterSpec, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Any]:
+        """`RuntimeConfig` fields this family decides from its tensors (``shapes``: canonical id → shape of the
+        tensors at hand; empty for a config alone) beyond what every family derives."""
+        return {}
+
+    def check_runtime(self, cfg: Any, path: str) -> None:
+        """Family rules on a lifted `RuntimeConfig` (one-line DFlashError naming the key)."""
+
+    def label(self, layout: str | None) -> str:
+        """What reports call a drafter of this family stored in ``layout``."""
+        return self.labels.get(layout) or self.labels.get(None) or self.name
 
     # ---- claiming a checkpoint ------------------------------------------------------------------
     def matches(self, config: Mapping[str, Any], architecture: str) -> bool:
