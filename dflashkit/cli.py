@@ -45,6 +45,21 @@ def _silence_stdout() -> None:
         pass
 
 
+def _exit_interrupted() -> None:
+    """Exit 130 after Ctrl-C. Outputs are already unwound (temp files removed) when this runs. A program ends here
+    without the interpreter's finalisation: its garbage collection walks every torch / transformers object, 1.2 s
+    of a 1.4 s stop on a 2-core box. Called in-process (click's test runner, a Python caller), it raises SystemExit
+    as usual."""
+    if sys.stdout is sys.__stdout__ and sys.stderr is sys.__stderr__:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError, AttributeError):
+                pass
+        os._exit(130)
+    sys.exit(130)
+
+
 def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     """Turn library errors into one-line messages and exit codes (tracebacks only with --debug)."""
 
@@ -65,7 +80,7 @@ def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
             _fail(str(exc), exc.exit_code)
         except KeyboardInterrupt:
             click.echo("interrupted (no output written)", err=True)
-            sys.exit(130)
+            _exit_interrupted()
         except MemoryError:
             _fail("out of memory", 1)
         except Exception as exc:  # an unexpected failure is still one line, unless --debug

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import ROOT, target_for
+from interrupting import start_interrupted, wait_or_kill
 from gguf import GGMLQuantizationType as Q
 
 from dflashkit import files
@@ -538,9 +539,10 @@ def test_a_long_out_name_leaves_room_for_the_temp_suffix(gguf_copy: Path, tmp_pa
         assert res.exit_code == 0, res.output
     assert names(tmp_path) == sorted(["in.gguf", out.name])
 
-
 # ----------------------------------------------------------------------------------------------
-# Ctrl-C at random points of a quantize write: exit 130 within 2 s, nothing left, every time
+# Ctrl-C: exit 130, one line, nothing left behind (or the complete file when it was already published).
+# How fast a command stops is a figure, printed by benchmarks/interrupt.py; here a stop is only bounded to catch a
+# hang (interrupting.HANG_SECONDS).
 # ----------------------------------------------------------------------------------------------
 
 
@@ -560,97 +562,106 @@ def big_f32_gguf(tmp_path_factory) -> Path:
     return path
 
 
-def _interrupt_mid_write(command: str, args: list[str], marker: Path, delay: float) -> tuple[int, float, str]:
+def _interrupt_mid_write(command: str, args: list[str], marker: Path, delay: float) -> tuple[int, str]:
     """Start ``command``, let it write its header (the writer pauses at ``marker``), let go, send INT ``delay`` s
-    later: (exit status, seconds from the signal to the exit, stderr)."""
+    later: (exit status, stderr)."""
     proc = _start(command, args, marker)
     try:
         _wait_for(marker, proc)  # the header is written; the tensor data comes next
         marker.unlink()  # let it go on writing
         time.sleep(delay)
-        sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        rc = proc.wait(30)
-        took = time.monotonic() - sent
+        rc, _, err = wait_or_kill(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    return rc, took, proc.stderr.read()
+    return rc, err
+
+
+def _delays(seed: int, trials: int, longest: float) -> list[float]:
+    """Trial 0 signals the moment the writer lets go (mid-write on any machine); the others at random points up to
+    ``longest`` s later, which on a fast machine may be after the file was published."""
+    return [0.0] + [float(x) for x in np.random.default_rng(seed).uniform(0.0, longest, trials - 1)]
 
 
 def test_sigint_at_random_points_of_a_quantize_write(big_f32_gguf: Path, tmp_path: Path) -> None:
-    rng = np.random.default_rng(26)
     complete_path = tmp_path / "complete.gguf"
     assert CliRunner().invoke(quantize_command, [str(big_f32_gguf), str(complete_path), "Q6_K", "-q"]).exit_code == 0
     complete = complete_path.read_bytes()
     complete_path.unlink()
     outcomes = []
-    for trial in range(20):
+    for trial, delay in enumerate(_delays(26, 20, 1.0)):
         out_dir = tmp_path / f"t{trial}"
         out_dir.mkdir()
         marker = tmp_path / f"m{trial}"
-        rc, took, err = _interrupt_mid_write("quantize_command", [str(big_f32_gguf), str(out_dir / "q.gguf"), "Q6_K",
-                                                                  "-q"], marker, float(rng.uniform(0.0, 1.0)))
+        rc, err = _interrupt_mid_write("quantize_command", [str(big_f32_gguf), str(out_dir / "q.gguf"), "Q6_K", "-q"],
+                                       marker, delay)
         if names(out_dir):  # published before the signal (then exit 0, or INT's own status once past the CLI)
             assert names(out_dir) == ["q.gguf"] and (out_dir / "q.gguf").read_bytes() == complete, trial
             assert rc in (0, 130, -signal.SIGINT), (trial, rc)
         else:
-            assert rc == 130, (trial, rc, err)
-        assert took < 2.0, (trial, took)
+            assert rc == 130 and err.strip().splitlines()[-1] == "interrupted (no output written)", (trial, rc, err)
         outcomes.append(rc)
-    assert outcomes.count(130) >= 10, outcomes  # most signals land mid-write
+    assert outcomes[0] == 130, outcomes
     assert names(tmp_path) == sorted(f"t{i}" for i in range(20))  # no marker, no temp file anywhere
-
-
-@pytest.mark.parametrize("command, extra", [
-    ("accept_command", ["--prompts", "{trained}/prompts.jsonl", "--max-new-tokens", "128", "-o", "{out}"]),
-    ("parity_command", ["{trained}/drafter", "--rounds", "500", "-o", "{out}"]),
-])
-def test_sigint_stops_a_long_run_within_two_seconds(command: str, extra: list[str], tmp_path: Path) -> None:
-    # mid-run (models loaded, rounds going): exit 130, one line, no report written, within 2 s
-    trained = Path(__file__).resolve().parents[1] / "fixtures" / "trained"
-    out = tmp_path / "report.json"
-    args = [str(trained / "drafter"), "--target", str(trained / "target"), "-q",
-            *[a.format(trained=trained, out=out) for a in extra]]
-    code = f"import sys; from dflashkit.cli import {command} as c; sys.argv[0] = 'dflash'; c()"
-    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": str(trained.parents[1])})
-    try:
-        time.sleep(8.0)  # start-up (torch, both models) is done well before: the rounds are running
-        assert proc.poll() is None, f"finished before the signal: {proc.returncode} {proc.stderr.read()}"
-        sent = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        rc = proc.wait(30)
-        took = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    err = proc.stderr.read()
-    assert rc == 130 and took < 2.0, (rc, took, err)
-    assert err.strip().splitlines()[-1] == "interrupted (no output written)" and "Traceback" not in err, err
-    assert names(tmp_path) == []
 
 
 def test_sigint_during_a_convert_write(tmp_path: Path) -> None:
     # convert streams through the same atomic writer: INT after its header is written (and at random points after
-    # it lets go) gives 130 within 2 s and leaves nothing, or the complete file if it was already published
-    trained = Path(__file__).resolve().parents[1] / "fixtures" / "trained"
-    rng = np.random.default_rng(25)
+    # it lets go) gives 130 and leaves nothing, or the complete file if it was already published
+    trained = ROOT / "fixtures" / "trained"
     outcomes = []
-    for trial in range(6):
+    for trial, delay in enumerate(_delays(25, 6, 0.05)):
         out_dir = tmp_path / f"t{trial}"
         out_dir.mkdir()
         marker = tmp_path / f"m{trial}"
-        rc, took, err = _interrupt_mid_write("convert_command", [str(trained / "drafter"), str(out_dir / "d.gguf"),
-                                                                "--outtype", "f32", "--target", str(trained / "target"),
-                                                                "-q"], marker, float(rng.uniform(0.0, 0.05)))
+        rc, err = _interrupt_mid_write("convert_command", [str(trained / "drafter"), str(out_dir / "d.gguf"),
+                                                           "--outtype", "f32", "--target", str(trained / "target"),
+                                                           "-q"], marker, delay)
         if names(out_dir):
             assert names(out_dir) == ["d.gguf"] and rc in (0, 130, -signal.SIGINT), (trial, rc)
         else:
-            assert rc == 130, (trial, rc, err)
-        assert took < 2.0, (trial, took)
+            assert rc == 130 and err.strip().splitlines()[-1] == "interrupted (no output written)", (trial, rc, err)
         outcomes.append(rc)
-    assert outcomes.count(130) >= 3, outcomes
+    assert outcomes[0] == 130, outcomes
     assert names(tmp_path) == sorted(f"t{i}" for i in range(6))
+
+
+@pytest.fixture(scope="module")
+def trained_f32_gguf(tmp_path_factory) -> Path:
+    trained = ROOT / "fixtures" / "trained"
+    out = tmp_path_factory.mktemp("trained") / "drafter-f32.gguf"
+    convert(trained / "drafter", out, outtype="f32", target=trained / "target")
+    return out
+
+
+# command, the function whose k-th call is interrupted, its fewest calls in the run, the arguments, trials
+_WORK = {
+    "inspect": ("inspect_command", "dflashkit.inspect.values:nonfinite_count", 20,
+                ["{gguf}", "--target", "{trained}/target", "-o", "{out}"], 4),
+    "diff": ("diff_command", "dflashkit.diff.stats:StatsAccumulator.add", 20,
+             ["{trained}/drafter", "{gguf}", "-o", "{out}"], 4),
+    "parity": ("parity_command", "dflashkit.runtime.dflash:DFlashDraftModel.draft", 100,
+               ["{trained}/drafter", "{gguf}", "--target", "{trained}/target", "--rounds", "50", "-o", "{out}"], 2),
+    "accept": ("accept_command", "dflashkit.accept:speculative_generate", 24,
+               ["{gguf}", "--target", "{trained}/target", "--prompts", "{trained}/prompts.jsonl", "-o", "{out}"], 2),
+}
+
+
+@pytest.mark.parametrize("name", list(_WORK))
+def test_sigint_in_the_middle_of_the_work(name: str, trained_f32_gguf: Path, tmp_path: Path) -> None:
+    # INT at a random point of the command's work (a tensor's values, a draft round, a prompt's generation):
+    # exit 130, one line, no report, no temp file
+    command, unit, calls, args, trials = _WORK[name]
+    rng = np.random.default_rng(sum(map(ord, name)))
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    args = [a.format(gguf=trained_f32_gguf, trained=ROOT / "fixtures" / "trained", out=out_dir / "report.json")
+            for a in args]
+    for trial in range(trials):
+        k, delay = int(rng.integers(1, calls + 1)), float(rng.uniform(0.0, 0.05))
+        rc, out, err = wait_or_kill(start_interrupted(command, [*args, "-q"], unit, k, delay))
+        assert rc == 130, (trial, k, rc, err)
+        assert err.strip().splitlines()[-1] == "interrupted (no output written)" and "Traceback" not in err, err
+        assert out == "" and names(out_dir) == [], (trial, out)
