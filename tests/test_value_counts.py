@@ -117,3 +117,79 @@ def test_inspect_names_non_finite_weights(poisoned: Path, tmp_path: Path) -> Non
                                       "blk.1.ffn_down.weight (2) — every draft through them is NaN; re-convert from "
                                       "a good checkpoint")
     assert found[2] == []  # the trained drafter itself is clean
+
+
+def _blocks_with_planted_scales(type_name: str, blocks: int, rng: np.random.Generator) -> tuple[bytes, list[int]]:
+    """``blocks`` random blocks of ``type_name`` whose float scales are finite, except: for each scale field, one
+    block with NaN, one with +inf, one with −inf there; and one block with every scale NaN. Returns the bytes and
+    the planted blocks."""
+    from dflashkit.inspect.values import _BLOCK_SCALES
+    from dflashkit.quant_types import sizes
+    from gguf import GGMLQuantizationType
+
+    _, unit = sizes(GGMLQuantizationType[type_name])
+    data = rng.integers(0, 256, size=(blocks, unit), dtype=np.uint8)
+    fields = _BLOCK_SCALES[type_name]
+    for start, kind in fields:
+        assert kind == "F16"
+        data[:, start : start + 2] = rng.uniform(-2, 2, blocks).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    planted = []
+    specials = np.array([np.nan, np.inf, -np.inf], np.float16).view(np.uint8).reshape(-1, 2)
+    for f, (start, _) in enumerate(fields):
+        for s, bits in enumerate(specials):
+            b = 1 + 3 * f + s
+            data[b, start : start + 2] = bits
+            planted.append(b)
+    last = blocks - 1
+    for start, _ in fields:
+        data[last, start : start + 2] = specials[0]
+    planted.append(last)
+    return data.tobytes(), planted
+
+
+@pytest.mark.parametrize("type_name", sorted(__import__("dflashkit.inspect.values", fromlist=["x"])._BLOCK_SCALES))
+def test_block_scales_agree_with_gguf_py_dequantize(type_name: str, tmp_path: Path) -> None:
+    # the scale offsets are ours (ggml-common.h's structs): gguf-py's dequantizer is the judge of what is non-finite
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    from dflashkit.inspect.values import nonfinite_count
+    from dflashkit.quant_types import sizes
+
+    qtype = GGMLQuantizationType[type_name]
+    values, unit = sizes(qtype)
+    raw, planted = _blocks_with_planted_scales(type_name, 12, np.random.default_rng(7))
+    with np.errstate(all="ignore"):
+        deq = dequantize(np.frombuffer(raw, np.uint8).reshape(3, -1), qtype)
+    expected = int(deq.size - np.count_nonzero(np.isfinite(deq)))
+    path = tmp_path / "t.bin"
+    path.write_bytes(b"\0" * 5 + raw)
+    assert expected == len(planted) * values  # every value of a planted block, none elsewhere
+    for buffer_bytes in (unit, 3 * unit + 1, len(raw)):  # block-aligned reads whatever the buffer
+        assert nonfinite_count(path, 5, len(raw), type_name, bytearray(buffer_bytes)) == expected
+
+
+def test_inspect_names_a_nan_scale_in_a_quantized_tensor(tmp_path: Path) -> None:
+    from gguf import GGUFReader
+    import json
+
+    from dflashkit.cli import inspect_command
+
+    f16, q8 = tmp_path / "f16.gguf", tmp_path / "q8.gguf"
+    assert CliRunner().invoke(convert_command, [str(TRAINED / "drafter"), str(f16), "--outtype", "f16", "--target",
+                                                str(TRAINED / "target"), "-q"]).exit_code == 0
+    assert CliRunner().invoke(quantize_command, [str(f16), str(q8), "Q8_0", "-q"]).exit_code == 0
+    clean = CliRunner().invoke(inspect_command, [str(q8), "--format", "json"])
+    assert [f for f in json.loads(clean.stdout)["files"][0]["findings"] if f["id"] == "tensor.nonfinite"] == []
+    t = next(t for t in GGUFReader(q8).tensors if t.name == "blk.1.ffn_down.weight")
+    assert t.tensor_type.name == "Q8_0"
+    data = bytearray(q8.read_bytes())
+    block = 34 * 5  # the sixth block's d (f16 at its start) becomes NaN
+    data[t.data_offset + block : t.data_offset + block + 2] = np.array([np.nan], np.float16).tobytes()
+    q8.write_bytes(bytes(data))
+    r = CliRunner().invoke(inspect_command, [str(q8), "--format", "json"])
+    assert r.exit_code == 1
+    found = [f for f in json.loads(r.stdout)["files"][0]["findings"] if f["id"] == "tensor.nonfinite"]
+    assert found == [{**found[0], "values": {"tensors": {"blk.1.ffn_down.weight": 32}}}]
+    assert found[0]["message"].startswith(f"{q8}: 32 NaN or infinite weight value(s) in 1 tensor(s): "
+                                          "blk.1.ffn_down.weight (32)")
