@@ -83,10 +83,15 @@ def test_convert_to_f16_names_them(poisoned: Path, tmp_path: Path, fast: bool, m
 
 
 def test_quantize_names_them_and_strict_refuses(poisoned: Path, tmp_path: Path) -> None:
-    src = tmp_path / "bf16.gguf"  # bf16 → bf16 copies the bytes: nothing to count there
-    r = CliRunner().invoke(convert_command, [str(poisoned), str(src), "--outtype", "bf16", "--target",
-                                             str(TRAINED / "target")])
-    assert r.exit_code == 0 and _warnings(r.output) == [], r.output
+    src = tmp_path / "bf16.gguf"  # bf16 → bf16: a kernel copy of the bytes, scanned beside it (bf16 holds 1e6)
+    args = [str(poisoned), str(src), "--outtype", "bf16", "--target", str(TRAINED / "target")]
+    r = CliRunner().invoke(convert_command, [*args, "--strict"])
+    assert r.exit_code == 1 and not src.exists() and list(tmp_path.iterdir()) == [], r.output
+    assert r.output.strip().splitlines()[-1] == (f"error: {poisoned}: tensor '{DOWN}' has 2 NaN or infinite value(s)"
+                                                 " — refusing under --strict (without it: written, with a warning)")
+    r = CliRunner().invoke(convert_command, args)
+    assert r.exit_code == 0 and _warnings(r.output) == [
+        f"warning: {DOWN}: 2 NaN or infinite value(s), written as they are (a runtime computes NaN from them)"], r.output
     out = tmp_path / "q.gguf"
     r = CliRunner().invoke(quantize_command, [str(src), str(out), "Q8_0"])
     assert r.exit_code == 0 and out.is_file(), r.output
@@ -98,6 +103,15 @@ def test_quantize_names_them_and_strict_refuses(poisoned: Path, tmp_path: Path) 
     assert r.exit_code == 1 and not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["bf16.gguf"]
     assert r.output.strip() == (f"error: {src}: tensor 'blk.1.ffn_down.weight' has 2 NaN or infinite value(s) — "
                                 "refusing under --strict (without it: written, with a warning)")
+    # BF16 → BF16 copies every tensor in the kernel: the scan beside the copy finds the same two
+    r = CliRunner().invoke(quantize_command, [str(src), str(out), "BF16"])
+    assert r.exit_code == 0 and out.is_file(), r.output
+    assert _warnings(r.output) == [
+        "warning: blk.1.ffn_down.weight: 2 NaN or infinite value(s), written as they are (a runtime computes NaN "
+        "from them)"]
+    r = CliRunner().invoke(quantize_command, [str(src), str(out), "BF16", "--strict", "--force"])
+    assert r.exit_code == 1 and out.is_file(), r.output  # the old OUT is kept: a failed --force run changes nothing
+    assert r.output.strip().splitlines()[-1].startswith(f"error: {src}: tensor 'blk.1.ffn_down.weight' has 2 NaN")
 
 
 def test_inspect_names_non_finite_weights(poisoned: Path, tmp_path: Path) -> None:
@@ -123,7 +137,7 @@ def _blocks_with_planted_scales(type_name: str, blocks: int, rng: np.random.Gene
     """``blocks`` random blocks of ``type_name`` whose float scales are finite, except: for each scale field, one
     block with NaN, one with +inf, one with −inf there; and one block with every scale NaN. Returns the bytes and
     the planted blocks."""
-    from dflashkit.inspect.values import _BLOCK_SCALES
+    from dflashkit.codecs.values import _BLOCK_SCALES
     from dflashkit.quant_types import sizes
     from gguf import GGMLQuantizationType
 
@@ -147,13 +161,13 @@ def _blocks_with_planted_scales(type_name: str, blocks: int, rng: np.random.Gene
     return data.tobytes(), planted
 
 
-@pytest.mark.parametrize("type_name", sorted(__import__("dflashkit.inspect.values", fromlist=["x"])._BLOCK_SCALES))
+@pytest.mark.parametrize("type_name", sorted(__import__("dflashkit.codecs.values", fromlist=["x"])._BLOCK_SCALES))
 def test_block_scales_agree_with_gguf_py_dequantize(type_name: str, tmp_path: Path) -> None:
     # the scale offsets are ours (ggml-common.h's structs): gguf-py's dequantizer is the judge of what is non-finite
     from gguf import GGMLQuantizationType
     from gguf.quants import dequantize
 
-    from dflashkit.inspect.values import nonfinite_count
+    from dflashkit.codecs.values import nonfinite_count
     from dflashkit.quant_types import sizes
 
     qtype = GGMLQuantizationType[type_name]

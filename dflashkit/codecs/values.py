@@ -1,19 +1,90 @@
 """Values a conversion cannot carry over, counted per tensor: NaN / ±inf inputs, and finite values an F16 output
 turns into ±inf (|x| ≥ 65520 rounds past 65504, F16's largest finite value).
 
-`dflash-convert` and `dflash-quantize` count them on the rows they convert (a tensor copied byte for byte is not
-read: its values do not change), warn with the tensor names, and under ``--strict`` refuse at the first one — before
-the output file exists.
+`dflash-convert` and `dflash-quantize` count them on the rows they convert, and count NaN / ±inf in the tensors they
+copy byte for byte (`StoredScan`: from the stored bits, on a thread beside the kernel copy); they warn with the
+tensor names, and under ``--strict`` refuse — before the output file is published. `dflash-inspect` counts every
+tensor of a file with the same `nonfinite_count`.
+
+Block-quantized tensors are not dequantized: a block's values are its float scales times small integers, so they
+are non-finite exactly when a scale is, and then every value of that block is (``0 × inf`` is NaN). The scales'
+places in each block are ggml-common.h's ``block_*`` structs, which gguf-py does not expose; a test checks every
+entry against gguf-py's own dequantizer. Not scanned: IQ1_M, MXFP4 and NVFP4 pack their scales into other fields
+(and MXFP4's largest scales overflow on their own), Q8_K is no file type; `dflash-diff` and `dflash-parity` see
+their values.
 """
 
 from __future__ import annotations
 
+import os
 import threading
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from gguf import GGMLQuantizationType
 
 from dflashkit.errors import DFlashError
+from dflashkit.quant_types import sizes
+
+#: element type → (its bits as a numpy dtype, the exponent mask: all ones = NaN or ±inf)
+_FLOAT_BITS: dict[str, tuple[type, int]] = {
+    "F32": (np.uint32, 0x7F800000), "F16": (np.uint16, 0x7C00), "BF16": (np.uint16, 0x7F80),
+    "F64": (np.uint64, 0x7FF0000000000000),
+}
+_D, _DM = ((0, "F16"),), ((0, "F16"), (2, "F16"))
+#: block-quantized type → (byte offset in the block, width) of each float scale: `d`, and `m` / `dmin` where present
+_BLOCK_SCALES: dict[str, tuple[tuple[int, str], ...]] = {
+    "Q4_0": _D, "Q4_1": _DM, "Q5_0": _D, "Q5_1": _DM, "Q8_0": _D,
+    "Q2_K": ((80, "F16"), (82, "F16")), "Q3_K": ((108, "F16"),), "Q4_K": _DM, "Q5_K": _DM, "Q6_K": ((208, "F16"),),
+    "IQ2_XXS": _D, "IQ2_XS": _D, "IQ2_S": _D, "IQ3_XXS": _D, "IQ3_S": _D, "IQ1_S": _D, "IQ4_NL": _D, "IQ4_XS": _D,
+    "TQ1_0": ((52, "F16"),), "TQ2_0": ((64, "F16"),),
+}
+SCANNED_TYPES = frozenset(_FLOAT_BITS) | frozenset(_BLOCK_SCALES)
+CHUNK_BYTES = 32 << 20
+
+
+def scan_buffer(sizes: Iterable[int]) -> bytearray:
+    """One read buffer for a file's tensors: the largest of them, at most `CHUNK_BYTES` (small files stay small)."""
+    return bytearray(max(8, min(CHUNK_BYTES, max(sizes, default=0))))
+
+
+def nonfinite_count(path: str | os.PathLike, offset: int, nbytes: int, type_name: str, buffer: bytearray,
+                    stop: threading.Event | None = None) -> int:
+    """NaN / ±inf values of one tensor of ``type_name`` (a `SCANNED_TYPES` member; GGUF or safetensors spelling)
+    at ``path[offset : offset + nbytes]``, read through ``buffer``; ``stop`` set: the count so far."""
+    if type_name in _BLOCK_SCALES:
+        values, unit = sizes(GGMLQuantizationType[type_name])
+    else:
+        values, unit = 1, np.dtype(_FLOAT_BITS[type_name][0]).itemsize
+    step = len(buffer) - len(buffer) % unit
+    count = 0
+    with open(path, "rb", buffering=0) as f:
+        done = 0
+        while done < nbytes and not (stop is not None and stop.is_set()):
+            n = os.preadv(f.fileno(), [memoryview(buffer)[: min(step, nbytes - done)]], offset + done)
+            if n < unit:
+                break  # truncated: the structure checks say so
+            n -= n % unit
+            count += values * _nonfinite_units(np.frombuffer(buffer, np.uint8, count=n), type_name, unit)
+            done += n
+    return count
+
+
+def _nonfinite_units(data: np.ndarray, type_name: str, unit: int) -> int:
+    """Non-finite values (a plain float type) or blocks with a non-finite scale (a block type) in ``data``."""
+    if type_name in _FLOAT_BITS:
+        dtype, mask = _FLOAT_BITS[type_name]
+        return int(np.count_nonzero((data.view(dtype) & dtype(mask)) == mask))
+    blocks = data.reshape(-1, unit)
+    bad = np.zeros(len(blocks), dtype=bool)
+    for start, kind in _BLOCK_SCALES[type_name]:
+        dtype, mask = _FLOAT_BITS[kind]
+        width = np.dtype(dtype).itemsize
+        bits = np.ascontiguousarray(blocks[:, start : start + width]).view(dtype).reshape(-1)
+        bad |= (bits & dtype(mask)) == mask
+    return int(np.count_nonzero(bad))
+
 
 #: the smallest magnitude that rounds to ±inf in F16 (round to nearest even: 65504 + half an F16 step)
 F16_OVERFLOW = np.float32(65520.0)
@@ -40,7 +111,7 @@ class ValueCounts:
 
     def add(self, name: str, x: np.ndarray, *, to_f16: bool = False) -> None:
         """Count a float32 chunk of tensor ``name`` (``to_f16``: the output is F16)."""
-        self._record(name, *_count(x, to_f16))
+        self.record(name, *_count(x, to_f16))
 
     def add_bf16_to_f16(self, name: str, bits: np.ndarray) -> None:
         """Count a BF16 chunk (uint16 bits) bound for F16 from its bits alone, in one pass over half the bytes of
@@ -49,9 +120,10 @@ class ValueCounts:
         from ._kernels import bf16_f16_specials  # numba: only the path that already runs the numba kernel
 
         nonfinite, overflow = bf16_f16_specials(np.ascontiguousarray(bits).view(np.uint16).reshape(-1))
-        self._record(name, int(nonfinite), int(overflow))
+        self.record(name, int(nonfinite), int(overflow))
 
-    def _record(self, name: str, nonfinite: int, overflow: int) -> None:
+    def record(self, name: str, nonfinite: int, overflow: int) -> None:
+        """Add counts for tensor ``name`` (under --strict: raise if there are any)."""
         if not (nonfinite or overflow):
             return
         if self.strict:
@@ -64,9 +136,57 @@ class ValueCounts:
             if overflow:
                 self.f16_overflow[name] = self.f16_overflow.get(name, 0) + overflow
 
-    def warnings(self) -> list[str]:
+    def warnings(self, order: Sequence[str] = ()) -> list[str]:
+        """One line per tensor with a count; tensors named in ``order`` (the file's order) first, in that order."""
+        rank = {name: i for i, name in enumerate(order)}
+
+        def ranked(counts: dict[str, int]) -> list[tuple[str, int]]:
+            return sorted(counts.items(), key=lambda item: rank.get(item[0], len(rank)))
+
         out = [f"{name}: {n} NaN or infinite value(s), written as they are (a runtime computes NaN from them)"
-               for name, n in self.nonfinite.items()]
+               for name, n in ranked(self.nonfinite)]
         out += [f"{name}: {n} value(s) beyond ±65504 became ±inf in F16 (use bf16 or f32 for this tensor)"
-                for name, n in self.f16_overflow.items()]
+                for name, n in ranked(self.f16_overflow)]
         return out
+
+
+class StoredScan:
+    """NaN / ±inf in the tensors a command writes byte for byte (kernel copies), counted from the source's stored
+    bits on one thread beside the writer — the copy runs in the kernel, so on two cores the scan costs little wall
+    time — and recorded in ``counts`` by `finish`, in the order given (warnings come out in that order)."""
+
+    def __init__(self, counts: ValueCounts, tensors: Sequence[tuple[str, str | os.PathLike, int, int, str]]) -> None:
+        """``tensors``: (name, file, offset, bytes, type) of each copied tensor; types not scanned are skipped."""
+        self._counts = counts
+        self._tensors = [t for t in tensors if t[4] in SCANNED_TYPES and t[3]]
+        self._found: dict[str, int] = {}
+        self._error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="dflashkit-values", daemon=True)
+        if self._tensors:
+            self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            buffer = scan_buffer(t[3] for t in self._tensors)
+            for name, path, offset, nbytes, type_name in self._tensors:
+                if self._stop.is_set():
+                    return
+                self._found[name] = nonfinite_count(path, offset, nbytes, type_name, buffer, self._stop)
+        except BaseException as exc:  # reported by finish(), on the writer's thread
+            self._error = exc
+
+    def finish(self) -> None:
+        """Wait for the scan; record its counts (under --strict: raise at the first tensor with any)."""
+        if not self._tensors:
+            return
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        for name, *_ in self._tensors:
+            if self._found.get(name):
+                self._counts.record(name, self._found[name], 0)
+
+    def cancel(self) -> None:
+        """Stop the scan at its next chunk (an interrupted or failed write)."""
+        self._stop.set()

@@ -32,7 +32,7 @@ from ..io.copy import prefetch
 from ..io.safetensors_reader import SafetensorsTensor
 from ..spec import DrafterSpec
 from .. import codecs  # through the module: tests swap its kernels
-from ..codecs.values import ValueCounts
+from ..codecs.values import StoredScan, ValueCounts
 from ..quantize.policy import choose_types, get_file_type
 from .plan import ConvertResult, PlannedTensor, build_metadata, converter_layout, ordered_canonical, validate
 from .general import Provenance, general_metadata, resolve_provenance
@@ -418,15 +418,16 @@ def _convert_checkpoint(
 
     for w in warnings:
         warn(w)
-    size = write_gguf(
-        out_path,
-        arch,
-        metadata,
-        [TensorToWrite(p.gguf_name, p.shape, p.ggml_type, producer, copy) for p, producer, copy in zip(plan, producers, copies)],
-        force=force,
-        progress=progress,
-    )
-    for w in counts.warnings():  # known once every converted chunk was counted
+    tensors = [TensorToWrite(p.gguf_name, p.shape, p.ggml_type, producer, copy)
+               for p, producer, copy in zip(plan, producers, copies)]
+    copied = StoredScan(counts, [(p.source_name, t.source[0], t.source[1], t.nbytes, p.source_type)
+                                 for p, t in zip(plan, tensors) if t.source is not None])
+    try:
+        size = write_gguf(out_path, arch, metadata, tensors, force=force, progress=progress,
+                          before_publish=copied.finish)
+    finally:
+        copied.cancel()
+    for w in counts.warnings([p.source_name for p in plan]):  # known once every chunk was counted, copies too
         warn(w)
         warnings.append(w)
     return ConvertResult(out_path, dialect_table.name, arch, outtype, file_type, size, plan, metadata, spec,

@@ -97,8 +97,10 @@ def write_gguf(
     force: bool = False,
     progress: bool = True,
     alignment: int = 32,
+    before_publish: Callable[[], None] | None = None,
 ) -> int:
-    """Write a GGUF atomically (`files.atomic_output`). Returns the file size in bytes."""
+    """Write a GGUF atomically (`files.atomic_output`). Returns the file size in bytes. ``before_publish`` runs once
+    every byte is written, before the file appears at ``out``: what it raises leaves nothing behind."""
     out = Path(out)
     writer = _Writer(path=None, arch=arch)
     if alignment != 32:
@@ -142,6 +144,8 @@ def write_gguf(
             size = fout.tell()
             if size != expected:  # cannot happen with gguf-py's padding; never leave preallocated zeros behind
                 raise DFlashError(f"{out}: wrote {size} bytes, expected {expected} (internal error)")
+            if before_publish is not None:
+                before_publish()
             writer.fout = None  # atomic_output closes and publishes the file
         return size
     finally:

@@ -30,7 +30,7 @@ from dflashkit.io.gguf_writer import (QUANTIZATION_VERSION, MetadataEntry, Tenso
     ggml_n_dims_shape, iter_row_chunks, llama_tensor_order_key, write_gguf)
 
 from dflashkit.codecs import QUANT_TYPES, preload_quantizers, quantize, tensor_nbytes, to_float32
-from dflashkit.codecs.values import ValueCounts
+from dflashkit.codecs.values import StoredScan, ValueCounts
 from .policy import FileType, TypeChoice, choose_types, get_file_type, get_preset, is_quantized, normalize_overrides
 
 Q = GGMLQuantizationType
@@ -307,9 +307,14 @@ def quantize_gguf(
         plan = [TensorToWrite(t.name, ggml_n_dims_shape(t.shape), c.new_type, _producer(gf, t, c.new_type, counts),
                               (src_path, t.offset) if t.ggml_type == c.new_type and t.nbytes else None)  # kernel copy
                 for t, c in zip(infos, choices)]
-        size = write_gguf(out_path, arch, _metadata(gf, ft), plan, force=force, progress=progress,
-                          alignment=gf.alignment)
-        for w in counts.warnings():
+        copied = StoredScan(counts, [(t.name, src_path, t.offset, t.nbytes, t.ggml_type.name)
+                                     for t, p in zip(infos, plan) if p.source is not None])
+        try:
+            size = write_gguf(out_path, arch, _metadata(gf, ft), plan, force=force, progress=progress,
+                              alignment=gf.alignment, before_publish=copied.finish)
+        finally:
+            copied.cancel()
+        for w in counts.warnings([t.name for t in infos]):
             warn(w)
             warnings.append(w)
     return QuantizeResult(
