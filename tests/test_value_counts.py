@@ -207,3 +207,21 @@ def test_inspect_names_a_nan_scale_in_a_quantized_tensor(tmp_path: Path) -> None
     assert found == [{**found[0], "values": {"tensors": {"blk.1.ffn_down.weight": 32}}}]
     assert found[0]["message"].startswith(f"{q8}: 32 NaN or infinite weight value(s) in 1 tensor(s): "
                                           "blk.1.ffn_down.weight (32)")
+
+
+def test_translate_counts_what_it_copies(poisoned: Path, tmp_path: Path) -> None:
+    # a translation copies the stored bytes: the NaN / inf stay, so they are named, and --strict refuses them
+    src = tmp_path / "bf16.gguf"
+    assert CliRunner().invoke(convert_command, [str(poisoned), str(src), "--outtype", "bf16", "--target",
+                                                str(TRAINED / "target"), "-q"]).exit_code == 0
+    out = tmp_path / "luce.gguf"
+    r = CliRunner().invoke(convert_command, [str(src), str(out), "--dialect", "luce", "--strict"])
+    assert r.exit_code == 1 and not out.exists(), r.output
+    assert r.output.strip().splitlines()[-1] == (f"error: {src}: tensor 'blk.1.ffn_down.weight' has 2 NaN or "
+                                                 "infinite value(s) — refusing under --strict (without it: written, "
+                                                 "with a warning)")
+    r = CliRunner().invoke(convert_command, [str(src), str(out), "--dialect", "luce"])
+    assert r.exit_code == 0 and out.is_file(), r.output
+    assert _warnings(r.output) == [
+        "warning: blk.1.ffn_down.weight: 2 NaN or infinite value(s), written as they are (a runtime computes NaN "
+        "from them)"]

@@ -53,10 +53,7 @@ def nonfinite_count(path: str | os.PathLike, offset: int, nbytes: int, type_name
                     stop: threading.Event | None = None) -> int:
     """NaN / ±inf values of one tensor of ``type_name`` (a `SCANNED_TYPES` member; GGUF or safetensors spelling)
     at ``path[offset : offset + nbytes]``, read through ``buffer``; ``stop`` set: the count so far."""
-    if type_name in _BLOCK_SCALES:
-        values, unit = sizes(GGMLQuantizationType[type_name])
-    else:
-        values, unit = 1, np.dtype(_FLOAT_BITS[type_name][0]).itemsize
+    values, unit = stored_unit(type_name)
     step = len(buffer) - len(buffer) % unit
     count = 0
     with open(path, "rb", buffering=0) as f:
@@ -69,6 +66,22 @@ def nonfinite_count(path: str | os.PathLike, offset: int, nbytes: int, type_name
             count += values * _nonfinite_units(np.frombuffer(buffer, np.uint8, count=n), type_name, unit)
             done += n
     return count
+
+
+def stored_unit(type_name: str) -> tuple[int, int]:
+    """(values, bytes) of the unit a stored ``type_name`` tensor is counted in: one value, or one block."""
+    if type_name in _BLOCK_SCALES:
+        return sizes(GGMLQuantizationType[type_name])
+    return 1, np.dtype(_FLOAT_BITS[type_name][0]).itemsize
+
+
+def nonfinite_in_bytes(data: np.ndarray, type_name: str) -> int:
+    """NaN / ±inf values in ``data`` (uint8, whole units of a stored ``type_name`` tensor; 0 for a type not in
+    `SCANNED_TYPES`)."""
+    if type_name not in SCANNED_TYPES:
+        return 0
+    values, unit = stored_unit(type_name)
+    return values * _nonfinite_units(data, type_name, unit)
 
 
 def _nonfinite_units(data: np.ndarray, type_name: str, unit: int) -> int:

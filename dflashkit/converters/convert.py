@@ -274,7 +274,7 @@ def convert(
         return translate_gguf(
             src, out, dialect=dialect, target=target, num_target_layers=num_target_layers,
             mask_token_id=mask_token_id, target_layer_ids=target_layer_ids, taps_are_raw=taps_are_raw,
-            force=force, progress=progress, warn=warn,
+            force=force, progress=progress, warn=warn, strict=strict,
         )
     if taps_are_raw:
         raise UsageError(f"{src}: --taps-are-raw applies to a GGUF source (an HF config's target_layer_ids are HF ids)")

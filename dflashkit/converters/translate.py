@@ -16,6 +16,7 @@ import numpy as np
 from gguf import GGUFValueType
 
 from .. import bounds
+from ..codecs.values import SCANNED_TYPES, ValueCounts, nonfinite_in_bytes, stored_unit
 from ..dialects import Dialect, get_dialect
 from ..drafters import DrafterFile, open_drafter
 from ..errors import DFlashError, UsageError
@@ -36,11 +37,18 @@ def _tokenizer_entries(drafter: DrafterFile) -> list[MetadataEntry]:
     ]
 
 
-def _raw_copy(drafter: DrafterFile, canonical: str) -> Callable[[], Iterator[np.ndarray]]:
+def _raw_copy(drafter: DrafterFile, canonical: str, counts: ValueCounts) -> Callable[[], Iterator[np.ndarray]]:
+    """The stored bytes in whole-unit chunks, NaN / inf counted on the way (a copy keeps them; --strict refuses)."""
+    ref = drafter.tensors[canonical]
+    _, unit = stored_unit(ref.type_name) if ref.type_name in SCANNED_TYPES else (1, 1)
+    step = _COPY_CHUNK - _COPY_CHUNK % unit
+
     def chunks() -> Iterator[np.ndarray]:
         raw = drafter.read_raw(canonical).reshape(-1).view(np.uint8)
-        for start in range(0, raw.size, _COPY_CHUNK):
-            yield np.array(raw[start : start + _COPY_CHUNK])  # copy out of the map: bounded RSS
+        for start in range(0, raw.size, step):
+            chunk = np.array(raw[start : start + step])  # copy out of the map: bounded RSS
+            counts.record(ref.name, nonfinite_in_bytes(chunk, ref.type_name), 0)
+            yield chunk
 
     return chunks
 
@@ -77,8 +85,10 @@ def translate_gguf(
     force: bool = False,
     progress: bool = True,
     warn: Callable[[str], None] | None = None,
+    strict: bool = False,
 ) -> ConvertResult:
-    """Rewrite a drafter GGUF in another dialect (or the same one, normalised).
+    """Rewrite a drafter GGUF in another dialect (or the same one, normalised). NaN / inf values are counted and
+    warned about (``strict``: refused, nothing written).
 
     The llama.cpp ``dflash`` variants in circulation (`dflashkit.variants`) come out in the current
     layout: a pre-merge file as read (mask id and taps moved), a raw-tap file only with
@@ -141,6 +151,7 @@ def translate_gguf(
 
         plan = []
         tensors = []
+        counts = ValueCounts(str(src), strict)
         # tensors keep the source's order: a translation is a copy (and HF -> A -> B -> llama.cpp then
         # equals HF -> llama.cpp whatever the checkpoint's shard layout was)
         for canonical in drafter.tensors:
@@ -148,7 +159,10 @@ def translate_gguf(
             name = table.gguf_name(canonical)
             assert ref.ggml_type is not None
             plan.append(PlannedTensor(canonical, name, ref.name, ref.shape, ref.ggml_type, ref.type_name))
-            tensors.append(TensorToWrite(name, ref.shape, ref.ggml_type, _raw_copy(drafter, canonical)))
+            tensors.append(TensorToWrite(name, ref.shape, ref.ggml_type, _raw_copy(drafter, canonical, counts)))
         size = write_gguf(out_path, arch, metadata, tensors, force=force, progress=progress)
+    warnings = counts.warnings([p.source_name for p in plan])
+    for w in warnings:
+        warn(w)
     return ConvertResult(out_path, table.name, arch, "copy", file_type, size, plan, metadata, spec,
-                         str(target) if target is not None else None, [])
+                         str(target) if target is not None else None, warnings)
