@@ -743,7 +743,7 @@ def _build_report(r: AcceptResult, max_drop: float | None, min_tau: float | None
         "τ per drafter",
         [BarGroup(d.name, [Bar(f"{d.path}: τ", d.tau, series=d.name)]) for d in r.drafters],
         value_label="τ (tokens per target forward)", reference=first.tau, reference_label=f"{first.name}",
-        id="tau_chart",
+        id="tau_chart", scale="linear",
     ))
 
     width = max(d.block_size for d in r.drafters)
@@ -768,7 +768,7 @@ def _build_report(r: AcceptResult, max_drop: float | None, min_tau: float | None
         "Acceptance rate per block position (chart)",
         [BarGroup(str(k), [Bar(f"{d.name} @ {k}", d.position_rates()[k - 1], series=d.name)
                            for d in r.drafters if k < d.block_size]) for k in range(1, width)],
-        value_label="acceptance rate", id="positions_chart",
+        value_label="acceptance rate", id="positions_chart", scale="linear",
     ))
 
     prompt_cols = [Column("prompt", "prompt"), Column("category", "category"), Column("prompt_tokens", "tokens")]

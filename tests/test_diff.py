@@ -449,8 +449,16 @@ def test_html_has_one_bar_per_tensor_and_no_urls(wide) -> None:
     bars = [a for t, a in p.tags if t == "rect" and a.get("class") == "bar"]
     assert len(bars) == len(result.tensors) == 25
     assert sum(a.get("stroke") == "#c00000" for a in bars) == len(result.over_threshold(0.05)) == 13
-    assert len({a["fill"] for a in bars}) == 14  # one colour per tensor kind, shared by the layers
+    colours = {a["stroke"] if a["fill"] == "#ffffff" else a["fill"] for a in bars}  # a zero: outlined in its colour
+    assert len(colours) == 14  # one colour per tensor kind, shared by the layers
     assert "<title>layers.1.mlp.down_proj.weight (BF16 → " in page
+    # each bar is tagged with B's tensor type; the tensors kept exact (the F32 norms) are outlined stubs
+    from collections import Counter
+
+    tags = re.findall(r'<text class="tag"[^>]*>([^<]*)</text>', page)
+    assert Counter(tags) == Counter(t.b.type_name for t in result.tensors) and len(tags) == 25
+    identical = [t for t in result.tensors if t.stats.rel_rms == 0]
+    assert len(identical) == sum(a["fill"] == "#ffffff" and a["height"] == "5.0" for a in bars) > 0
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")

@@ -124,14 +124,14 @@ def test_html_is_self_contained_and_escaped() -> None:
     bars = [a for t, a in p.tags if t == "rect" and a.get("class") == "bar"]
     assert len(bars) == 3
     heights = [float(a["height"]) for a in bars]
-    assert heights[0] == 1.0  # a zero is still drawn (1 px)
+    assert heights[0] == 5.0 and bars[0]["fill"] == "#ffffff"  # a zero: an outlined stub, there to point at
     assert heights[1] == pytest.approx(3 * heights[2], rel=1e-3)  # linear scale
     assert bars[1].get("stroke") == "#c00000"  # flagged bar outlined
     assert [a for t, a in p.tags if t == "line" and a.get("class") == "reference"]
     flagged_rows = [a for t, a in p.tags if t == "tr" and a.get("class") == "flag"]
     assert len(flagged_rows) == 1
     # one colour per series, shared across groups
-    assert len({a["fill"] for a in bars}) == 3
+    assert len({a["fill"] for a in bars[1:]}) == 2 and bars[0]["stroke"] not in {a["fill"] for a in bars[1:]}
 
 
 def test_render_dispatch() -> None:
@@ -228,3 +228,42 @@ def test_html_pairs_do_not_wrap() -> None:
     report = Report("t", "s", "ok", [], [Table("T", [Column("r", "range", ".3g")], [{"r": (-0.157, 0.144)}], id="t")])
     page = report.to_html()
     assert '<td class="pair">-0.157 / 0.144</td>' in page and "td.pair{white-space:nowrap" in page
+
+
+def _bars_and_texts(chart: BarChart) -> tuple[list[dict], list[str], str]:
+    from dflashkit.reporting import bar_chart_svg
+
+    svg = bar_chart_svg(chart)
+    p = _Tags()
+    p.feed(svg)
+    bars = [a for t, a in p.tags if t == "rect" and a.get("class") == "bar"]
+    return bars, re.findall(r"<text[^>]*>([^<]*)</text>", svg), svg
+
+
+def test_values_spanning_decades_get_a_log_axis() -> None:
+    # a norm's 1e-6 beside a Q4_K's 0.1 is a readable bar a decade tall (not a 1 px sliver); an identical tensor
+    # (0) is a 5 px outlined stub, apart from it
+    chart = BarChart("E", [BarGroup("layer 0", [Bar("norm", 1e-6, "n"), Bar("same", 0.0, "s"), Bar("q", 3e-2, "q"),
+                                                Bar("w", 0.1, "w")])], value_label="rel")
+    bars, texts, _ = _bars_and_texts(chart)
+    heights = [float(a["height"]) for a in bars]
+    decades = 6  # 1e-7 (a decade below the smallest) … 1e-1
+    assert heights == pytest.approx([260 / decades, 5.0, 260 * (math.log10(3e-2) + 7) / decades, 260], abs=0.06)
+    assert texts[:7] == ["1e-07", "1e-06", "1e-05", "0.0001", "0.001", "0.01", "0.1"]
+    assert "rel (log scale)" in texts
+    # within two decades the axis stays linear, and a chart can ask for linear whatever its values
+    linear = BarChart("E", [BarGroup("g", [Bar("a", 0.01, "a"), Bar("b", 0.5, "b")])], value_label="rel")
+    assert [float(a["height"]) for a in _bars_and_texts(linear)[0]] == pytest.approx([5.2, 260])
+    chart.scale = "linear"
+    assert [float(a["height"]) for a in _bars_and_texts(chart)[0]] == pytest.approx([1.0, 5.0, 78.0, 260.0])
+
+
+def test_bar_tags_are_written_under_their_bars() -> None:
+    chart = BarChart("E", [BarGroup("layer 0", [Bar("a", 0.1, "a", tag="Q4_K"), Bar("b", 0.2, "b", tag="F32")]),
+                           BarGroup("layer 1", [Bar("c", 0.3, "a", tag="<Q6_K>")])])
+    bars, _, svg = _bars_and_texts(chart)
+    tags = re.findall(r'<text class="tag" transform="translate\(([\d.]+) [\d.]+\) rotate\(-90\)"[^>]*>([^<]*)</text>',
+                      svg)
+    assert [t for _, t in tags] == ["Q4_K", "F32", "&lt;Q6_K&gt;"]
+    centres = [float(a["x"]) + float(a["width"]) / 2 for a in bars]
+    assert [float(x) - 3 for x, _ in tags] == pytest.approx(centres)  # each under its own bar

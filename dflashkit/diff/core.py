@@ -514,7 +514,8 @@ def _chart(r: DiffResult, threshold: float | None) -> BarChart:
         m = _LAYER.match(canonical)
         group = f"layer {m.group(1)}" if m else "global"
         label = f"{canonical} ({t.a.type_name} → {t.b.type_name})"
-        groups.setdefault(group, []).append(Bar(label, t.rel_rms, _short_kind(canonical), t.over(threshold)))
+        groups.setdefault(group, []).append(Bar(label, t.rel_rms, _short_kind(canonical), t.over(threshold),
+                                                tag=t.b.type_name))
     return BarChart(
         "Relative RMS error per tensor, by layer",
         [BarGroup(g, bars) for g, bars in groups.items()],
