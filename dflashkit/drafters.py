@@ -41,6 +41,14 @@ _GGUF_WEIGHT_TYPES = _FLOAT_NAMES | {t.name for t in KNOWN_TYPES.values() if is_
 _CHECKPOINT_WEIGHT_DTYPES = _FLOAT_NAMES | {"F64"}
 
 
+def weight_dtype_message(path: str | os.PathLike, name: str, type_name: str, kind: str) -> str:
+    """The one wording, in every command, for a tensor of a type no drafter weight has (``kind``: "gguf" or a
+    checkpoint)."""
+    allowed = (f"float ({', '.join(sorted(_FLOAT_NAMES))}) or a ggml quantized type" if kind == "gguf"
+               else f"float ({', '.join(sorted(_CHECKPOINT_WEIGHT_DTYPES))})")
+    return f"{path}: tensor '{bounds.escape_name(name)}' has dtype {type_name}; drafter weights must be {allowed}"
+
+
 @dataclass(frozen=True)
 class TensorRef:
     canonical: str
@@ -105,8 +113,7 @@ class DrafterFile:
         allowed = _GGUF_WEIGHT_TYPES if self.kind == "gguf" else _CHECKPOINT_WEIGHT_DTYPES
         for canonical, ref in self.tensors.items():
             if canonical not in own and ref.type_name not in allowed:
-                return (f"{self.path}: tensor '{bounds.escape_name(ref.name)}' is {ref.type_name}; drafter weights must "
-                        f"be float ({', '.join(sorted(_FLOAT_NAMES))}) or a ggml quantized type")
+                return weight_dtype_message(self.path, ref.name, ref.type_name, self.kind)
         return None
 
     def require_spec(self) -> DrafterSpec:

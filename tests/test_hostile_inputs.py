@@ -233,13 +233,17 @@ def test_inspect_refuses_hf_config_as_convert_does(drafters, tmp_path: Path, how
 def test_inspect_refuses_dtypes_convert_refuses(drafters, tmp_path: Path) -> None:
     d = _hf_copy(drafters, tmp_path)
     tensors = load_file(d / "model.safetensors")
-    tensors["model.norm.weight" if "model.norm.weight" in tensors else "norm.weight"] = torch.ones(64, dtype=torch.int16)
+    name = "model.norm.weight" if "model.norm.weight" in tensors else "norm.weight"
+    tensors[name] = torch.ones(64, dtype=torch.int16)
     save_file(tensors, str(d / "model.safetensors"))
     result = run(inspect_command, [d])
     assert result.exit_code == 1
-    assert re.search(r"^  error +drafter\.dtype +.*has dtype I16; drafter weights must be F32, F16, BF16, F64", result.output, re.M)
+    # one wording in both commands (inspect names the checkpoint and who refuses it; convert, the shard)
+    message = f"tensor '{name}' has dtype I16; drafter weights must be float (BF16, F16, F32, F64)"
+    assert re.search(rf"^  error +drafter\.dtype +{re.escape(f'{d}: {message}')} \(dflash-convert, dflash-quantize, "
+                     r"dflash-parity and dflash-accept refuse it\)", result.output, re.M), result.output
     line = one_line_error(run(convert_command, [d, tmp_path / "o.gguf", "-q"]))
-    assert "has dtype I16; drafter weights must be F32, F16, BF16 or F64" in line
+    assert line == f"error: {d / 'model.safetensors'}: {message}"
 
 
 def test_parity_refuses_negative_taps(base: Path, tmp_path: Path) -> None:

@@ -97,7 +97,8 @@ GGUF_CASES = {
                            "mask token id 768 is outside the vocabulary (768 tokens)", "drafter.mask_token"),
     "empty_token_list": ({"set_keys": {"tokenizer.ggml.tokens": ([], V.ARRAY, V.STRING)}},
                          "tokenizer.ggml.tokens is an empty list", "drafter.metadata_invalid"),
-    "i32_weight": ({"replace": _i32}, "tensor 'blk.0.attn_q.weight' is I32; drafter weights must be float",
+    "i32_weight": ({"replace": _i32}, "tensor 'blk.0.attn_q.weight' has dtype I32; drafter weights must be float (BF16, F16, F32) or "
+                   "a ggml quantized type",
                    "drafter.dtype"),
 }
 

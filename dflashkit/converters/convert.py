@@ -22,7 +22,7 @@ from gguf import GGMLQuantizationType
 
 from ..bounds import escape_name
 from ..dialects import DEFAULT_DIALECT, Dialect, get_dialect
-from ..drafters import DrafterFile, open_drafter
+from ..drafters import DrafterFile, open_drafter, weight_dtype_message
 from ..errors import DFlashError, UsageError
 from ..files import signals_deferred
 from ..filetypes import CONVERT_OUTTYPES, CONVERT_POLICY_OUTTYPES, outtype_file_type
@@ -116,9 +116,7 @@ def _source_dtype(t: SafetensorsTensor) -> np.dtype:
     try:
         return np.dtype(_SAFETENSORS_FLOAT[t.dtype])
     except KeyError:
-        raise DFlashError(
-            f"{t.file}: tensor '{escape_name(t.name)}' has dtype {t.dtype}; drafter weights must be F32, F16, BF16 or F64"
-        ) from None
+        raise DFlashError(weight_dtype_message(t.file, t.name, t.dtype, "checkpoint")) from None
 
 
 def _read_rows(t: SafetensorsTensor, fd: int, start: int, stop: int, row_elems: int, dtype: np.dtype) -> np.ndarray:

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from dflashkit.dialects import detect_dialect
-from dflashkit.bounds import escape_name
 from dflashkit.errors import DFlashError
 from dflashkit.inspect.checks import InspectContext, register_check
 from dflashkit.inspect.findings import Finding, error, info, warning
@@ -113,7 +112,7 @@ def check_gguf_metadata(ctx: InspectContext) -> Iterator[Finding]:
     yield from _spec_checks(ctx, drafter, drafter.spec, n_tokens=len(tokens) if isinstance(tokens, list) else None)
     problem = drafter.weight_type_problem()
     if problem is not None:
-        yield error("drafter.dtype", f"{problem} (dflash-parity and dflash-accept refuse it)")
+        yield error("drafter.dtype", f"{problem} ({REFUSED_BY})")
     features_key = drafter.dialect.key_for_field("n_target_features", arch) if drafter.dialect else None
     if features_key is not None:
         features = ctx.gguf.get(features_key)
@@ -183,7 +182,8 @@ def check_checkpoint(ctx: InspectContext) -> Iterator[Finding]:
 
 
 #: Tensor dtypes dflash-convert reads (its _SAFETENSORS_FLOAT); any other fails here exactly as it fails there.
-CONVERTIBLE_DTYPES = ("F32", "F16", "BF16", "F64")
+#: what a drafter.dtype finding adds: the commands that refuse such a file
+REFUSED_BY = "dflash-convert, dflash-quantize, dflash-parity and dflash-accept refuse it"
 
 
 _DRAFTER_ONLY = ("fc.weight", "hidden_norm.weight")
@@ -208,18 +208,9 @@ def _has_drafter_tensors(ctx: InspectContext) -> bool:
 
 def _dtypes_refused(drafter: DrafterFile) -> Iterable[Finding]:
     # integer tensors a family converts itself (DSpark's d2t → I64 ids) or drops (t2d) are not weights
-    family, spec = drafter.family, drafter.spec
-    own = set(family.final_tensors) | set(family.dropped_on_convert(spec)) if family is not None and spec is not None else set()
-    for canonical, ref in drafter.tensors.items():
-        if canonical in own:
-            continue
-        if ref.type_name not in CONVERTIBLE_DTYPES:
-            yield error(
-                "drafter.dtype",
-                f"{drafter.path}: tensor '{escape_name(ref.name)}' has dtype {ref.type_name}; drafter weights must be "
-                f"{', '.join(CONVERTIBLE_DTYPES)} (dflash-convert refuses it)",
-            )
-            return
+    problem = drafter.weight_type_problem()
+    if problem is not None:
+        yield error("drafter.dtype", f"{problem} ({REFUSED_BY})")
 
 
 def _spec_checks(ctx: InspectContext, drafter: DrafterFile, spec: DrafterSpec, *, n_tokens: int | None) -> Iterable[Finding]:
