@@ -19,6 +19,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
+#: First lines of every child a test signals. A child inherits ignored signals — under ``nohup``, or as a background
+#: job of a non-interactive shell (``cmd &`` ignores INT) — and Python then leaves Ctrl-C ignored, as it should;
+#: these tests are about a command run from a terminal, so the child starts from the default dispositions.
+DEFAULT_SIGNALS = ("import signal\n"
+                   "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+                   "signal.signal(signal.SIGHUP, signal.SIG_DFL)\n"
+                   "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n")
+
 # A stop slower than this is a hang, not a slow stop (the figure itself: benchmarks/interrupt.py).
 HANG_SECONDS = 60
 
@@ -60,8 +68,8 @@ def start_interrupted(command: str, args: list[str], unit: str, k: int, delay: f
     """Run ``dflashkit.cli.<command> args`` in a child that sends itself SIGINT ``delay`` s into the ``k``-th call
     of ``unit`` (``"module:Qualified.name"``); ``stamp`` gets the signal's wall-clock time."""
     module, _, qualname = unit.partition(":")
-    code = _CHILD.format(setup=setup, module=module, qualname=qualname, k=int(k), delay=float(delay),
-                         stamp=str(stamp) if stamp else "", command=command)
+    code = DEFAULT_SIGNALS + _CHILD.format(setup=setup, module=module, qualname=qualname, k=int(k),
+                                           delay=float(delay), stamp=str(stamp) if stamp else "", command=command)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.Popen([sys.executable, "-c", code, *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import ROOT, target_for
-from interrupting import start_interrupted, wait_or_kill
+from interrupting import DEFAULT_SIGNALS, start_interrupted, wait_or_kill
 from gguf import GGMLQuantizationType as Q
 
 from dflashkit import files
@@ -235,7 +235,7 @@ def _cli_env(marker: Path) -> dict[str, str]:
 
 
 def _start(command: str, args: list[str], marker: Path) -> subprocess.Popen:
-    code = f"import sys; from dflashkit.cli import {command}; sys.argv[0] = 'dflash'; {command}()"
+    code = DEFAULT_SIGNALS + f"import sys; from dflashkit.cli import {command}; sys.argv[0] = 'dflash'; {command}()"
     return subprocess.Popen([sys.executable, "-c", code, *args], env=_cli_env(marker),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -336,7 +336,7 @@ def test_signal_mid_write_leaves_nothing_and_keeps_old_out(gguf_copy: Path, tmp_
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
 def test_signal_with_named_temp_fallback_leaves_nothing(tmp_path: Path, sig: str) -> None:
     out = tmp_path / "o.bin"
-    code = (
+    code = DEFAULT_SIGNALS + (
         "import os, signal, time\n"
         "from dflashkit import files\n"
         "files._open_tmpfile = lambda d: None\n"
