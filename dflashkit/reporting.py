@@ -484,7 +484,8 @@ def _log_axis(values: list[float]) -> tuple[float, float] | None:
 
 def bar_chart_svg(chart: BarChart) -> str:
     """Inline SVG (no xmlns URL needed inside HTML) + an HTML legend for the series colours. Values spanning more
-    than `LOG_SPAN` get a log axis (decade ticks); a zero is an outlined stub (`ZERO_BAR_PX`); bar tags are written under the bars."""
+    than `LOG_SPAN` get a log axis (decade ticks); a zero is an outlined stub (`ZERO_BAR_PX`); bar tags are written
+    under the bars."""
     e = html.escape
     gap, group_gap = 2, 18
     bar_w = max(6, min(28, 900 // max(1, len(chart.bars)) - gap))  # few bars: wider, many: narrower
