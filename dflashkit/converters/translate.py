@@ -16,7 +16,7 @@ import numpy as np
 from gguf import GGUFValueType
 
 from .. import bounds
-from ..codecs.values import SCANNED_TYPES, ValueCounts, nonfinite_in_bytes, stored_unit
+from ..codecs.values import StoredScan, ValueCounts
 from ..dialects import Dialect, get_dialect
 from ..drafters import DrafterFile, open_drafter
 from ..errors import DFlashError, UsageError
@@ -37,18 +37,11 @@ def _tokenizer_entries(drafter: DrafterFile) -> list[MetadataEntry]:
     ]
 
 
-def _raw_copy(drafter: DrafterFile, canonical: str, counts: ValueCounts) -> Callable[[], Iterator[np.ndarray]]:
-    """The stored bytes in whole-unit chunks, NaN / inf counted on the way (a copy keeps them; --strict refuses)."""
-    ref = drafter.tensors[canonical]
-    _, unit = stored_unit(ref.type_name) if ref.type_name in SCANNED_TYPES else (1, 1)
-    step = _COPY_CHUNK - _COPY_CHUNK % unit
-
+def _raw_copy(drafter: DrafterFile, canonical: str) -> Callable[[], Iterator[np.ndarray]]:
     def chunks() -> Iterator[np.ndarray]:
         raw = drafter.read_raw(canonical).reshape(-1).view(np.uint8)
-        for start in range(0, raw.size, step):
-            chunk = np.array(raw[start : start + step])  # copy out of the map: bounded RSS
-            counts.record(ref.name, nonfinite_in_bytes(chunk, ref.type_name), 0)
-            yield chunk
+        for start in range(0, raw.size, _COPY_CHUNK):
+            yield np.array(raw[start : start + _COPY_CHUNK])  # copy out of the map: bounded RSS
 
     return chunks
 
@@ -159,8 +152,16 @@ def translate_gguf(
             name = table.gguf_name(canonical)
             assert ref.ggml_type is not None
             plan.append(PlannedTensor(canonical, name, ref.name, ref.shape, ref.ggml_type, ref.type_name))
-            tensors.append(TensorToWrite(name, ref.shape, ref.ggml_type, _raw_copy(drafter, canonical, counts)))
-        size = write_gguf(out_path, arch, metadata, tensors, force=force, progress=progress)
+            tensors.append(TensorToWrite(name, ref.shape, ref.ggml_type, _raw_copy(drafter, canonical)))
+        # a copy keeps NaN / inf: counted from the stored bits beside the write (--strict refuses them)
+        gguf_file = drafter._gguf  # type: ignore[union-attr]
+        copied = StoredScan(counts, [(p.source_name, src, gguf_file.tensors[p.source_name].offset,
+                                      gguf_file.tensors[p.source_name].nbytes, p.source_type) for p in plan])
+        try:
+            size = write_gguf(out_path, arch, metadata, tensors, force=force, progress=progress,
+                              before_publish=copied.finish)
+        finally:
+            copied.cancel()
     warnings = counts.warnings([p.source_name for p in plan])
     for w in warnings:
         warn(w)
