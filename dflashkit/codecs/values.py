@@ -42,6 +42,7 @@ _BLOCK_SCALES: dict[str, tuple[tuple[int, str], ...]] = {
 }
 SCANNED_TYPES = frozenset(_FLOAT_BITS) | frozenset(_BLOCK_SCALES)
 CHUNK_BYTES = 32 << 20
+COMPILED_SCAN_BYTES = 256 << 20
 
 
 def scan_buffer(tensor_bytes: Iterable[int], limit: int = CHUNK_BYTES) -> bytearray:
@@ -179,10 +180,13 @@ class StoredScan:
         try:
             # smaller than inspect's: its numpy temporaries (1.5× the buffer) add to the writer's peak
             buffer = scan_buffer((t[3] for t in self._tensors), CHUNK_BYTES // 4)
+            # the numba kernel only where it pays for importing numba (~0.4 s; numpy counts ~0.9 GB/s): a few norms
+            # copied by a Q8_0 quantize must not start numba
+            compiled = sum(t[3] for t in self._tensors) >= COMPILED_SCAN_BYTES
             for name, path, offset, nbytes, type_name in self._tensors:
                 if self._stop.is_set():
                     return
-                self._found[name] = nonfinite_count(path, offset, nbytes, type_name, buffer, self._stop, compiled=True)
+                self._found[name] = nonfinite_count(path, offset, nbytes, type_name, buffer, self._stop, compiled)
         except BaseException as exc:  # reported by finish(), on the writer's thread
             self._error = exc
 
