@@ -23,7 +23,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from interrupting import start_interrupted, wait_or_kill  # noqa: E402
+from interrupting import start_interrupted, wait_or_kill, write_big_f32_gguf  # noqa: E402
 
 TRAINED = ROOT / "fixtures" / "trained"
 WITH_FINALISATION = "import os, sys\nos._exit = lambda code: sys.exit(code)\n"
@@ -31,20 +31,11 @@ WITH_FINALISATION = "import os, sys\nos._exit = lambda code: sys.exit(code)\n"
 
 def workloads(tmp: Path) -> dict[str, tuple[str, str, int, list[str]]]:
     """name → (command, unit, its fewest calls, arguments)."""
-    import gguf
-
     from dflashkit.converters.convert import convert
 
     drafter = tmp / "drafter-f32.gguf"
     convert(TRAINED / "drafter", drafter, outtype="f32", target=TRAINED / "target", progress=False)
-    big = tmp / "big-f32.gguf"
-    w = gguf.GGUFWriter(str(big), "llama")
-    w.add_block_count(1)
-    w.add_tensor("blk.0.ffn_up.weight", np.random.default_rng(0).standard_normal((4096, 4096), dtype=np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    big = write_big_f32_gguf(tmp / "big-f32.gguf")
     out, report = str(tmp / "out.gguf"), str(tmp / "report.json")
     target = ["--target", str(TRAINED / "target")]
     padding = "dflashkit.io.gguf_writer:_Writer.write_padding"

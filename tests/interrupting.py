@@ -84,3 +84,18 @@ def wait_or_kill(proc: subprocess.Popen, seconds: float = HANG_SECONDS) -> tuple
         out, err = proc.communicate()
         raise AssertionError(f"still running {seconds} s after the signal (a hang): {err[-2000:]}") from None
     return proc.returncode, out, err
+
+
+def write_big_f32_gguf(path: Path) -> Path:
+    """One 4096 x 4096 F32 tensor in a plain GGUF: Q6_K spreads it over the quantizer pool for most of a second."""
+    import gguf
+    import numpy as np
+
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(1)
+    w.add_tensor("blk.0.ffn_up.weight", np.random.default_rng(0).standard_normal((4096, 4096), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

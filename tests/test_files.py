@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import ROOT, target_for
-from interrupting import DEFAULT_SIGNALS, start_interrupted, wait_or_kill
+from interrupting import DEFAULT_SIGNALS, start_interrupted, wait_or_kill, write_big_f32_gguf
 from gguf import GGMLQuantizationType as Q
 
 from dflashkit import files
@@ -548,18 +548,7 @@ def test_a_long_out_name_leaves_room_for_the_temp_suffix(gguf_copy: Path, tmp_pa
 
 @pytest.fixture(scope="module")
 def big_f32_gguf(tmp_path_factory) -> Path:
-    """One 4096 x 4096 F32 tensor: Q6_K spreads it over the quantizer pool for most of a second."""
-    import gguf
-
-    path = tmp_path_factory.mktemp("sigint") / "big.gguf"
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_block_count(1)
-    w.add_tensor("blk.0.ffn_up.weight", np.random.default_rng(0).standard_normal((4096, 4096), dtype=np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    return write_big_f32_gguf(tmp_path_factory.mktemp("sigint") / "big.gguf")
 
 
 def _interrupt_mid_write(command: str, args: list[str], marker: Path, delay: float) -> tuple[int, str]:
