@@ -615,17 +615,37 @@ _PLOT_SUFFIXES = (".html", ".htm", ".png")
 @click.option("--llama-cpp", "llama_cpp", type=click.Path(file_okay=False), metavar="BIN_DIR",
               help="Also run every drafter in llama.cpp (BIN_DIR/llama-speculative-simple) on the same prompts, "
               "greedy: τ llama.cpp beside this runtime's τ, with a paired CI and a verdict.")
-@click.option("--target-gguf", type=click.Path(dir_okay=False), metavar="FILE",
-              help="The target as a GGUF for --llama-cpp (default: --target converted by llama.cpp's own converter "
-              "from --llama-cpp-src / $DFLASHKIT_LLAMA_CPP_SRC).")
+@click.option("--target-gguf", type=click.Path(dir_okay=False), metavar="FILE", multiple=True,
+              help="The target as a GGUF for --llama-cpp / --llama-server (default: --target converted by llama.cpp's "
+              "own converter from --llama-cpp-src / $DFLASHKIT_LLAMA_CPP_SRC). Repeat it to sweep quantized targets "
+              "through --llama-server (--llama-cpp uses the first).")
 @click.option("--llama-cpp-src", type=click.Path(file_okay=False), metavar="DIR",
               help="llama.cpp's source tree (convert_hf_to_gguf.py), to make the target GGUF for --llama-cpp.")
 @click.option("--max-gap", metavar="FRAC",
               help="With --llama-cpp: exit 1 when llama.cpp's τ is significantly more than FRAC below this "
               "runtime's τ of the same drafter, or llama.cpp refuses a drafter.")
+@click.option("--llama-server", "llama_server", type=click.Path(file_okay=False), metavar="BIN_DIR",
+              help="Measure every drafter where users run it: BIN_DIR/llama-server with and without the drafter on "
+              "the same prompts (started on 127.0.0.1, stopped when done): τ, decode tok/s, speed-up with a paired "
+              "CI, identical output, and a verdict (net gain, no gain, net loss, output differs).")
+@click.option("--server-url", metavar="URL",
+              help="Measure a llama-server you already run (started with -md DRAFTER.gguf) instead of starting one.")
+@click.option("--baseline-url", metavar="URL",
+              help="With --server-url: a llama-server of the same target without a drafter, for the speed-up.")
+@click.option("--draft-n-max", metavar="N[,N...]",
+              help="With --llama-server: --spec-draft-n-max values to sweep, e.g. 4,8,15 (default: block size − 1).")
+@click.option("--draft-cache-type", metavar="TYPE[,TYPE...]",
+              help="With --llama-server: draft KV cache types to sweep (-ctkd / -ctvd), e.g. f16,q8_0 (default: "
+              "the server's).")
+@click.option("--min-speedup", type=FiniteFloat(min=0.0), metavar="X",
+              help="With --llama-server / --server-url: exit 1 when a combination's speed-up is below X (e.g. 1.1), "
+              "its output differs from the target's own, or the server refuses the drafter.")
+@click.option("--llama-cpp-arg", "llama_cpp_args", metavar="ARG", multiple=True,
+              help="An extra argument for every llama.cpp process (repeatable), e.g. --llama-cpp-arg=--no-repack. "
+              "What dflashkit sets itself (-m, -md, --port, ...) is refused.")
 @click.option("--threads", type=click.IntRange(1, 512), default=1, show_default=True,
-              help="llama.cpp threads (-t, target and drafter) for --llama-cpp. ggml's threads spin while they wait: "
-              "more threads than idle cores makes a run many times slower.")
+              help="llama.cpp threads (-t, target and drafter) for --llama-cpp / --llama-server. ggml's threads spin "
+              "while they wait: more threads than idle cores makes a run many times slower.")
 @click.option("--force", is_flag=True, help="Overwrite the --trace / --plot / -o files if they exist.")
 @format_option()
 @output_option
@@ -636,7 +656,9 @@ def accept_command(
     temperature: float, seed: int, device: str, dtype: str, keep_quantized: bool, ignore_eos: bool,
     reasoning: str | None, chat_template_kwargs: str | None,
     trace: str | None, plot: str | None, max_drop: str | None, min_tau: float | None, llama_cpp: str | None,
-    target_gguf: str | None, llama_cpp_src: str | None, max_gap: str | None, threads: int, force: bool,
+    target_gguf: tuple[str, ...], llama_cpp_src: str | None, max_gap: str | None, llama_server: str | None,
+    server_url: str | None, baseline_url: str | None, draft_n_max: str | None, draft_cache_type: str | None,
+    min_speedup: float | None, llama_cpp_args: tuple[str, ...], threads: int, force: bool,
     fmt: str | None, legacy_fmt: str | None, output: str | None, quiet: bool,
 ) -> None:
     """Acceptance length τ of each DRAFTER (HF dir or GGUF of any type) in speculative decoding with --target.
@@ -645,26 +667,36 @@ def accept_command(
     round, acceptance per block position, this runtime's decode speed, and the difference to the
     first drafter with a paired bootstrap confidence interval over prompts. Each drafter gets a verdict:
     reference (the first), agrees, below / above reference, zero accepted, non-finite logits. With --llama-cpp,
-    τ in llama.cpp beside it (verdicts: agrees, below / above reference, zero accepted, refused to load).
+    τ in llama.cpp beside it (verdicts: agrees, below / above reference, zero accepted, refused to load, crashed).
+    With --llama-server (or --server-url), the drafter where it is served: τ, speed-up against the target alone
+    and identical output per target GGUF × draft cache type × draft n-max (verdicts: net gain, no gain, net loss,
+    output differs, refused to load, crashed).
 
-    Exit 0 on success; 1 when a drafter has non-finite logits, a gate (--max-drop, --min-tau, --max-gap) fails
-    or an input is bad; 2 for usage.
+    Exit 0 on success; 1 when a drafter has non-finite logits, a gate (--max-drop, --min-tau, --max-gap,
+    --min-speedup) fails or an input is bad; 2 for usage.
     """
     import os
 
     from .accept import parse_template_kwargs, require_matplotlib, run_acceptance, write_png
+    from .serving import cache_type_value, draft_n_max_value, parse_list
 
     drop = _parse_fraction(max_drop, "--max-drop")
     gap = _parse_fraction(max_gap, "--max-gap")
     if gap is not None and llama_cpp is None:
         raise UsageError("--max-gap gates llama.cpp's τ: pass --llama-cpp BIN_DIR")
+    serving = llama_server is not None or server_url is not None
+    if not serving and (min_speedup is not None or draft_n_max is not None or draft_cache_type is not None):
+        raise UsageError("--min-speedup / --draft-n-max / --draft-cache-type measure llama-server: pass "
+                         "--llama-server BIN_DIR (or --server-url URL)")
+    n_max_list = parse_list(draft_n_max, "--draft-n-max", draft_n_max_value)
+    cache_list = parse_list(draft_cache_type, "--draft-cache-type", cache_type_value)
     template_kwargs = parse_template_kwargs(chat_template_kwargs)  # a usage error now, not after loading
     fmt = _resolve_format(fmt, legacy_fmt, output)
     outputs = [(opt, p) for opt, p in (("--trace", trace), ("--plot", plot), ("-o", output)) if p is not None]
     if len({os.path.abspath(p) for _, p in outputs}) < len(outputs):
         raise UsageError(f"{' / '.join(opt for opt, _ in outputs)} name the same file; give each its own")
     for opt, p in outputs:  # checked now, not after a long run
-        check_output(p, inputs=[*drafters, target, prompts_file], force=force, label=opt)
+        check_output(p, inputs=[*drafters, target, prompts_file, *target_gguf], force=force, label=opt)
     if plot is not None:
         if Path(plot).suffix.lower() not in _PLOT_SUFFIXES:
             raise UsageError(f"--plot {plot}: give a .html or .png file")
@@ -674,11 +706,13 @@ def accept_command(
     result = run_acceptance(
         target, list(drafters), prompts_file, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
         device=device, dtype=dtype, keep_quantized=keep_quantized, max_prompts=max_prompts, ignore_eos=ignore_eos,
-        reasoning=reasoning, chat_template_kwargs=template_kwargs, llama_cpp=llama_cpp, target_gguf=target_gguf,
-        llama_cpp_src=llama_cpp_src, threads=threads,
+        reasoning=reasoning, chat_template_kwargs=template_kwargs, llama_cpp=llama_cpp,
+        target_gguf=list(target_gguf) or None, llama_cpp_src=llama_cpp_src, threads=threads, llama_server=llama_server,
+        server_url=server_url, baseline_url=baseline_url, draft_n_max=n_max_list, draft_cache_types=cache_list,
+        llama_cpp_args=llama_cpp_args,
         progress=None if quiet else (lambda message: click.echo(f"dflash-accept: {message}", err=True)),
     )
-    report = result.report(max_drop=drop, min_tau=min_tau, max_gap=gap)
+    report = result.report(max_drop=drop, min_tau=min_tau, max_gap=gap, min_speedup=min_speedup)
     if trace is not None:
         result.write_trace(trace, force=force)
         if not quiet:
@@ -691,7 +725,7 @@ def accept_command(
         if not quiet:
             click.echo(f"dflash-accept: wrote {plot}", err=True)
     _emit(report.render(fmt), output, force, quiet, report.status, "dflash-accept")
-    code = result.exit_code(drop, min_tau, gap)
+    code = result.exit_code(drop, min_tau, gap, min_speedup)
     if fmt != "text" and code and output is None:  # the reason for exit 1, -q or not
         click.echo(f"dflash-accept: {report.status}", err=True)
     sys.exit(code)

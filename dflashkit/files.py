@@ -192,7 +192,9 @@ def _raise_terminated(signum: int, _frame: Any) -> None:
 
 
 @contextlib.contextmanager
-def _signals_unwind() -> Iterator[None]:
+def signals_unwind() -> Iterator[None]:
+    """TERM / HUP unwind the block like Ctrl-C (its ``finally`` clauses run: temp files removed, children
+    stopped), then the process dies of the signal as it would have (exit status 128 + signal)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -434,7 +436,7 @@ def atomic_output(out: str | os.PathLike[str], *, force: bool = False) -> Iterat
     if os.path.lexists(out) and not force:
         raise _exists_error(out)
     directory = out.parent if str(out.parent) else Path(".")
-    with _signals_unwind():
+    with signals_unwind():
         tmp_name: str | None = None
         anon_fd: int | None = None
         fh: IO[bytes] | None = None

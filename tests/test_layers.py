@@ -24,7 +24,8 @@ LAYERS: dict[str, int] = {
     "dflashkit.bounds": 0,
     "dflashkit.reporting": 0,
     "dflashkit.filetypes": 0,
-    "dflashkit.quant_types": 0,  # ggml types and their sizes (the one reader of gguf's GGML_QUANT_SIZES)
+    "dflashkit.quant_types": 0,
+    "dflashkit.stats": 0,  # paired bootstrap intervals over prompts (accept, serving)  # ggml types and their sizes (the one reader of gguf's GGML_QUANT_SIZES)
     "dflashkit.codecs": 1,
     "dflashkit.io": 2,
     "dflashkit.families": 3,
@@ -42,6 +43,10 @@ LAYERS: dict[str, int] = {
     "dflashkit.llama_cpp": 5,  # llama.cpp as a second runtime: its binary, its converter for the target
     "dflashkit.parity": 6,
     "dflashkit.accept": 6,
+    "dflashkit.accept_result": 6,  # what dflash-accept measured, its verdicts and gates
+    "dflashkit.accept_report": 6,  # the dflash-accept report built from it
+    "dflashkit.prompts": 6,  # dflash-accept's prompts and chat-template switches
+    "dflashkit.serving": 6,  # τ, speed-up and identical output through llama-server
     "dflashkit.cli": 7,
 }
 

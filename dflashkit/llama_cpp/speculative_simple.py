@@ -13,33 +13,24 @@ Its logger writes from a worker thread and is never flushed at exit (``common/lo
 logs to be lost"), so on a busy machine a run that exits 0 can lose its last lines — the counts among them. A
 run without them is run again (at most ``RETRIES`` times); a count is never guessed.
 
-The target GGUF is given, or made from the HF target by llama.cpp's own ``convert_hf_to_gguf.py`` when its source
-is at hand (``DFLASHKIT_LLAMA_CPP_SRC`` or ``--llama-cpp-src``), run with its own gguf-py in a subprocess. That
-converter names a BPE pre-tokenizer by hashing its ids for a check text; a tokenizer that no published model
-shares (such as the fixtures') is unknown to its table, and then — only then — the name dflashkit's tokenizer
-reader derives from the Split regex (``converters.tokenizer``) is handed to it instead.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
 import subprocess
-import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .converters.tokenizer import load_backend, pre_tokenizer_name
-from .errors import DFlashError, UsageError
+from ..errors import DFlashError
+from .process import LlamaCppCrashed, check_extra_args, child_setup, crash_message, executable
 
 SPECULATIVE_BINARY = "llama-speculative-simple"
-SRC_ENV = "DFLASHKIT_LLAMA_CPP_SRC"
 RETRIES = 5
 TIMEOUT_S = 600
 # "0.00.231.592 I n_predict = 33": a timestamp and a level letter before the name when stderr is not a terminal
@@ -112,7 +103,8 @@ class LlamaCppDrafterRun(PerPromptTau):
     path: str
     gguf: str
     runs: list[LlamaCppPromptRun] = field(default_factory=list)
-    refused: str | None = None
+    refused: str | None = None  # llama.cpp's reason, or the crash (``crashed``)
+    crashed: bool = False
 
     @property
     def drafted(self) -> int:
@@ -133,11 +125,7 @@ class LlamaCppLogLost(DFlashError):
 
 def find_binary(bin_dir: str | os.PathLike) -> Path:
     """``BIN_DIR/llama-speculative-simple``, or a usage error saying what to pass."""
-    path = Path(bin_dir) / SPECULATIVE_BINARY
-    if not path.is_file() or not os.access(path, os.X_OK):
-        raise UsageError(f"--llama-cpp {bin_dir}: no executable {SPECULATIVE_BINARY} there — give the bin/ folder "
-                         "of a llama.cpp build (cmake --build BUILD --target llama-speculative-simple)")
-    return path
+    return executable(bin_dir, SPECULATIVE_BINARY, "--llama-cpp", SPECULATIVE_BINARY)
 
 
 def refusal_message(output: str) -> str:
@@ -158,10 +146,30 @@ def parse_counts(stderr: str) -> tuple[int, int, int] | None:
     return found["n_predict"], found["n_drafted"], found["n_accept"]
 
 
+def check_counts(program: str, where: str, n_predict: int, n_drafted: int, n_accept: int, draft_max: int) -> None:
+    """Counts that cannot be (negative, more accepted than drafted or committed, τ above the block) are refused:
+    a measurement built on them would be a wrong number with a straight face. ``n_predict``: the tokens the
+    draft–verify rounds committed."""
+    problem = None
+    if min(n_predict, n_drafted, n_accept) < 0:
+        problem = "a negative count"
+    elif n_accept > n_drafted:
+        problem = "more draft tokens accepted than drafted"
+    elif n_predict > 0 and n_accept >= n_predict:
+        problem = "every committed token accepted from a draft (no target round)"
+    elif n_predict > 0 and n_predict / (n_predict - n_accept) > draft_max + 1:
+        problem = f"τ {n_predict / (n_predict - n_accept):.2f} above the block of {draft_max + 1} tokens"
+    if problem is not None:
+        raise DFlashError(f"{where}: {program} reported impossible counts ({problem}: predicted {n_predict}, drafted "
+                          f"{n_drafted}, accepted {n_accept}) — refused, not reported; is this a llama.cpp build "
+                          "dflashkit knows (docs: the llama.cpp checks)?")
+
+
 def run_prompt(
     binary: Path, target_gguf: str | os.PathLike, drafter_gguf: str | os.PathLike, text: str, *,
     n_predict: int, draft_max: int, threads: int = 1, ctx_size: int | None = None, retries: int = RETRIES,
     timeout: float = TIMEOUT_S, prompt_tokens: int | None = None, ignore_eos: bool = False,
+    extra_args: Sequence[str] = (),
 ) -> LlamaCppPromptRun:
     """Greedy speculative decoding of ``text`` in llama.cpp; raises `LlamaCppRefused` when it will not run.
 
@@ -175,15 +183,20 @@ def run_prompt(
            "--top-k", "1", "-t", str(threads), "-c", str(ctx), "-b", str(ctx), "-ub", str(ctx), "--verbose"]
     if ignore_eos:
         cmd.append("--ignore-eos")
+    cmd += check_extra_args(extra_args)
     last = ""
     for attempt in range(1, retries + 1):
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout,
-                                  stdin=subprocess.DEVNULL)
+                                  stdin=subprocess.DEVNULL, preexec_fn=child_setup)
         except subprocess.TimeoutExpired:
             raise DFlashError(f"{drafter_gguf}: {SPECULATIVE_BINARY} did not finish in {timeout:.0f} s") from None
         # the counts are read from stderr only: stdout carries the prompt echo and the generated text
         output = proc.stderr
+        if proc.returncode < 0:  # died by a signal: a crash in llama.cpp, not a verdict on the file
+            phase = "generating" if _ENCODED.search(output) else "loading"
+            raise LlamaCppCrashed(crash_message(SPECULATIVE_BINARY, proc.returncode, output + proc.stdout, phase,
+                                                extra_args))
         if proc.returncode != 0:
             raise LlamaCppRefused(refusal_message(output + proc.stdout))
         if any(m in output for m in _CUT_SHORT):  # it broke out of its loop, then printed counts and exited 0
@@ -193,6 +206,7 @@ def run_prompt(
             last = output
             continue
         n_pred, n_drafted, n_accept = counts
+        check_counts(SPECULATIVE_BINARY, str(drafter_gguf), n_pred, n_drafted, n_accept, draft_max)
         encoded = _ENCODED.search(output)
         rounds = [(int(a), int(d)) for a, d in _ROUND.findall(output)]
         per_round = None
@@ -215,7 +229,7 @@ def run_drafter(
     binary: Path, target_gguf: str | os.PathLike, drafter_path: str, drafter_gguf: str | os.PathLike,
     texts: Sequence[str], *, n_predict: int, draft_max: int, threads: int = 1,
     progress: Callable[[str], None] | None = None, prompt_tokens: Sequence[int] | None = None,
-    ignore_eos: bool = False,
+    ignore_eos: bool = False, extra_args: Sequence[str] = (),
 ) -> LlamaCppDrafterRun:
     """Every prompt through llama.cpp with one drafter; a refusal on any prompt ends it (kept, with llama.cpp's
     message, and the drafter gets no τ: a file llama.cpp refuses for some prompts is not one to ship)."""
@@ -225,84 +239,11 @@ def run_drafter(
         try:
             r = run_prompt(binary, target_gguf, drafter_gguf, text, n_predict=n_predict, draft_max=draft_max,
                            threads=threads, prompt_tokens=prompt_tokens[i] if prompt_tokens else None,
-                           ignore_eos=ignore_eos)
-        except LlamaCppRefused as exc:
-            out.refused, out.runs = str(exc), []
-            say(f"llama.cpp refused {drafter_path}: {exc}")
+                           ignore_eos=ignore_eos, extra_args=extra_args)
+        except (LlamaCppRefused, LlamaCppCrashed) as exc:
+            out.refused, out.runs, out.crashed = str(exc), [], isinstance(exc, LlamaCppCrashed)
+            say(f"llama.cpp {'crashed on' if out.crashed else 'refused'} {drafter_path}: {exc}")
             return out
         out.runs.append(r)
         say(f"llama.cpp {Path(drafter_path).name}: prompt {i + 1}/{len(texts)}: τ {r.tau:.2f} over {r.rounds} round(s)")
     return out
-
-
-# ---------------------------------------------------------------------------------------------
-# The target GGUF
-# ---------------------------------------------------------------------------------------------
-
-# Runs convert_hf_to_gguf.py as __main__; only an unknown pre-tokenizer hash is answered with PRE (module doc).
-CONVERTER_RUNNER = r"""
-import runpy, sys
-src, pre = sys.argv[1], sys.argv[2]
-script = src + "/convert_hf_to_gguf.py"
-sys.argv = [script] + sys.argv[3:]
-sys.path[:0] = [src + "/gguf-py", src]
-try:
-    from conversion import base  # llama.cpp trees with the conversion/ package
-except ImportError:  # an older single-file converter: run it as it is
-    base = None
-if base is not None:
-    _original = base.TextModel.get_vocab_base_pre
-    def _get_vocab_base_pre(self, tokenizer):
-        try:
-            return _original(self, tokenizer)
-        except NotImplementedError:
-            return pre
-    base.TextModel.get_vocab_base_pre = _get_vocab_base_pre
-runpy.run_path(script, run_name="__main__")
-"""
-
-
-def llama_cpp_src(explicit: str | os.PathLike | None = None) -> Path | None:
-    """llama.cpp's source tree (``convert_hf_to_gguf.py`` + ``gguf-py``): the given one, else $DFLASHKIT_LLAMA_CPP_SRC."""
-    value = explicit if explicit is not None else os.environ.get(SRC_ENV)
-    if not value:
-        return None
-    src = Path(value)
-    if not (src / "convert_hf_to_gguf.py").is_file() or not (src / "gguf-py" / "gguf").is_dir():
-        if explicit is not None:
-            raise UsageError(f"--llama-cpp-src {src}: no convert_hf_to_gguf.py and gguf-py there (give llama.cpp's "
-                             "source tree)")
-        return None
-    return src
-
-
-def target_gguf_from_hf(hf_dir: str | os.PathLike, out: str | os.PathLike, src: Path, *, outtype: str = "bf16",
-                        timeout: float = TIMEOUT_S) -> Path:
-    """Convert an HF target with llama.cpp's own converter (in a subprocess, its own gguf-py)."""
-
-    hf_dir, out = Path(hf_dir), Path(out)
-    tokenizer_json = hf_dir / "tokenizer.json"
-    try:
-        doc = json.loads(tokenizer_json.read_text(encoding="utf-8"))
-        pre = pre_tokenizer_name(load_backend(tokenizer_json), tokenizer_json, doc)
-    except (OSError, ValueError, DFlashError):
-        pre = "default"  # the converter's own table decides, or it says why not
-    cmd = [sys.executable, "-c", CONVERTER_RUNNER, str(src), pre, str(hf_dir), "--outtype", outtype,
-           "--outfile", str(out)]
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = str(src / "gguf-py")
-    env["HF_HUB_OFFLINE"] = "1"
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise DFlashError(f"{hf_dir}: llama.cpp's convert_hf_to_gguf.py did not finish in {timeout:.0f} s — convert "
-                          "the target once yourself and pass --target-gguf FILE") from None
-    if proc.returncode != 0 or not out.is_file():
-        lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
-        raise DFlashError(f"{hf_dir}: llama.cpp's convert_hf_to_gguf.py could not convert the target "
-                          f"({lines[-1] if lines else 'exit ' + str(proc.returncode)}) — pass --target-gguf FILE")
-    return out
-
-
-def temp_dir() -> tempfile.TemporaryDirectory:
-    return tempfile.TemporaryDirectory(prefix="dflashkit-llama-")

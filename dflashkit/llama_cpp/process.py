@@ -1,0 +1,129 @@
+"""One way to run a llama.cpp program: its extra arguments checked, its crash named, never left behind.
+
+Every llama.cpp process dflashkit starts (``llama-speculative-simple``, ``llama-server``) goes through here:
+
+- ``--llama-cpp-arg ARG`` (`check_extra_args`) adds arguments the user needs on their machine (``--no-repack``,
+  ``-fa on``…); an argument that would replace one dflashkit sets (the models, the port, the prompt, the
+  speculative settings it measures) is a usage error, never silently overridden or doubled.
+- A child that dies by a signal is a crash, not a refusal (`describe_exit`): "crashed (SIGSEGV) while loading",
+  with its last lines, and on an x86 CPU with AMX the hint to pass ``--no-repack`` (ggml's AMX repack of K-quant
+  weights is the known crash there: ggml-org/llama.cpp#20824).
+- On Linux the child gets ``PR_SET_PDEATHSIG`` (SIGKILL): if dflashkit itself is killed — even by SIGKILL, where no
+  handler runs — the kernel ends the child, so no server is left bound to a port. TERM and HUP unwind
+  (`dflashkit.files.signals_unwind`), so the ``finally`` that stops the child runs before the process dies of the
+  signal.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import DFlashError, UsageError
+
+#: the arguments dflashkit sets itself on a llama.cpp command line: the measurement depends on them
+RESERVED_ARGS = frozenset({
+    "-m", "--model", "-md", "--model-draft", "--port", "--host", "-p", "--prompt", "-f", "--file", "-n",
+    "--n-predict", "--predict", "--spec-type", "--spec-draft-n-max", "--draft-max", "--draft", "--draft-n",
+    "-ctkd", "-ctvd", "--cache-type-k-draft", "--cache-type-v-draft", "-c", "--ctx-size", "-np", "--parallel",
+    "--temp", "--top-k", "--seed", "-s", "--ignore-eos", "--no-escape", "-hf", "-hfr", "--hf-repo", "-hfd",
+    "--hf-repo-draft", "-mu", "--model-url", "--api-key", "--api-key-file", "--path", "--api-prefix",
+})
+#: the longest tail of a crashed process's output quoted in its message
+CRASH_TAIL_LINES = 3
+
+
+def check_extra_args(args: Sequence[str]) -> list[str]:
+    """``--llama-cpp-arg`` values as a list, or a usage error naming the one that would replace dflashkit's own."""
+    out = []
+    for arg in args:
+        if not isinstance(arg, str) or not arg or "\x00" in arg:
+            raise UsageError(f"--llama-cpp-arg {arg!r}: give a non-empty argument")
+        flag = arg.split("=", 1)[0]
+        if flag in RESERVED_ARGS:
+            raise UsageError(f"--llama-cpp-arg {arg}: dflashkit sets {flag} itself (the models, port, prompt and "
+                             "speculative settings it measures); use its own options instead")
+        out.append(arg)
+    return out
+
+
+def cpu_has_amx() -> bool:
+    """An x86 CPU with AMX tiles (ggml repacks K-quant weights for it, the known crash: module doc)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            return any(line.startswith("flags") and " amx_tile" in line for line in f)
+    except OSError:
+        return False
+
+
+def signal_name(returncode: int) -> str | None:
+    """SIGSEGV for a child that died of signal 11 (``returncode`` −11), None for a normal exit."""
+    if returncode >= 0:
+        return None
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+def last_lines(output: str, n: int = CRASH_TAIL_LINES) -> str:
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return " | ".join(lines[-n:]) if lines else "no output"
+
+
+class LlamaCppCrashed(DFlashError):
+    """A llama.cpp process died by a signal (a crash in llama.cpp, not a verdict on the file)."""
+
+
+def crash_message(program: str, returncode: int, output: str, phase: str, extra_args: Sequence[str] = ()) -> str:
+    """``llama-server crashed (SIGSEGV) while loading: <last lines>`` (+ the AMX hint where it applies)."""
+    name = signal_name(returncode) or f"exit {returncode}"
+    message = f"{program} crashed ({name}) while {phase}: {last_lines(output)}"
+    if cpu_has_amx() and "--no-repack" not in extra_args:
+        message += (" — this CPU has AMX, where ggml's weight repacking is known to crash on K-quants: "
+                    "try --llama-cpp-arg --no-repack")
+    return message
+
+
+def child_setup() -> None:  # runs in the child between fork and exec
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - best effort; a child without it is still stopped by our finally
+        pass
+
+
+def popen(cmd: Sequence[str], **kwargs: object) -> subprocess.Popen:
+    """``subprocess.Popen`` for a llama.cpp program: no stdin, and killed with us on Linux (module doc)."""
+    if sys.platform.startswith("linux"):
+        kwargs.setdefault("preexec_fn", child_setup)
+    return subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, **kwargs)  # type: ignore[call-overload]
+
+
+def stop(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """TERM, then KILL after ``grace_s``; always reaped."""
+    if proc.poll() is not None:
+        return
+    try:
+        proc.terminate()
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    except ProcessLookupError:
+        proc.wait()
+
+
+def executable(bin_dir: str | os.PathLike, name: str, option: str, target: str) -> Path:
+    """``BIN_DIR/name``, or a usage error saying what to pass."""
+    path = Path(bin_dir) / name
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise UsageError(f"{option} {bin_dir}: no executable {name} there — give the bin/ folder of a llama.cpp "
+                         f"build (cmake --build BUILD --target {target})")
+    return path

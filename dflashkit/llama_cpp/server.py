@@ -1,0 +1,334 @@
+"""``llama-server`` as users deploy it: started on a free loopback port, asked over HTTP, always stopped.
+
+`LlamaServer` starts ``BIN_DIR/llama-server -m TARGET [-md DRAFTER --spec-type draft-dflash …]`` on 127.0.0.1
+(a port the kernel picked a moment before), waits for ``/health`` and stops it when the ``with`` block ends —
+normally, on an error, on Ctrl-C, and on TERM / HUP (which unwind: `dflashkit.files.signals_unwind`); killed
+outright, the kernel ends it (``PR_SET_PDEATHSIG``, `process`). `RemoteServer` asks a server the user already runs
+(``--server-url``) and never starts or stops anything.
+
+Every figure is read from the server's JSON response to ``POST /completion`` (``timings.predicted_n``,
+``predicted_ms``, ``draft_n``, ``draft_n_accepted`` and, with ``return_tokens``, the generated ``tokens``): a reply
+arrives whole or not at all, unlike the program's log, which llama.cpp never flushes at exit
+(ggml-org/llama.cpp#22142). Neither llama.cpp build dflashkit checks takes per-request ``speculative.*`` settings
+(compiled out in ``server-schema.cpp``), so the target alone is a second server without ``-md``.
+
+The child's output is read by a thread into a bounded tail (a chatty or hostile build cannot fill memory or
+block on a full pipe); the tail is what a refusal or a crash quotes.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import math
+import os
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..errors import DFlashError
+from .process import LlamaCppCrashed, check_extra_args, crash_message, executable, last_lines, popen, stop
+from .speculative_simple import (LlamaCppDrafterRun, LlamaCppPromptRun, LlamaCppRefused, check_counts,
+                                 refusal_message)
+
+SERVER_BINARY = "llama-server"
+HOST = "127.0.0.1"
+STARTUP_TIMEOUT_S = 300.0
+REQUEST_TIMEOUT_S = 600.0
+#: a reply larger than this is no completion of a few hundred tokens: refused before it is parsed
+MAX_REPLY_BYTES = 64 * 1024 * 1024
+TAIL_LINES = 200
+TAIL_LINE_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One greedy completion as the server reports it."""
+
+    tokens: list[int]  # the generated token ids
+    predicted_n: int  # generated tokens, the first (sampled from the prompt's logits) included
+    predicted_ms: float  # from the first generated token to the last: the prompt's prefill is not in it
+    draft_n: int  # draft tokens proposed (0 for the target alone)
+    draft_accepted: int
+    prompt_n: int | None  # prompt tokens the server processed
+    speculated: bool = False  # the reply carries draft counts (the server leaves them out when it never drafted)
+
+    @property
+    def decoded(self) -> int:
+        """Tokens committed after the first: what the decode forwards (and ``predicted_ms``) produced."""
+        return max(self.predicted_n - 1, 0)
+
+    @property
+    def rounds(self) -> int:
+        """Target decode forwards: each commits its accepted draft tokens + 1."""
+        return self.decoded - self.draft_accepted
+
+    @property
+    def tau(self) -> float:
+        return self.decoded / self.rounds if self.rounds > 0 else math.nan
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Decode speed as the server computes it (``predicted_per_second``): tokens after the first per second."""
+        return self.decoded / self.predicted_ms * 1e3 if self.predicted_ms > 0 and self.decoded else math.nan
+
+
+def _int(value: Any, key: str, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DFlashError(f"{where}: the server's reply has no integer {key} ({type(value).__name__})")
+    return value
+
+
+def parse_completion(body: bytes, where: str, draft_max: int | None) -> Completion:
+    """A ``/completion`` reply, checked: integer counts, a finite time, token ids — or a one-line error."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        raise DFlashError(f"{where}: the server's reply is not JSON ({body[:120]!r})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("timings"), dict):
+        raise DFlashError(f"{where}: the server's reply has no timings (is it llama-server?)")
+    t = doc["timings"]
+    tokens = doc.get("tokens")
+    if not isinstance(tokens, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in tokens):
+        raise DFlashError(f"{where}: the server's reply has no generated token ids (a llama-server without "
+                          "return_tokens?)")
+    predicted_ms = t.get("predicted_ms")
+    if isinstance(predicted_ms, bool) or not isinstance(predicted_ms, (int, float)) or not math.isfinite(predicted_ms) \
+            or predicted_ms < 0:
+        raise DFlashError(f"{where}: the server's reply has no finite timings.predicted_ms ({predicted_ms!r})")
+    c = Completion(tokens=list(tokens), predicted_n=_int(t.get("predicted_n"), "timings.predicted_n", where),
+                   predicted_ms=float(predicted_ms), draft_n=_int(t.get("draft_n", 0), "timings.draft_n", where),
+                   draft_accepted=_int(t.get("draft_n_accepted", 0), "timings.draft_n_accepted", where),
+                   prompt_n=t.get("prompt_n") if isinstance(t.get("prompt_n"), int) else None,
+                   speculated="draft_n" in t)
+    if c.predicted_n != len(c.tokens):
+        raise DFlashError(f"{where}: llama-server reported impossible counts (predicted_n {c.predicted_n} for "
+                          f"{len(c.tokens)} generated tokens) — refused, not reported")
+    check_counts(SERVER_BINARY, where, c.decoded, c.draft_n, c.draft_accepted,
+                 draft_max if draft_max is not None else max(c.predicted_n, 1))
+    return c
+
+
+def completion_request(prompt: str, n_predict: int, seed: int, ignore_eos: bool) -> dict[str, Any]:
+    """The same greedy request for every server: top-1, no prompt cache (each run prefills), token ids back."""
+    return {"prompt": prompt, "n_predict": n_predict, "temperature": 0.0, "top_k": 1, "seed": seed,
+            "cache_prompt": False, "return_tokens": True, "stream": False, "ignore_eos": ignore_eos}
+
+
+class _Client:
+    url: str
+    draft_max: int | None = None
+    label: str = SERVER_BINARY
+
+    def _post(self, path: str, payload: dict[str, Any], timeout: float) -> bytes:
+        request = urllib.request.Request(self.url + path, data=json.dumps(payload).encode("utf-8"),
+                                         headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(request, timeout=timeout) as reply:  # noqa: S310 - a loopback or given URL
+            body = reply.read(MAX_REPLY_BYTES + 1)
+        if len(body) > MAX_REPLY_BYTES:
+            raise DFlashError(f"{self.label}: a reply over {MAX_REPLY_BYTES >> 20} MiB to one completion — refused")
+        return body
+
+    def complete(self, prompt: str, n_predict: int, *, seed: int = 0, ignore_eos: bool = False,
+                 timeout: float = REQUEST_TIMEOUT_S) -> Completion:
+        try:
+            body = self._post("/completion", completion_request(prompt, n_predict, seed, ignore_eos), timeout)
+        except urllib.error.HTTPError as exc:
+            detail = exc.read(4000).decode("utf-8", "replace")
+            raise self._failed(f"answered HTTP {exc.code}: {last_lines(detail, 1)}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise self._failed(f"did not answer ({getattr(exc, 'reason', exc)})") from None
+        return parse_completion(body, self.label, self.draft_max)
+
+    def _failed(self, what: str) -> DFlashError:
+        return DFlashError(f"{self.label} at {self.url} {what}")
+
+    def not_drafting(self) -> DFlashError:
+        """A server meant to speculate answered without draft counts: it runs without its drafter."""
+        return DFlashError(f"{self.label} at {self.url} generated without drafting (no draft_n in its timings): it "
+                           "runs without a drafter — start it with -md DRAFTER.gguf --spec-type draft-dflash")
+
+
+class RemoteServer(_Client):
+    """A server the user runs (``--server-url``): asked, never started or stopped."""
+
+    def __init__(self, url: str, *, label: str | None = None, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self.label = label or f"llama-server {self.url}"
+        if not self.url.startswith(("http://", "https://")):
+            raise DFlashError(f"--server-url {url}: give an http:// or https:// URL (e.g. http://127.0.0.1:8080)")
+        try:
+            with urllib.request.urlopen(self.url + "/health", timeout=timeout) as reply:  # noqa: S310
+                reply.read(4096)
+        except (urllib.error.URLError, OSError) as exc:
+            raise DFlashError(f"{self.url}/health: no llama-server ready there ({getattr(exc, 'reason', exc)}) — "
+                              "start it first, or pass --llama-server BIN_DIR to let dflashkit start one") from None
+
+
+def find_server(bin_dir: str | Path) -> Path:
+    """``BIN_DIR/llama-server``, or a usage error saying what to pass."""
+    return executable(bin_dir, SERVER_BINARY, "--llama-server", SERVER_BINARY)
+
+
+def has_server(bin_dir: str | Path) -> bool:
+    path = Path(bin_dir) / SERVER_BINARY
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+class LlamaServer(_Client):
+    """``llama-server`` for one (target, drafter, draft cache type, draft n-max); a context manager."""
+
+    def __init__(self, bin_dir: str | Path, target_gguf: str | Path, drafter_gguf: str | Path | None = None, *,
+                 draft_max: int | None = None, draft_cache_type: str | None = None, ctx_size: int = 4096,
+                 threads: int = 1, extra_args: Sequence[str] = (), startup_timeout: float = STARTUP_TIMEOUT_S,
+                 option: str = "--llama-server") -> None:
+        self.binary = executable(bin_dir, SERVER_BINARY, option, SERVER_BINARY)
+        self.target_gguf, self.drafter_gguf = str(target_gguf), None if drafter_gguf is None else str(drafter_gguf)
+        self.draft_max = draft_max if drafter_gguf is not None else None
+        self.draft_cache_type, self.ctx_size, self.threads = draft_cache_type, ctx_size, threads
+        self.extra_args = check_extra_args(extra_args)
+        self.startup_timeout = startup_timeout
+        self.label = f"{SERVER_BINARY} ({Path(self.drafter_gguf).name if self.drafter_gguf else 'target alone'})"
+        self.proc: subprocess.Popen | None = None
+        self.port = 0
+        self.url = ""
+        self._tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self._reader: threading.Thread | None = None
+
+    def command(self, port: int) -> list[str]:
+        cmd = [str(self.binary), "-m", self.target_gguf, "--host", HOST, "--port", str(port), "-c",
+               str(self.ctx_size), "-np", "1", "-t", str(self.threads), "--no-webui"]
+        if self.drafter_gguf is not None:
+            cmd += ["-md", self.drafter_gguf, "--spec-type", "draft-dflash"]
+            if self.draft_max is not None:
+                cmd += ["--spec-draft-n-max", str(self.draft_max)]
+            if self.draft_cache_type is not None:
+                cmd += ["-ctkd", self.draft_cache_type, "-ctvd", self.draft_cache_type]
+        return cmd + self.extra_args
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self._tail)
+
+    def _read(self, stream: Any) -> None:
+        for raw in iter(stream.readline, b""):
+            self._tail.append(raw[:TAIL_LINE_CHARS].decode("utf-8", "replace").rstrip())
+
+    def start(self) -> "LlamaServer":
+        for _attempt in range(3):  # another process may take the picked port before the server binds it
+            self.port = free_port()
+            self.url = f"http://{HOST}:{self.port}"
+            self._tail.clear()
+            self.proc = popen(self.command(self.port), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            self._reader = threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True)
+            self._reader.start()
+            try:
+                if self._wait_ready():
+                    return self
+            except BaseException:
+                self.stop()
+                raise
+            self.stop()
+        raise DFlashError(f"{self.label}: could not bind a free port on {HOST} in 3 tries")
+
+    def _wait_ready(self) -> bool:
+        """True once /health answers 200; False when the port was taken; an error when the server ends."""
+        assert self.proc is not None
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            code = self.proc.poll()
+            if code is not None:
+                if self._reader is not None:
+                    self._reader.join(timeout=2)
+                if code >= 0 and any("bind" in line.lower() and "port" in line.lower() for line in self._tail):
+                    return False
+                raise self._ended(code, "loading")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as reply:  # noqa: S310 - loopback
+                    if reply.status == 200:
+                        return True
+            except (urllib.error.URLError, OSError):
+                pass  # 503 while loading, or not listening yet
+            time.sleep(0.05)
+        raise DFlashError(f"{self.label}: not ready {self.startup_timeout:.0f} s after start — last lines: "
+                          f"{last_lines(self.output)}")
+
+    def _ended(self, code: int, phase: str) -> DFlashError:
+        files = self.target_gguf + (f" + {self.drafter_gguf}" if self.drafter_gguf else "")
+        if code < 0:
+            return LlamaCppCrashed(f"{files}: " + crash_message(SERVER_BINARY, code, self.output, phase,
+                                                               self.extra_args))
+        return LlamaCppRefused(f"{refusal_message(self.output)} (exit {code})")
+
+    def _failed(self, what: str) -> DFlashError:
+        if self.proc is not None:
+            try:
+                code = self.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                code = None
+            if code is not None:
+                if self._reader is not None:
+                    self._reader.join(timeout=2)
+                return self._ended(code, "generating")
+        return super()._failed(what)
+
+    def not_drafting(self) -> DFlashError:
+        # llama-server logs the failure and serves on without speculation (both builds): say so, with its reason
+        reason = next((line for line in self._tail if "specul" in line.lower() and "fail" in line.lower()),
+                      "no draft_n in its timings")
+        return LlamaCppRefused(f"{self.label} generated without drafting, so the drafter was not used: {reason}")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop(self.proc)
+            if self._reader is not None:
+                self._reader.join(timeout=5)
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
+
+    def __enter__(self) -> "LlamaServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def run_drafter_server(
+    bin_dir: str | Path, target_gguf: str | Path, drafter_path: str, drafter_gguf: str | Path, texts: Sequence[str],
+    *, n_predict: int, draft_max: int, threads: int = 1, progress: Callable[[str], None] | None = None,
+    prompt_tokens: Sequence[int] | None = None, ignore_eos: bool = False, extra_args: Sequence[str] = (),
+    seed: int = 0,
+) -> LlamaCppDrafterRun:
+    """τ in llama.cpp through one llama-server with the drafter: the counts of every prompt from its JSON (they
+    cannot be lost, unlike ``llama-speculative-simple``'s log). A refusal or a crash ends the drafter's run (kept
+    with its message, as `run_drafter` does)."""
+    say = progress or (lambda message: None)
+    out = LlamaCppDrafterRun(drafter_path, str(drafter_gguf))
+    ctx = (max(prompt_tokens) if prompt_tokens else 512) + 2 * (n_predict + draft_max) + 64
+    try:
+        with LlamaServer(bin_dir, target_gguf, drafter_gguf, draft_max=draft_max, ctx_size=ctx, threads=threads,
+                         extra_args=extra_args, option="--llama-cpp") as server:
+            for i, text in enumerate(texts):
+                c = server.complete(text, n_predict, seed=seed + i, ignore_eos=ignore_eos)
+                if not c.speculated and c.decoded > 0:
+                    raise server.not_drafting()
+                out.runs.append(LlamaCppPromptRun(n_predict=c.decoded, n_drafted=c.draft_n, n_accept=c.draft_accepted,
+                                                  n_prompt_tokens=c.prompt_n))
+                say(f"llama-server {Path(drafter_path).name}: prompt {i + 1}/{len(texts)}: τ {c.tau:.2f} over "
+                    f"{c.rounds} round(s)")
+    except (LlamaCppRefused, LlamaCppCrashed) as exc:
+        out.refused, out.runs, out.crashed = str(exc), [], isinstance(exc, LlamaCppCrashed)
+        say(f"llama-server {'crashed on' if out.crashed else 'refused'} {drafter_path}: {exc}")
+    return out

@@ -1,0 +1,92 @@
+"""The target as a GGUF for llama.cpp: given, or made from the HF target by llama.cpp's own converter.
+
+The converter is ``convert_hf_to_gguf.py`` from llama.cpp's source (``DFLASHKIT_LLAMA_CPP_SRC`` or
+``--llama-cpp-src``), run with its own gguf-py in a subprocess. It names a BPE pre-tokenizer by hashing its ids for
+a check text; a tokenizer that no published model shares (such as the fixtures') is unknown to its table, and then
+— only then — the name dflashkit's tokenizer reader derives from the Split regex (``converters.tokenizer``) is
+handed to it instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ..converters.tokenizer import load_backend, pre_tokenizer_name
+from ..errors import DFlashError, UsageError
+
+SRC_ENV = "DFLASHKIT_LLAMA_CPP_SRC"
+TIMEOUT_S = 600
+
+
+# Runs convert_hf_to_gguf.py as __main__; only an unknown pre-tokenizer hash is answered with PRE (module doc).
+CONVERTER_RUNNER = r"""
+import runpy, sys
+src, pre = sys.argv[1], sys.argv[2]
+script = src + "/convert_hf_to_gguf.py"
+sys.argv = [script] + sys.argv[3:]
+sys.path[:0] = [src + "/gguf-py", src]
+try:
+    from conversion import base  # llama.cpp trees with the conversion/ package
+except ImportError:  # an older single-file converter: run it as it is
+    base = None
+if base is not None:
+    _original = base.TextModel.get_vocab_base_pre
+    def _get_vocab_base_pre(self, tokenizer):
+        try:
+            return _original(self, tokenizer)
+        except NotImplementedError:
+            return pre
+    base.TextModel.get_vocab_base_pre = _get_vocab_base_pre
+runpy.run_path(script, run_name="__main__")
+"""
+
+
+def llama_cpp_src(explicit: str | os.PathLike | None = None) -> Path | None:
+    """llama.cpp's source tree (``convert_hf_to_gguf.py`` + ``gguf-py``): the given one, else $DFLASHKIT_LLAMA_CPP_SRC."""
+    value = explicit if explicit is not None else os.environ.get(SRC_ENV)
+    if not value:
+        return None
+    src = Path(value)
+    if not (src / "convert_hf_to_gguf.py").is_file() or not (src / "gguf-py" / "gguf").is_dir():
+        if explicit is not None:
+            raise UsageError(f"--llama-cpp-src {src}: no convert_hf_to_gguf.py and gguf-py there (give llama.cpp's "
+                             "source tree)")
+        return None
+    return src
+
+
+def target_gguf_from_hf(hf_dir: str | os.PathLike, out: str | os.PathLike, src: Path, *, outtype: str = "bf16",
+                        timeout: float = TIMEOUT_S) -> Path:
+    """Convert an HF target with llama.cpp's own converter (in a subprocess, its own gguf-py)."""
+
+    hf_dir, out = Path(hf_dir), Path(out)
+    tokenizer_json = hf_dir / "tokenizer.json"
+    try:
+        doc = json.loads(tokenizer_json.read_text(encoding="utf-8"))
+        pre = pre_tokenizer_name(load_backend(tokenizer_json), tokenizer_json, doc)
+    except (OSError, ValueError, DFlashError):
+        pre = "default"  # the converter's own table decides, or it says why not
+    cmd = [sys.executable, "-c", CONVERTER_RUNNER, str(src), pre, str(hf_dir), "--outtype", outtype,
+           "--outfile", str(out)]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(src / "gguf-py")
+    env["HF_HUB_OFFLINE"] = "1"
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise DFlashError(f"{hf_dir}: llama.cpp's convert_hf_to_gguf.py did not finish in {timeout:.0f} s — convert "
+                          "the target once yourself and pass --target-gguf FILE") from None
+    if proc.returncode != 0 or not out.is_file():
+        lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+        raise DFlashError(f"{hf_dir}: llama.cpp's convert_hf_to_gguf.py could not convert the target "
+                          f"({lines[-1] if lines else 'exit ' + str(proc.returncode)}) — pass --target-gguf FILE")
+    return out
+
+
+def temp_dir() -> tempfile.TemporaryDirectory:
+    return tempfile.TemporaryDirectory(prefix="dflashkit-llama-")

@@ -1,0 +1,55 @@
+"""Paired statistics over prompts: the bootstrap interval every comparison in dflashkit reports.
+
+Each prompt gives one number per arm (τ of drafter A and of drafter B; decode speed with and without a drafter);
+the arms are compared through the per-prompt differences (or log ratios), resampled with replacement.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+CONFIDENCE = 0.95
+BOOTSTRAP_RESAMPLES = 10_000
+
+
+def paired_bootstrap_ci(diffs: Sequence[float], *, seed: int = 0, resamples: int = BOOTSTRAP_RESAMPLES,
+                        confidence: float = CONFIDENCE) -> tuple[float, float] | None:
+    """Percentile interval of the mean of ``diffs`` (per-prompt paired differences); None below 2 prompts."""
+    d = np.asarray(diffs, dtype=np.float64)
+    if d.size < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    means = d[rng.integers(0, d.size, size=(resamples, d.size))].mean(axis=1)
+    alpha = (1 - confidence) / 2
+    lo, hi = np.quantile(means, [alpha, 1 - alpha])
+    return float(lo), float(hi)
+
+
+@dataclass
+class Comparison:
+    """A drafter against the first one, over the prompts where both ran at least one round."""
+
+    delta: float  # τ − τ(first), mean of the per-prompt differences
+    relative: float  # delta / τ(first) over the same prompts
+    ci: tuple[float, float] | None
+    n_prompts: int
+
+    @property
+    def significant(self) -> bool:
+        return self.ci is not None and (self.ci[1] < 0 or self.ci[0] > 0)
+
+
+def paired_comparison(base: Sequence[float], other: Sequence[float], *, seed: int = 0) -> Comparison:
+    """``other`` against ``base``, paired over the prompts where both have a finite τ."""
+    pairs = [(a, b) for a, b in zip(base, other) if math.isfinite(a) and math.isfinite(b)]
+    if not pairs:
+        return Comparison(math.nan, math.nan, None, 0)
+    diffs = [b - a for a, b in pairs]
+    mean_base = float(np.mean([a for a, _ in pairs]))
+    delta = float(np.mean(diffs))
+    return Comparison(delta, delta / mean_base if mean_base else math.nan, paired_bootstrap_ci(diffs, seed=seed),
+                      len(pairs))
