@@ -95,7 +95,7 @@ class ServingRun:
 
     @staticmethod
     def _rate(runs: Sequence[Completion]) -> float:
-        n, ms = sum(c.predicted_n for c in runs), sum(c.predicted_ms for c in runs)
+        n, ms = sum(c.decoded for c in runs), sum(c.predicted_ms for c in runs)
         return n / ms * 1e3 if ms > 0 else math.nan
 
     @property
@@ -168,7 +168,7 @@ class ServingResult:
             return []
         out = []
         for r, v in zip(self.runs, self.verdicts()):
-            where = f"{r.name} on {Path(r.target_gguf).name} ({combo_label(r)})"
+            where = f"{r.name} on {target_label(r)} ({combo_label(r)})"
             if v in (VERDICT_REFUSED, VERDICT_CRASHED):
                 out.append(f"{where}: llama-server {v}: {r.refused}")
             elif v == VERDICT_UNMEASURED:
@@ -178,6 +178,11 @@ class ServingResult:
             elif not r.speedup >= min_speedup:
                 out.append(f"{where}: speed-up ×{r.speedup:.2f} below --min-speedup {min_speedup:g}")
         return out
+
+
+def target_label(r: ServingRun) -> str:
+    """The target GGUF's file name, or the URL of a server the user runs."""
+    return r.target_gguf if r.target_gguf.startswith(("http://", "https://")) else Path(r.target_gguf).name
 
 
 def combo_label(r: ServingRun) -> str:
@@ -327,10 +332,10 @@ def report_sections(s: ServingResult) -> list[Any]:
     for i, (r, v) in enumerate(zip(s.runs, verdicts)):
         ci = r.speedup_ci
         diffs = r.differences(s.prompt_names)
-        differ += [f"{r.name} on {Path(r.target_gguf).name} ({combo_label(r)}): {d.text()}" for d in diffs[:3]]
+        differ += [f"{r.name} on {target_label(r)} ({combo_label(r)}): {d.text()}" for d in diffs[:3]]
         measured = bool(r.on) and bool(r.off)
         rows.append({
-            "target": Path(r.target_gguf).name, "target_gguf": r.target_gguf, "drafter": r.drafter,
+            "target": target_label(r), "target_gguf": r.target_gguf, "drafter": r.drafter,
             "drafter_name": r.name, "drafter_gguf": r.drafter_gguf,
             "draft_cache_type": r.draft_cache_type or "default", "draft_n_max": r.draft_n_max,
             "tau": r.tau if r.on else None, "tau_per_prompt": r.taus,
@@ -350,7 +355,7 @@ def report_sections(s: ServingResult) -> list[Any]:
     groups: dict[str, list[Any]] = {}
     for r, row in zip(s.runs, rows):
         if row["speedup"] is not None:
-            groups.setdefault(Path(r.target_gguf).name, []).append(
+            groups.setdefault(target_label(r), []).append(
                 Bar(f"{r.name} ({combo_label(r)})", row["speedup"], series=r.name, tag=str(r.draft_n_max or ""),
                     flagged=row["verdict"] != VERDICT_GAIN))
     notes = list(s.notes)

@@ -141,7 +141,7 @@ class _Client:
             body = self._post("/completion", completion_request(prompt, n_predict, seed, ignore_eos), timeout)
         except urllib.error.HTTPError as exc:
             detail = exc.read(4000).decode("utf-8", "replace")
-            raise self._failed(f"answered HTTP {exc.code}: {last_lines(detail, 1)}") from None
+            raise _Client._failed(self, f"answered HTTP {exc.code}: {last_lines(detail, 1)}") from None
         except (urllib.error.URLError, OSError) as exc:
             raise self._failed(f"did not answer ({getattr(exc, 'reason', exc)})") from None
         return parse_completion(body, self.label, self.draft_max)

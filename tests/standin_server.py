@@ -1,0 +1,106 @@
+"""A stand-in ``llama-server`` for the tests that must run without a llama.cpp build.
+
+It answers ``/health`` and ``/completion`` the way llama-server does (the JSON fields dflashkit reads), records its
+argv and pid, and misbehaves on request: the file ``mode`` beside it names how (``segv`` at start, ``refuse``,
+``segv-generate``, ``hang``, ``impossible``, ``no-draft``, ``http-error``). With ``-md`` it reports draft counts
+and generates twice as fast as without, so the speed-up is ×2 and every verdict is known in advance.
+"""
+
+from __future__ import annotations
+
+import stat
+import sys
+from pathlib import Path
+
+SCRIPT = r'''
+import json, os, signal, sys, time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+here = Path(sys.argv[0]).resolve().parent
+argv = sys.argv[1:]
+mode = (here / "mode").read_text().strip() if (here / "mode").exists() else "normal"
+with open(here / "pids", "a") as f:
+    f.write(f"{os.getpid()}\n")
+(here / f"argv-{os.getpid()}").write_text("\n".join(argv))
+draft = "-md" in argv
+n_max = int(argv[argv.index("--spec-draft-n-max") + 1]) if "--spec-draft-n-max" in argv else 3
+sys.stderr.write("main: loading model\n")
+sys.stderr.flush()
+if mode == "segv" and draft:
+    sys.stderr.write("load_tensors: loading model tensors\nggml_backend_amx_buffer_set_tensor: repack fc.weight\n")
+    sys.stderr.flush()
+    os.kill(os.getpid(), signal.SIGSEGV)
+if mode == "refuse" and draft:
+    sys.stderr.write("llama_model_load: error loading model: missing tensor fc.weight\n"
+                     "srv    load_model: failed to load draft model\n")
+    sys.exit(1)
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def reply(self, code, doc):
+        body = json.dumps(doc).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        self.reply(200, {"status": "ok"})
+
+    def do_POST(self):
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        n = request["n_predict"]
+        if draft and mode == "hang":
+            (here / "request-arrived").write_text(str(os.getpid()))
+            time.sleep(3600)
+        if draft and mode == "segv-generate":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if draft and mode == "http-error":
+            self.reply(500, {"error": {"code": 500, "message": "the draft context failed"}})
+            return
+        tokens = [7 + (i % 5) for i in range(n)]
+        timings = {"prompt_n": 12, "prompt_ms": 3.0, "predicted_n": n, "predicted_ms": (n - 1) * (1.0 if draft else 2.0)}
+        if draft and mode != "no-draft":
+            rounds = -(-(n - 1) // (n_max + 1))
+            accepted = (n - 1) - rounds
+            timings.update(draft_n=rounds * n_max, draft_n_accepted=accepted + (10 * n if mode == "impossible" else 0))
+        self.reply(200, {"content": "x" * n, "tokens": tokens, "timings": timings, "stop_type": "limit"})
+
+
+port = int(argv[argv.index("--port") + 1])
+host = argv[argv.index("--host") + 1]
+HTTPServer((host, port), Handler).serve_forever()
+'''
+
+
+def make(folder: Path, mode: str = "normal") -> Path:
+    """``folder/llama-server`` (the stand-in) with ``mode``; returns the folder (a bin/ dir)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "llama-server"
+    script.write_text(f"#!{sys.executable}\n{SCRIPT}")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    (folder / "mode").write_text(mode)
+    return folder
+
+
+def pids(folder: Path) -> list[int]:
+    f = folder / "pids"
+    return [int(x) for x in f.read_text().split()] if f.exists() else []
+
+
+def argvs(folder: Path) -> list[list[str]]:
+    return [p.read_text().split("\n") for p in sorted(folder.glob("argv-*"))]
+
+
+def alive(pid: int) -> bool:
+    """A process that still runs (a zombie, reaped by nobody yet, counts as gone)."""
+    try:
+        status = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return status.rsplit(")", 1)[1].split()[0] != "Z"
