@@ -290,6 +290,12 @@ def _warn(message: str) -> None:
     is_flag=True,
     help="GGUF SRC only: its dflash.target_layers are raw HF ids (a file carrying dflash.n_target_features); store them + 1.",
 )
+@click.option(
+    "--embedding-scale", type=FiniteFloat(min=0.0, min_open=True), metavar="X",
+    help="Write dflash.embedding_scale = X (the drafter's noise-embedding multiplier) whatever the config and target "
+    "say. Default: the config's input_embedding_scale; for a Gemma target without one, √hidden_size as mainline "
+    "llama.cpp writes it (a warning says so; --embedding-scale 1 keeps embeddings unscaled).",
+)
 @click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar or warnings.")
 @values_strict_option
@@ -307,6 +313,7 @@ def convert_command(
     target_layer_ids: str | None,
     source_repo: str | None,
     source_revision: str | None,
+    embedding_scale: float | None,
     force: bool,
     quiet: bool,
     strict: bool,
@@ -323,7 +330,7 @@ def convert_command(
         mask_token_id=mask_token_id, taps_are_raw=taps_are_raw,
         target_layer_ids=_layer_ids(target_layer_ids) if target_layer_ids is not None else None,
         source_repo=source_repo, source_revision=source_revision, force=force, progress=not quiet, warn=_warnings(quiet),
-        strict=strict,
+        strict=strict, embedding_scale=embedding_scale,
     )
     _echo_written(result, as_json, quiet, lambda summary: (
         f"wrote {result.out} ({result.bytes_written / 1e6:.1f} MB, {len(result.tensors)} tensors: "

@@ -205,3 +205,19 @@ def target_violations(
             message = _say(rule.inspect, p=path, s=spec, t=target, v=value, d=dialect, c=tap_convention)
             out.append((rule.id, message, rule.inspect_data(spec, target, value)))
     return out
+
+
+#: where the Gemma-target embedding scale rule comes from, for the messages that name it
+GEMMA_SCALE_RULE = ("mainline llama.cpp's converter (b11549, conversion/qwen.py DFlashModel) writes "
+                    "dflash.embedding_scale = √hidden_size for a Gemma target when the config gives no "
+                    "input_embedding_scale — Gemma scales its token embeddings by √hidden_size in its forward pass "
+                    "and the drafter reads the target's raw embeddings (z-lab's MLX runtime applies it too; its "
+                    "PyTorch runtime and llama.cpp 0.3.36 use 1.0)")
+
+
+def gemma_embedding_scale(architecture: str | None, hidden_size: int | None) -> float | None:
+    """√hidden_size when the target is a Gemma model (HF ``architectures[0]`` Gemma…, GGUF ``general.architecture``
+    gemma…), as mainline llama.cpp's converter decides it; None otherwise."""
+    if not architecture or not hidden_size or not architecture.lower().startswith("gemma"):
+        return None
+    return float(hidden_size) ** 0.5

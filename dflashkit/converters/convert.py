@@ -9,13 +9,14 @@ Nothing is written before all checks pass. A GGUF source goes to `translate.tran
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 from gguf import GGMLQuantizationType
@@ -31,6 +32,7 @@ from ..io.gguf_writer import (TensorToWrite, check_output_path, ggml_n_dims_shap
 from ..io.copy import prefetch
 from ..io.safetensors_reader import SafetensorsTensor
 from ..spec import DrafterSpec
+from ..target_rules import GEMMA_SCALE_RULE, gemma_embedding_scale
 from .. import codecs  # through the module: tests swap its kernels
 from ..codecs.values import StoredScan, ValueCounts
 from ..quantize.policy import choose_types, get_file_type
@@ -38,6 +40,7 @@ from .plan import ConvertResult, PlannedTensor, build_metadata, converter_layout
 from .general import Provenance, general_metadata, resolve_provenance
 from .mask_embedding import MASK_EMBEDDING_FILE, mask_embedding_tensors
 from .source import is_gguf_path, resolve_checkpoint_dir
+from .target import TargetInfo
 from .translate import translate_gguf
 
 Q = GGMLQuantizationType
@@ -249,6 +252,7 @@ def convert(
     progress: bool = True,
     warn: Callable[[str], None] | None = None,
     strict: bool = False,
+    embedding_scale: float | None = None,
 ) -> ConvertResult:
     """Convert an HF drafter checkpoint (local dir or hub repo id) — or translate a drafter GGUF —
     to a GGUF file in ``dialect``.
@@ -259,11 +263,19 @@ def convert(
 
     ``target_layer_ids`` (HF decoder-layer ids) supplies the taps of a config without them;
     ``source_repo`` / ``source_revision`` record where a local checkpoint came from (a hub download
-    knows it from its cache path) in gguf-py's ``general.source.*`` keys."""
+    knows it from its cache path) in gguf-py's ``general.source.*`` keys.
+
+    ``embedding_scale`` sets ``{arch}.embedding_scale`` (the drafter's noise-embedding multiplier) whatever the
+    config and the target say; without it, a DFlash drafter whose target is a Gemma model and whose config gives
+    no ``input_embedding_scale`` gets √hidden_size, as mainline llama.cpp writes it (`target_rules.GEMMA_SCALE_RULE`),
+    and a warning says so."""
     warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
     if is_gguf_path(src):
         if source_repo is not None or source_revision is not None:
             raise UsageError(f"{src}: --source-repo / --source-revision describe an HF checkpoint; a GGUF keeps its own general.* keys")
+        if embedding_scale is not None:
+            raise UsageError(f"{src}: --embedding-scale applies when converting a checkpoint; a GGUF keeps its "
+                             "own keys")
         if outtype != "auto":
             raise UsageError(
                 f"{src}: translating a GGUF copies its tensors untouched; --outtype does not apply "
@@ -290,8 +302,30 @@ def convert(
         return _convert_checkpoint(
             drafter, directory, out_path, outtype=outtype, target=target, dialect_table=dialect_table,
             num_target_layers=num_target_layers, mask_token_id=mask_token_id, provenance=provenance,
-            force=force, progress=progress, warn=warn, strict=strict,
+            force=force, progress=progress, warn=warn, strict=strict, embedding_scale=embedding_scale,
         )
+
+
+def _embedding_scale(spec: DrafterSpec, family: Any, target: TargetInfo | None, override: float | None,
+                     source: Path) -> tuple[DrafterSpec, str | None]:
+    """The spec with its embedding scale decided (the override, else the Gemma-target rule), and the note that
+    says which rule applied (None when the config decided)."""
+    if override is not None:
+        if not math.isfinite(override) or override <= 0:
+            raise UsageError(f"--embedding-scale {override}: give a positive number (1 = no scaling)")
+        was = "none" if spec.embedding_scale is None else f"{spec.embedding_scale:g}"
+        return replace(spec, embedding_scale=float(override)), (
+            f"{source}: dflash.embedding_scale = {override:g} from --embedding-scale (the config and the target "
+            f"gave {was})")
+    if spec.embedding_scale is not None or target is None or not family.gemma_target_embedding_scale:
+        return spec, None
+    scale = gemma_embedding_scale(target.architecture, target.hidden_size)
+    if scale is None:
+        return spec, None
+    return replace(spec, embedding_scale=scale), (
+        f"{source}: dflash.embedding_scale = {scale:g} (√{target.hidden_size}): the target {target.architecture} is a "
+        f"Gemma model and the config gives no input_embedding_scale; {GEMMA_SCALE_RULE} — pass --embedding-scale 1 "
+        "for a drafter trained on unscaled embeddings")
 
 
 def _convert_checkpoint(
@@ -309,6 +343,7 @@ def _convert_checkpoint(
     progress: bool,
     warn: Callable[[str], None],
     strict: bool = False,
+    embedding_scale: float | None = None,
 ) -> ConvertResult:
     family = drafter.family
     assert family is not None
@@ -326,13 +361,14 @@ def _convert_checkpoint(
         hint=" — use --dialect llama.cpp",
     )
     spec, target_info, finals = checked.spec, checked.target, checked.finals
+    spec, scale_note = _embedding_scale(spec, family, target_info, embedding_scale, directory)
     # family-level tensor changes (DSpark / Gemma-4 DSpark): tensors llama.cpp's converter drops,
     # rewrites and writes last (d2t → absolute I64 ids, `finals`), or generates and writes first (rope_freqs)
     family_generated = family.generated_tensors(spec)
     dropped = family.dropped_on_convert(spec)
     mapped = {c: t for c, t in mapped.items() if c not in dropped and c not in finals}
 
-    warnings: list[str] = []
+    warnings: list[str] = [scale_note] if scale_note else []
     if target is None:
         warnings.append(
             f"no --target given: {out_path.name} will have no tokenizer and llama.cpp will refuse to load it "

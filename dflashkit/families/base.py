@@ -82,6 +82,9 @@ class DrafterFamily:
     metadata_fields: frozenset[str] = frozenset()
     #: canonical ids rewritten by `finalize_tensor` and written after every other tensor (DSpark ``d2t``)
     final_tensors: tuple[str, ...] = ()
+    #: converted as llama.cpp's ``DFlashModel`` converts it: a Gemma target's √hidden embedding scale is written
+    #: when the config gives no ``input_embedding_scale`` (mainline b11549; `target_rules.gemma_embedding_scale`)
+    gemma_target_embedding_scale: bool = False
 
     instance: "DrafterFamily"
 

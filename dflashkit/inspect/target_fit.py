@@ -23,7 +23,8 @@ from dflashkit.spec import DrafterSpec
 from dflashkit.target_rules import target_violations
 
 
-def _target(ctx: InspectContext) -> TargetInfo | DFlashError:
+def cached_target(ctx: InspectContext) -> TargetInfo | DFlashError:
+    """--target opened once per file (its error kept, reported by target.fit)."""
     if "target" not in ctx.cache:
         try:
             ctx.cache["target"] = load_target(ctx.target)  # type: ignore[arg-type]
@@ -46,7 +47,7 @@ def check_target_fit(ctx: InspectContext) -> Iterator[Finding]:
     drafter = drafter_of(ctx)
     if drafter is None or drafter.spec is None:
         return
-    target = _target(ctx)
+    target = cached_target(ctx)
     if isinstance(target, DFlashError):
         yield error("target.unreadable", f"--target: {target}")
         return

@@ -70,6 +70,7 @@ def dspark_hf_to_canonical(hf_name: str) -> str | None:
 
 class DSpark(ZLabDFlash):
     name = "dspark"
+    gemma_target_embedding_scale = True
     priority = 60
     architectures = DSPARK_ARCHITECTURES
     runtime_module = "dspark"  # runtime.py here (runtime.load lifts the spec to a RuntimeConfig)

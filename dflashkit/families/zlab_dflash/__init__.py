@@ -171,6 +171,7 @@ def rope_scaling_of(config: Mapping[str, Any], path: str) -> tuple[tuple[str, An
 
 class ZLabDFlash(DrafterFamily):
     name = "zlab-dflash"
+    gemma_target_embedding_scale = True
     priority = 20
     default = True
     architectures = (ARCH_DFLASH,)

@@ -18,6 +18,7 @@ ARCH_DFLASH2 = "DFlash2DraftModel"
 
 class ZLabDFlash2(ZLabDFlash):
     name = "zlab-dflash2"
+    gemma_target_embedding_scale = True
     priority = 10
     architectures = (ARCH_DFLASH2,)
     runtime_module = "dflash2"
