@@ -56,3 +56,6 @@ def targets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Pat
 def target_for(family: str, targets: dict[int, dict[str, Path]], kind: str = "gguf") -> Path:
     hidden = make_drafters.FAMILIES[family]["hidden_size"]
     return targets[hidden][kind]
+
+
+from llama_cpp_oracle import oracle_build  # noqa: E402,F401 (a fixture: each pinned llama.cpp converter)

@@ -49,9 +49,17 @@ class OracleError(RuntimeError):
         self.output = output
 
 
-def llama_cpp_src() -> Path | None:
-    """The llama.cpp source tree named by DFLASHKIT_LLAMA_CPP_SRC, or None when unset or not one."""
-    value = os.environ.get(ENV_VAR)
+#: the pinned llama.cpp builds whose converter is an oracle: build → the variable naming its source tree
+#: (.ci/run sets both; docs/llama-cpp.md says how to add the next build)
+BUILDS = {"0.3.36": ENV_VAR, "b11549": "DFLASHKIT_LLAMA_CPP_MAINLINE_SRC"}
+DEFAULT_BUILD = "0.3.36"
+_WHERE = {"0.3.36": "vendor/llama.cpp of the llama-cpp-python 0.3.36 sdist",
+          "b11549": "thirdparty/llama.cpp of the xllamacpp 2026.10.11549 sdist"}
+
+
+def llama_cpp_src(build: str = DEFAULT_BUILD) -> Path | None:
+    """The source tree of ``build`` named by its variable, or None when unset or not one."""
+    value = os.environ.get(BUILDS[build])
     if not value:
         return None
     src = Path(value)
@@ -60,18 +68,27 @@ def llama_cpp_src() -> Path | None:
     return src
 
 
-def require_llama_cpp_src() -> Path:
-    """The llama.cpp source tree, or pytest.skip with a one-line reason."""
-    src = llama_cpp_src()
+def require_llama_cpp_src(build: str = DEFAULT_BUILD) -> Path:
+    """The source tree of ``build``, or pytest.skip with a one-line reason."""
+    src = llama_cpp_src(build)
+    var = BUILDS[build]
     if src is None:
-        value = os.environ.get(ENV_VAR)
+        value = os.environ.get(var)
         if value:
-            pytest.skip(f"{ENV_VAR}={value} holds no convert_hf_to_gguf.py + gguf-py (llama.cpp source)")
-        pytest.skip(f"set {ENV_VAR} to llama.cpp's source (vendor/llama.cpp of the llama-cpp-python sdist)")
+            pytest.skip(f"{var}={value} holds no convert_hf_to_gguf.py + gguf-py (llama.cpp source)")
+        pytest.skip(f"set {var} to llama.cpp {build}'s source ({_WHERE[build]})")
     # its Qwen vocab path imports sentencepiece before it looks for tokenizer.model (requirements.txt has it)
     if importlib.util.find_spec("sentencepiece") is None:
         pytest.skip("llama.cpp's converter needs the sentencepiece module (pip install sentencepiece)")
     return src
+
+
+@pytest.fixture(scope="module", params=list(BUILDS))
+def oracle_build(request: pytest.FixtureRequest) -> str:
+    """Each pinned build whose converter is at hand (the others skip with their reason): parametrizes a test
+    (or a module fixture) over the oracles."""
+    require_llama_cpp_src(request.param)
+    return request.param
 
 
 def run_oracle(
@@ -84,6 +101,7 @@ def run_oracle(
     extra_args: tuple[str, ...] = (),
     src: Path | None = None,
     timeout: float = 600,
+    build: str = DEFAULT_BUILD,
 ) -> Path:
     """Convert ``model_dir`` with llama.cpp's convert_hf_to_gguf.py; returns ``out``.
 
@@ -93,7 +111,7 @@ def run_oracle(
     """
     if outtype not in OUTTYPES:
         raise ValueError(f"outtype {outtype!r} is not one of {OUTTYPES}")
-    src = src or require_llama_cpp_src()
+    src = src or require_llama_cpp_src(build)
     out = Path(out)
     cmd = [sys.executable, "-c", _RUNNER, str(src), pre, str(model_dir), "--outtype", outtype, "--outfile", str(out)]
     if target_dir is not None:

@@ -28,15 +28,16 @@ ZLAB_FAMILIES = ("qwen3-b16", "dflash2")
 
 
 @pytest.fixture(scope="module")
-def oracle_outputs(drafters: dict[str, Path], targets, tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Path]:
-    """(family, outtype) -> llama.cpp's output, converted once per module."""
-    root = tmp_path_factory.mktemp("oracle")
+def oracle_outputs(drafters: dict[str, Path], targets, tmp_path_factory: pytest.TempPathFactory,
+                   oracle_build: str) -> dict[tuple[str, str], Path]:
+    """(family, outtype) -> llama.cpp's output, converted once per module and pinned build."""
+    root = tmp_path_factory.mktemp(f"oracle-{oracle_build}")
     outputs = {}
     for family in ZLAB_FAMILIES:
         for outtype in OUTTYPES:
             outputs[family, outtype] = run_oracle(
                 drafters[family], root / f"{family}-{outtype}.gguf", outtype=outtype,
-                target_dir=target_for(family, targets, "hf"),
+                target_dir=target_for(family, targets, "hf"), build=oracle_build,
             )
     return outputs
 

@@ -179,12 +179,14 @@ def test_logits_equal_transformers_gemma4(form: str, anchors: tuple[int, ...], m
     print(f"\n{NAME} {form}, {len(anchors)} round(s): max relative difference {worst:.3g}")
 
 
-def test_llama_cpp_converter_gguf_equals_transformers_gemma4(made: dict[str, Path], tmp_path: Path) -> None:
+def test_llama_cpp_converter_gguf_equals_transformers_gemma4(made: dict[str, Path], oracle_build: str,
+                                                             tmp_path: Path) -> None:
     """The GGUF llama.cpp's own converter (conversion/gemma.py Gemma4DSparkModel) writes runs to the same
     logits. Skips without llama.cpp's source (DFLASHKIT_LLAMA_CPP_SRC, see tests/llama_cpp_oracle.py)."""
     from llama_cpp_oracle import run_oracle
 
-    gguf_path = run_oracle(made["hf"], tmp_path / "llama-cpp.gguf", outtype="f32", target_dir=made["target"])
+    gguf_path = run_oracle(made["hf"], tmp_path / "llama-cpp.gguf", outtype="f32", target_dir=made["target"],
+                           build=oracle_build)
     worst = run_rounds(gguf_path, made, ANCHORS_3)
     print(f"\n{NAME} llama.cpp converter GGUF, 3 rounds: max relative difference {worst:.3g}")
 

@@ -136,20 +136,21 @@ OURS_ONLY = ("dflash.conv_kernel_size", "dflash.conv_group_size", "dflash.select
 
 
 @pytest.mark.parametrize("name,outtype", ORACLE_CASES)
-def test_same_bytes_as_llama_cpp_dspark_converter_on_the_same_config_shape(name: str, outtype: str, zoo, tmp_path: Path) -> None:
+def test_same_bytes_as_llama_cpp_dspark_converter_on_the_same_config_shape(name: str, outtype: str, zoo,
+                                                                         oracle_build: str, tmp_path: Path) -> None:
     """llama.cpp's converter fails on speculators DFlash (DFlashModel: KeyError on the layer count), but its
     DSparkModel reads exactly this layout (transformer_layer_config merged, aux ids - 1, d2t → absolute
     I64 last, t2d dropped, lm_head → output, sample_from_anchor): the same checkpoint relabelled
     DSparkDraftModel is converted by llama.cpp and must give our bytes, but for the DSpark-only key."""
     from llama_cpp_oracle import compare_gguf, require_llama_cpp_src, run_oracle
 
-    require_llama_cpp_src()
+    require_llama_cpp_src(oracle_build)
     target, made = zoo
     relabelled = shutil.copytree(made[name], tmp_path / name)  # same directory name: same general.name
     config = json.loads((relabelled / "config.json").read_text())
     config["architectures"] = ["DSparkDraftModel"]
     (relabelled / "config.json").write_text(json.dumps(config))
-    theirs = run_oracle(relabelled, tmp_path / "theirs.gguf", outtype=outtype, target_dir=target)
+    theirs = run_oracle(relabelled, tmp_path / "theirs.gguf", outtype=outtype, target_dir=target, build=oracle_build)
     ours = tmp_path / "ours.gguf"
     convert(made[name], ours, outtype=outtype, target=target, **QUIET)
     expected = [f"metadata {k}: only in a" for k in OURS_ONLY if name == "spec-dflash2"]

@@ -131,15 +131,15 @@ def test_expected_file_is_llama_cpps(tmp_path: Path) -> None:
 
 
 @needs_llama_cpp
-def test_example_target_byte_identical_to_llama_cpp(tmp_path: Path) -> None:
-    oracle = kv_bytes(run_oracle(EXAMPLE_TARGET, tmp_path / "oracle.gguf"))
+def test_example_target_byte_identical_to_llama_cpp(oracle_build: str, tmp_path: Path) -> None:
+    oracle = kv_bytes(run_oracle(EXAMPLE_TARGET, tmp_path / "oracle.gguf", build=oracle_build))
     assert kv_bytes(ours(EXAMPLE_TARGET, tmp_path / "ours.gguf")) == oracle
 
 
 @needs_llama_cpp
-def test_post_processor_corners_byte_identical_to_llama_cpp(tmp_path: Path) -> None:
+def test_post_processor_corners_byte_identical_to_llama_cpp(oracle_build: str, tmp_path: Path) -> None:
     hf = variant(tmp_path)
-    oracle = kv_bytes(run_oracle(hf, tmp_path / "oracle.gguf"))
+    oracle = kv_bytes(run_oracle(hf, tmp_path / "oracle.gguf", build=oracle_build))
     got = kv_bytes(ours(hf, tmp_path / "ours.gguf"))
     assert [k for k, _ in got] == [k for k, _ in oracle]
     assert got == oracle

@@ -245,14 +245,15 @@ def test_bad_config_gives_one_line_error_naming_the_key(case: str, zoo, tmp_path
 
 
 @pytest.fixture(scope="module")
-def oracle(zoo, tmp_path_factory: pytest.TempPathFactory):
+def oracle(zoo, tmp_path_factory: pytest.TempPathFactory, oracle_build: str):
     target, made = zoo
-    root = tmp_path_factory.mktemp("oracle")
+    root = tmp_path_factory.mktemp(f"oracle-{oracle_build}")
     cache: dict[tuple[str, str], Path] = {}
 
     def get(name: str, outtype: str) -> Path:
         if (name, outtype) not in cache:
-            cache[name, outtype] = run_oracle(made[name], root / f"{name}-{outtype}.gguf", outtype=outtype, target_dir=target)
+            cache[name, outtype] = run_oracle(made[name], root / f"{name}-{outtype}.gguf", outtype=outtype,
+                                              target_dir=target, build=oracle_build)
         return cache[name, outtype]
 
     return get
@@ -275,10 +276,10 @@ def test_pinned_listing_is_what_llama_cpp_writes_today(name: str, oracle) -> Non
 
 
 @pytest.mark.parametrize("name", REFUSED)
-def test_llama_cpp_refuses_the_same_fixtures(name: str, zoo, tmp_path: Path) -> None:
+def test_llama_cpp_refuses_the_same_fixtures(name: str, zoo, oracle_build: str, tmp_path: Path) -> None:
     target, made = zoo
     with pytest.raises(OracleError) as info:
-        run_oracle(made[name], tmp_path / "o.gguf", outtype="f32", target_dir=target)
+        run_oracle(made[name], tmp_path / "o.gguf", outtype="f32", target_dir=target, build=oracle_build)
     reason = info.value.message.split(": ", 1)[1]
     if name == "deepseekv4-dspark":
         assert reason == "max() arg is an empty sequence"  # our stub is no full DeepSeek-V4 checkpoint
@@ -289,11 +290,11 @@ def test_llama_cpp_refuses_the_same_fixtures(name: str, zoo, tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize("case", [c for c, v in BAD_CONFIGS.items() if v[3] is not None])
-def test_llama_cpp_refuses_the_same_bad_configs(case: str, zoo, tmp_path: Path) -> None:
+def test_llama_cpp_refuses_the_same_bad_configs(case: str, zoo, oracle_build: str, tmp_path: Path) -> None:
     target, made = zoo
     bad = _make_bad(case, made, tmp_path)
     with pytest.raises(OracleError) as info:
-        run_oracle(bad, tmp_path / "o.gguf", outtype="f32", target_dir=target)
+        run_oracle(bad, tmp_path / "o.gguf", outtype="f32", target_dir=target, build=oracle_build)
     assert info.value.message == BAD_CONFIGS[case][3]
     with pytest.raises(DFlashError) as ours:
         _convert(bad, tmp_path / "ours.gguf", target)

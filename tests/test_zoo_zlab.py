@@ -62,9 +62,9 @@ def ours(zoo, name: str, out: Path, outtype: str) -> Path:
 
 @pytest.mark.parametrize("outtype", OUTTYPES)
 @pytest.mark.parametrize("name", VARIANTS)
-def test_byte_identical_to_llama_cpp(name: str, outtype: str, zoo, tmp_path: Path) -> None:
+def test_byte_identical_to_llama_cpp(name: str, outtype: str, zoo, oracle_build: str, tmp_path: Path) -> None:
     target, made = zoo
-    oracle = run_oracle(made[name], tmp_path / "oracle.gguf", outtype=outtype, target_dir=target)
+    oracle = run_oracle(made[name], tmp_path / "oracle.gguf", outtype=outtype, target_dir=target, build=oracle_build)
     mine = ours(zoo, name, tmp_path / "ours.gguf", outtype)
     deviations = DEVIATIONS.get(name, ())
     assert compare_gguf(oracle, mine, ordered=True, ignore_keys=deviations) == []

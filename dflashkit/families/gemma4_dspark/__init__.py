@@ -7,8 +7,8 @@ as values: no ``v_proj``), uniform ``full_attention`` ``layer_types``, ``hidden_
 gelu_pytorch_tanh, no ``attention_bias`` / ``enable_moe_block``, ``draft_vocab_size`` = ``vocab_size``,
 a vanilla Markov head (``dflash_config`` first, then top level), ``rope_parameters.full_attention``
 of type default or proportional, ``global_head_dim`` and ``num_global_key_value_heads``,
-``mask_token_id``, ``target_layer_ids``, no ``final_logit_softcapping``; ``lm_head.weight`` unless
-``tie_word_embeddings``.
+``mask_token_id``, ``target_layer_ids``, no ``final_logit_softcapping``; ``lm_head.weight`` (mainline llama.cpp
+requires it even with ``tie_word_embeddings``).
 
 What it writes beyond DFlash: the attention runs on the global head dim and KV heads
 (``head_count_kv``, ``key_length``, ``value_length`` take those values in the base keys' positions —
@@ -200,11 +200,12 @@ class Gemma4DSpark(DSpark):
 
     def check_source(self, spec: DrafterSpec, shapes: Mapping[str, tuple[int, ...]], source: str) -> None:
         if "lm_head.weight" not in shapes:
-            # llama.cpp: "requires lm_head.weight unless tie_word_embeddings is true"; its GGUF then has no
-            # output head and the runtime would use the target's — refused here as it refuses
+            # mainline llama.cpp (b11549) refuses it whatever tie_word_embeddings says (0.3.36 let a tied one through,
+            # and its GGUF then had no output head: mainline's loader runs such a file with the target's head)
             raise DFlashError(
-                f"{source}: Gemma4 DSpark requires lm_head.weight unless tie_word_embeddings is true — "
-                "the checkpoint has no lm_head.weight"
+                f"{source}: Gemma4 DSpark requires lm_head.weight — mainline llama.cpp refuses a drafter without it "
+                "even with tie_word_embeddings: true (its loader would run the file with the target's head); add "
+                "lm_head.weight (a copy of embed_tokens.weight for a tied drafter)"
             )
 
     def dropped_on_convert(self, spec: DrafterSpec) -> frozenset[str]:
