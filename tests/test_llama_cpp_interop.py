@@ -1,5 +1,5 @@
-"""Optional interop with a real llama.cpp build: our files load and draft in llama.cpp, and
-dflash-quantize writes the same bytes as llama-quantize.
+"""Optional interop with a real llama.cpp build: our files load and draft in llama.cpp (llama-server of both
+pinned builds, 0.3.36 and mainline b11549), and dflash-quantize writes the same bytes as llama-quantize.
 
 Needs llama.cpp's `llama-quantize` and `llama-speculative-simple` (the source ships in the
 llama-cpp-python sdist; see README "Checking against a real llama.cpp"). Point
@@ -55,6 +55,30 @@ def speculative(
     return r
 
 
+#: the pinned builds a drafter must load and draft in (tests/test_serving.py BUILDS: their bin/ folders)
+BUILD_BINS = {"0.3.36": "DFLASHKIT_LLAMA_CPP_BIN", "b11549": "DFLASHKIT_LLAMA_CPP_MAINLINE_BIN"}
+
+
+@pytest.fixture(params=list(BUILD_BINS))
+def server_bin(request: pytest.FixtureRequest) -> Path:
+    folder = Path(os.environ.get(BUILD_BINS[request.param], "/nonexistent"))
+    if not (folder / "llama-server").exists():
+        pytest.skip(f"set {BUILD_BINS[request.param]} to the bin/ folder of the llama.cpp {request.param} build with "
+                    "llama-server (.ci/run builds it)")
+    return folder
+
+
+def served(bin_dir: Path, target: Path, drafter: Path) -> tuple[int, str]:
+    """One greedy completion through llama-server with the drafter: (draft tokens, the server's log so far). The
+    count comes from the reply's JSON (it cannot be lost as speculative-simple's last log lines can); the load-time
+    lines read here were written long before, while the server still runs."""
+    from dflashkit.llama_cpp.server import LlamaServer
+
+    with LlamaServer(bin_dir, target, drafter, draft_max=15, ctx_size=256) as server:
+        c = server.complete("hello world", 8)
+        return c.draft_n, server.output
+
+
 def n_drafted(r: subprocess.CompletedProcess[str]) -> int:
     drafted = [line for line in r.stderr.splitlines() if "n_drafted" in line]
     assert drafted, r.stderr[-2000:]
@@ -62,14 +86,13 @@ def n_drafted(r: subprocess.CompletedProcess[str]) -> int:
 
 
 @pytest.mark.parametrize("family", list(make_drafters.FAMILIES))
-def test_llama_cpp_loads_and_drafts(family: str, drafters, targets, tmp_path: Path) -> None:
+def test_llama_cpp_loads_and_drafts(family: str, drafters, targets, server_bin: Path, tmp_path: Path) -> None:
     target = target_for(family, targets)
     out = tmp_path / "d.gguf"
     convert(drafters[family], out, outtype="q8_0", target=target, **QUIET)
-    r = speculative(target, out, want="n_drafted")
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert n_drafted(r) > 0
-    assert f"mask_token_id={make_drafters.FAMILIES[family]['dflash_config']['mask_token_id']}" in r.stderr
+    drafted, log = served(server_bin, target, out)
+    assert drafted > 0
+    assert f"mask_token_id={make_drafters.FAMILIES[family]['dflash_config']['mask_token_id']}" in log
 
 
 def test_llama_cpp_refuses_a_drafter_without_tokenizer(drafters, targets, tmp_path: Path) -> None:
@@ -139,7 +162,7 @@ def _zoo_names() -> list[str]:
 
 
 @pytest.mark.parametrize("name", _zoo_names())
-def test_zoo_drafter_loads_and_drafts(name: str, zoo, tmp_path: Path) -> None:
+def test_zoo_drafter_loads_and_drafts(name: str, zoo, server_bin: Path, tmp_path: Path) -> None:
     import make_zoo
 
     target, made, target_dir = zoo
@@ -147,15 +170,14 @@ def test_zoo_drafter_loads_and_drafts(name: str, zoo, tmp_path: Path) -> None:
     # MiMo's mask_embedding.pt takes the target's embeddings and head from its HF dir; a config without
     # target_layer_ids gets them from --target-layer-ids (the fixture's taps)
     extra = {"target_layer_ids": make_zoo.TAPS} if name == "zlab-no-taps" else {}
-    result = convert(made[name], out, outtype="q8_0", target=target_dir if name == "zlab-mimo" else target, **extra, **QUIET)
-    # llama.cpp tells DSpark from DFlash by the Markov head (common/speculative.cpp auto-detection)
-    spec_type = "draft-dspark" if any(t.gguf_name == "markov_w1.weight" for t in result.tensors) else "draft-dflash"
-    r = speculative(target, out, spec_type)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert n_drafted(r) > 0
-    assert "mask_token_id=500" in r.stderr
+    convert(made[name], out, outtype="q8_0", target=target_dir if name == "zlab-mimo" else target, **extra, **QUIET)
+    # llama.cpp tells DSpark from DFlash by the Markov head (common/speculative.cpp auto-detection; LlamaServer
+    # passes --spec-type by the same rule)
+    drafted, log = served(server_bin, target, out)
+    assert drafted > 0
+    assert "mask_token_id=500" in log
     if name.startswith("spec-dflash"):  # speculators DFlash / DFlash 2: slot 0 is the anchor
-        assert "sample_from_anchor=false" in r.stderr
+        assert "sample_from_anchor=false" in log
 
 
 def test_pre_merge_file_is_refused_and_its_translation_loads(drafters, targets, tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..errors import DFlashError
+from ..io.gguf_reader import open_gguf
 from .process import LlamaCppCrashed, check_extra_args, crash_message, executable, last_lines, popen, stop
 from .speculative_simple import (LlamaCppDrafterRun, LlamaCppPromptRun, LlamaCppRefused, check_counts,
                                  refusal_message)
@@ -176,6 +177,16 @@ def find_server(bin_dir: str | Path) -> Path:
     return executable(bin_dir, SERVER_BINARY, "--llama-server", SERVER_BINARY)
 
 
+def spec_type_of(drafter_gguf: str | Path) -> str:
+    """``draft-dspark`` for a drafter with a Markov head (``markov_w1.weight``), else ``draft-dflash``: the rule
+    llama.cpp itself detects the type by (``common_speculative_types_from_gguf``)."""
+    try:
+        with open_gguf(drafter_gguf) as g:
+            return "draft-dspark" if "markov_w1.weight" in g.tensors else "draft-dflash"
+    except (OSError, DFlashError):
+        return "draft-dflash"  # llama-server reports what is wrong with the file
+
+
 def has_server(bin_dir: str | Path) -> bool:
     path = Path(bin_dir) / SERVER_BINARY
     return path.is_file() and os.access(path, os.X_OK)
@@ -193,11 +204,12 @@ class LlamaServer(_Client):
     def __init__(self, bin_dir: str | Path, target_gguf: str | Path, drafter_gguf: str | Path | None = None, *,
                  draft_max: int | None = None, draft_cache_type: str | None = None, ctx_size: int = 4096,
                  threads: int = 1, extra_args: Sequence[str] = (), startup_timeout: float = STARTUP_TIMEOUT_S,
-                 option: str = "--llama-server") -> None:
+                 option: str = "--llama-server", spec_type: str | None = None) -> None:
         self.binary = executable(bin_dir, SERVER_BINARY, option, SERVER_BINARY)
         self.target_gguf, self.drafter_gguf = str(target_gguf), None if drafter_gguf is None else str(drafter_gguf)
         self.draft_max = draft_max if drafter_gguf is not None else None
         self.draft_cache_type, self.ctx_size, self.threads = draft_cache_type, ctx_size, threads
+        self.spec_type = spec_type or (spec_type_of(self.drafter_gguf) if self.drafter_gguf else None)
         self.extra_args = check_extra_args(extra_args)
         self.startup_timeout = startup_timeout
         self.label = f"{SERVER_BINARY} ({Path(self.drafter_gguf).name if self.drafter_gguf else 'target alone'})"
@@ -211,7 +223,7 @@ class LlamaServer(_Client):
         cmd = [str(self.binary), "-m", self.target_gguf, "--host", HOST, "--port", str(port), "-c",
                str(self.ctx_size), "-np", "1", "-t", str(self.threads), "--no-webui"]
         if self.drafter_gguf is not None:
-            cmd += ["-md", self.drafter_gguf, "--spec-type", "draft-dflash"]
+            cmd += ["-md", self.drafter_gguf, "--spec-type", self.spec_type or "draft-dflash"]
             if self.draft_max is not None:
                 cmd += ["--spec-draft-n-max", str(self.draft_max)]
             if self.draft_cache_type is not None:
