@@ -330,3 +330,52 @@ def test_one_prompt_has_no_ci_but_still_a_verdict_and_a_gap(tmp_path: Path, trai
     assert result.llama_cpp_comparisons()[0].ci is None
     assert result.llama_cpp_verdicts() == ["zero accepted"]
     assert any("significantly more than 10.0% below" in f for f in result.failures(max_gap=0.1))
+
+
+def test_a_crash_is_a_crash_not_a_refusal(tmp_path: Path, trained_target: HFTarget,
+                                          drafter_ggufs: dict[str, Path]) -> None:
+    from dflashkit.llama_cpp import LlamaCppCrashed
+
+    # dies by SIGSEGV while loading, as a native build on an AMX CPU does repacking K-quant weights
+    body = ("import os, signal\nsys.stderr.write('load_tensors: loading model tensors\\n"
+            "D ggml_backend_amx_buffer_set_tensor: amx repack tensor fc.weight of type q4_K\\n'); sys.stderr.flush()\n"
+            "os.kill(os.getpid(), signal.SIGSEGV)")
+    binary = fake_binary(tmp_path / "bin", body)
+    with pytest.raises(LlamaCppCrashed, match=r"^llama-speculative-simple crashed \(SIGSEGV\) while loading: "
+                                              r"load_tensors: loading model tensors \| D ggml_backend_amx_buffer_set_"
+                                              r"tensor: amx repack tensor fc\.weight of type q4_K"):
+        run_prompt(binary, "t.gguf", "d.gguf", "hello", n_predict=16, draft_max=15)
+    assert (tmp_path / "bin" / "calls").read_text() == "1"  # a crash is not rerun
+    target_gguf = tmp_path / "target.gguf"
+    target_gguf.write_bytes(b"GGUF")
+    result = run_acceptance(trained_target, [drafter_ggufs["q4_k_m"]], TRAINED / "prompts.jsonl", max_new_tokens=8,
+                            max_prompts=1, llama_cpp=binary.parent, target_gguf=target_gguf)
+    assert result.llama_cpp_verdicts() == ["crashed"] and result.llama_cpp[0].crashed
+    assert result.failures(max_gap=0.5)[0].startswith("drafter-q4_k_m.gguf: llama.cpp crashed: llama-speculative-"
+                                                      "simple crashed (SIGSEGV) while loading")
+
+
+def test_llama_cpp_arg_reaches_the_command_line(tmp_path: Path) -> None:
+    binary = fake_binary(tmp_path / "bin", "Path(sys.argv[0] + '.argv').write_text('\\n'.join(argv)); "
+                                           "sys.stderr.write(TAIL)")
+    run_prompt(binary, "t.gguf", "d.gguf", "x", n_predict=16, draft_max=15, extra_args=["--no-repack", "-fa", "on"])
+    argv = Path(str(binary) + ".argv").read_text().split("\n")
+    assert argv[-3:] == ["--no-repack", "-fa", "on"]
+    res = CliRunner().invoke(accept_command, [str(TRAINED / "drafter"), "--target", str(TRAINED / "target"),
+                                              "--llama-cpp", str(binary.parent), "--llama-cpp-arg=-md", "-q"])
+    assert res.exit_code == 2 and "error: --llama-cpp-arg -md: dflashkit sets -md itself" in res.output
+
+
+@pytest.mark.parametrize("tail, problem", [
+    (REAL_TAIL.replace("n_accept  = 14", "n_accept  = 50"), "more draft tokens accepted than drafted"),
+    (REAL_TAIL.replace("n_drafted = 45", "n_drafted = -3"), "a negative count"),
+    (REAL_TAIL.replace("n_accept  = 14", "n_accept  = 17"), "every committed token accepted from a draft"),
+    (REAL_TAIL.replace("n_predict = 17", "n_predict = 170").replace("n_accept  = 14", "n_accept  = 160")
+     .replace("n_drafted = 45", "n_drafted = 200"), "τ 17.00 above the block of 16 tokens"),
+])
+def test_impossible_counts_are_refused(tmp_path: Path, tail: str, problem: str) -> None:
+    binary = fake_binary(tmp_path / "bin", f"sys.stderr.write({tail!r})")
+    with pytest.raises(DFlashError) as err:
+        run_prompt(binary, "t.gguf", "d.gguf", "hello", n_predict=16, draft_max=15)
+    assert str(err.value).startswith(f"d.gguf: llama-speculative-simple reported impossible counts ({problem}")
+    assert "refused, not reported" in str(err.value)
