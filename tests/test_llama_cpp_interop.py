@@ -33,18 +33,18 @@ pytestmark = pytest.mark.skipif(
 QUIET = dict(progress=False, warn=lambda m: None)
 
 
-def speculative(
-    target: Path, drafter: Path, spec_type: str = "draft-dflash", want: str = "n_drafted"
-) -> subprocess.CompletedProcess[str]:
-    """Run llama-speculative-simple; rerun (at most 5 runs) while ``want`` is missing from its stderr.
+def speculative(target: Path, drafter: Path, want: str,
+                spec_type: str = "draft-dflash") -> subprocess.CompletedProcess[str]:
+    """Run llama-speculative-simple on a pair it refuses; rerun (at most 10 runs) while ``want`` (its reason) is
+    missing from its stderr.
 
     llama.cpp's logger writes from a worker thread and is deliberately never flushed at exit
     (common/log.cpp, common_log_main: "this design may cause logs to be lost"), so on a busy machine a
-    run that exits 0 can lose its last lines, the n_drafted statistics among them. A lost log is a
-    rerun, never a pass: every run must still exit as expected, and the assertions read the run that
-    printed ``want``. One thread: ggml's threads spin while they wait, so two threads on a loaded 2-core
+    run can lose its last lines, the reason among them. A lost log is a rerun, never a pass: every run
+    must still exit as expected, and the assertions read the run that printed ``want``. (Counts are never
+    read from this log: `served` reads them from llama-server's JSON.) One thread: ggml's threads spin while they wait, so two threads on a loaded 2-core
     machine run many times slower (dflashkit.llama_cpp runs it the same way)."""
-    for _ in range(5):
+    for _ in range(10):
         r = subprocess.run(
             [str(SPECULATIVE), "-m", str(target), "-md", str(drafter), "--spec-type", spec_type,
              "--spec-draft-n-max", "15", "-p", "hello world", "-n", "8", "--temp", "0", "-t", "1", "-c", "256"],
@@ -77,12 +77,6 @@ def served(bin_dir: Path, target: Path, drafter: Path) -> tuple[int, str]:
     with LlamaServer(bin_dir, target, drafter, draft_max=15, ctx_size=256) as server:
         c = server.complete("hello world", 8)
         return c.draft_n, server.output
-
-
-def n_drafted(r: subprocess.CompletedProcess[str]) -> int:
-    drafted = [line for line in r.stderr.splitlines() if "n_drafted" in line]
-    assert drafted, r.stderr[-2000:]
-    return int(drafted[-1].split("=")[-1])
 
 
 @pytest.mark.parametrize("family", list(make_drafters.FAMILIES))
@@ -200,6 +194,5 @@ def test_pre_merge_file_is_refused_and_its_translation_loads(drafters, targets, 
     assert r.returncode != 0 and "DFlash model requires 'target_layers' in GGUF metadata" in r.stderr
     fixed = tmp_path / "fixed.gguf"
     convert(pre, fixed, **QUIET)
-    r = speculative(target, fixed)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert n_drafted(r) > 0
+    drafted, _ = served(BIN, target, fixed)
+    assert drafted > 0

@@ -229,7 +229,7 @@ def run_drafter(
     binary: Path, target_gguf: str | os.PathLike, drafter_path: str, drafter_gguf: str | os.PathLike,
     texts: Sequence[str], *, n_predict: int, draft_max: int, threads: int = 1,
     progress: Callable[[str], None] | None = None, prompt_tokens: Sequence[int] | None = None,
-    ignore_eos: bool = False, extra_args: Sequence[str] = (),
+    ignore_eos: bool = False, extra_args: Sequence[str] = (), retries: int = RETRIES,
 ) -> LlamaCppDrafterRun:
     """Every prompt through llama.cpp with one drafter; a refusal on any prompt ends it (kept, with llama.cpp's
     message, and the drafter gets no τ: a file llama.cpp refuses for some prompts is not one to ship)."""
@@ -239,7 +239,7 @@ def run_drafter(
         try:
             r = run_prompt(binary, target_gguf, drafter_gguf, text, n_predict=n_predict, draft_max=draft_max,
                            threads=threads, prompt_tokens=prompt_tokens[i] if prompt_tokens else None,
-                           ignore_eos=ignore_eos, extra_args=extra_args)
+                           ignore_eos=ignore_eos, extra_args=extra_args, retries=retries)
         except (LlamaCppRefused, LlamaCppCrashed) as exc:
             out.refused, out.runs, out.crashed = str(exc), [], isinstance(exc, LlamaCppCrashed)
             say(f"llama.cpp {'crashed on' if out.crashed else 'refused'} {drafter_path}: {exc}")
