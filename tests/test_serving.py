@@ -382,19 +382,41 @@ def test_server_url_measured_as_a_user_runs_it(real: dict, tmp_path: Path) -> No
     from dflashkit.cli import accept_command
     from click.testing import CliRunner
 
-    from dflashkit.llama_cpp.server import LlamaServer
+    import urllib.request
+
+    from dflashkit.llama_cpp.server import free_port
 
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"id": f"p{i}", "text": t}) + "\n" for i, t in enumerate(real["texts"][:4])))
-    # the user's own servers: the target with the drafter, and the target alone
-    with LlamaServer(real["bin"], real["target"], real["bf16"], draft_max=15) as spec, \
-            LlamaServer(real["bin"], real["target"]) as alone:
+    # the user's own servers, started from a shell as the llama.cpp docs show: the target with the drafter, and alone
+    ports = free_port(), free_port()
+    server = str(real["bin"] / "llama-server")
+    commands = [[server, "-m", str(real["target"]), "-md", str(real["bf16"]), "--spec-type", "draft-dflash",
+                 "--spec-draft-n-max", "15", "--port", str(ports[0]), "-t", "1"],
+                [server, "-m", str(real["target"]), "--port", str(ports[1]), "-t", "1"]]
+    procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for c in commands]
+    try:
+        for port in ports:
+            deadline = time.monotonic() + HANG_SECONDS
+            while time.monotonic() < deadline:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as reply:
+                        if reply.status == 200:
+                            break
+                except OSError:
+                    time.sleep(0.1)
+        urls = [f"http://127.0.0.1:{port}" for port in ports]
         res = CliRunner().invoke(accept_command, [
             str(real["bf16"]), "--target", str(TRAINED / "target"), "--prompts", str(prompts), "--max-new-tokens",
-            "32", "--server-url", spec.url, "--baseline-url", alone.url, "--json", "-q"])
+            "32", "--server-url", urls[0], "--baseline-url", urls[1], "--json", "-q"])
+        assert all(p.poll() is None for p in procs)  # dflashkit leaves a user's servers running
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(timeout=30)
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)
     (row,) = next(s["rows"] for s in report["sections"] if s["id"] == "serving")
-    assert row["target"] == spec.url and row["identical_output"] == "yes" and row["tau"] >= 4.0
+    assert row["target"] == urls[0] and row["identical_output"] == "yes" and row["tau"] >= 4.0
     assert row["verdict"] in (VERDICT_GAIN, VERDICT_NO_GAIN, VERDICT_LOSS) and len(row["speedup_ci"]) == 2
     assert _ours(real["target"]) == []
