@@ -26,6 +26,7 @@ from .errors import DFlashError, UsageError
 from .files import signals_unwind
 from .llama_cpp import (LlamaCppDrafterRun, check_extra_args, check_prompt_text, find_binary, run_drafter,
                         target_gguf_from_hf, temp_dir)
+from .llama_cpp.server import REQUEST_TIMEOUT_S as LLAMA_CPP_TIMEOUT_S
 from .llama_cpp.server import find_server, has_server, run_drafter_server
 from .llama_cpp import llama_cpp_src as find_src
 from .prompts import (Prompt, builtin_prompts_path, load_prompts, parse_template_kwargs,  # noqa: F401
@@ -77,6 +78,7 @@ def run_acceptance(
     draft_n_max: Sequence[int | None] = (None,),
     draft_cache_types: Sequence[str | None] = (None,),
     llama_cpp_args: Sequence[str] = (),
+    llama_cpp_timeout: float = LLAMA_CPP_TIMEOUT_S,
 ) -> AcceptResult:
     """Run every drafter on every prompt against ``target`` (an HF dir, or an `HFTarget` already loaded).
 
@@ -98,7 +100,8 @@ def run_acceptance(
     speed-up against the target alone and identical output, for every target GGUF (``target_gguf`` may list
     several: quantized targets) × ``draft_cache_types`` × ``draft_n_max`` (`dflashkit.serving`); ``server_url``
     measures a running server instead (``baseline_url``: the same target without a drafter). ``llama_cpp_args``
-    are added to every llama.cpp command line (``--no-repack``…; what dflashkit sets itself is refused).
+    are added to every llama.cpp command line (``--no-repack``…; what dflashkit sets itself is refused);
+    ``llama_cpp_timeout`` bounds each llama.cpp run, server start and request (seconds).
     """
     if not drafters:
         raise UsageError("give at least one drafter")
@@ -133,6 +136,8 @@ def run_acceptance(
     target_ggufs = ([] if target_gguf is None else [target_gguf] if isinstance(target_gguf, (str, os.PathLike))
                     else list(target_gguf))
     extra_args = check_extra_args(llama_cpp_args)
+    if not (isinstance(llama_cpp_timeout, (int, float)) and math.isfinite(llama_cpp_timeout) and llama_cpp_timeout > 0):
+        raise UsageError(f"--llama-cpp-timeout must be a positive number of seconds, got {llama_cpp_timeout!r}")
     if llama_server is not None and server_url is not None:
         raise UsageError("--llama-server starts its own servers, --server-url asks a running one: give one of them")
     if baseline_url is not None and server_url is None:
@@ -225,7 +230,8 @@ def run_acceptance(
             llama_binary, runs, texts, prompt_ids, prompt_list, runner, target_ggufs, converter_src, max_new_tokens,
             threads, notes, say, ignore_eos, extra_args,
             dict(llama_server=llama_server, server_url=server_url, baseline_url=baseline_url,
-                 draft_n_max=list(draft_n_max), draft_cache_types=list(draft_cache_types), seed=seed))
+                 draft_n_max=list(draft_n_max), draft_cache_types=list(draft_cache_types), seed=seed,
+                 timeout=float(llama_cpp_timeout)))
     return AcceptResult(
         target=str(runner.path), prompts=prompt_list, prompt_source=source, prompt_ids=prompt_ids, drafters=runs,
         max_new_tokens=max_new_tokens, temperature=float(temperature), seed=seed, device=str(runner.device),
@@ -265,7 +271,7 @@ def _run_llama_cpp(binary: Path | None, runs: list[DrafterRun], texts: list[str]
             out = [runner_fn(dir_or_binary, ggufs[0], d.path, gguf_path, texts, n_predict=max_new_tokens,
                              draft_max=d.block_size - 1, threads=threads, progress=say,
                              prompt_tokens=[len(ids) for ids in prompt_ids], ignore_eos=ignore_eos,
-                             extra_args=extra_args)
+                             extra_args=extra_args, timeout=serving_options["timeout"])
                    for d, gguf_path in zip(runs, drafter_ggufs)]
             notes.append("llama.cpp τ measured with " + ("llama-server (counts from its JSON timings)"
                                                          if runner_fn is run_drafter_server else

@@ -582,6 +582,12 @@ def parity_command(
 _PLOT_SUFFIXES = (".html", ".htm", ".png")
 
 
+def _llama_cpp_inputs(*folders: str | None) -> list[str]:
+    """The llama.cpp programs and converter dflash-accept would run: inputs, never an output's place."""
+    names = ("llama-speculative-simple", "llama-server", "convert_hf_to_gguf.py")
+    return [os.path.join(f, n) for f in folders if f is not None for n in names]
+
+
 @dflash_command(
     "dflash-accept fixtures/trained/drafter --target fixtures/trained/target --prompts fixtures/trained/prompts.jsonl",
     "dflash-accept drafter-bf16.gguf drafter-Q4_K_M.gguf --target ./Qwen3-8B --max-drop 5% --llama-cpp ~/llama.cpp/build/bin --target-gguf Qwen3-8B-bf16.gguf",
@@ -650,6 +656,8 @@ _PLOT_SUFFIXES = (".html", ".htm", ".png")
 @click.option("--llama-cpp-arg", "llama_cpp_args", metavar="ARG", multiple=True,
               help="An extra argument for every llama.cpp process (repeatable), e.g. --llama-cpp-arg=--no-repack. "
               "What dflashkit sets itself (-m, -md, --port, ...) is refused.")
+@click.option("--llama-cpp-timeout", type=FiniteFloat(min=0.0, min_open=True), default=600.0, show_default=True,
+              metavar="SECONDS", help="The longest one llama.cpp run, server start or request may take.")
 @click.option("--threads", type=click.IntRange(1, 512), default=1, show_default=True,
               help="llama.cpp threads (-t, target and drafter) for --llama-cpp / --llama-server. ggml's threads spin "
               "while they wait: more threads than idle cores makes a run many times slower.")
@@ -665,7 +673,7 @@ def accept_command(
     trace: str | None, plot: str | None, max_drop: str | None, min_tau: float | None, llama_cpp: str | None,
     target_gguf: tuple[str, ...], llama_cpp_src: str | None, max_gap: str | None, llama_server: str | None,
     server_url: str | None, baseline_url: str | None, draft_n_max: str | None, draft_cache_type: str | None,
-    min_speedup: float | None, llama_cpp_args: tuple[str, ...], threads: int, force: bool,
+    min_speedup: float | None, llama_cpp_args: tuple[str, ...], llama_cpp_timeout: float, threads: int, force: bool,
     fmt: str | None, legacy_fmt: str | None, output: str | None, quiet: bool,
 ) -> None:
     """Acceptance length τ of each DRAFTER (HF dir or GGUF of any type) in speculative decoding with --target.
@@ -703,7 +711,8 @@ def accept_command(
     if len({os.path.abspath(p) for _, p in outputs}) < len(outputs):
         raise UsageError(f"{' / '.join(opt for opt, _ in outputs)} name the same file; give each its own")
     for opt, p in outputs:  # checked now, not after a long run
-        check_output(p, inputs=[*drafters, target, prompts_file, *target_gguf], force=force, label=opt)
+        check_output(p, inputs=[*drafters, target, prompts_file, *target_gguf, *_llama_cpp_inputs(
+            llama_cpp, llama_server, llama_cpp_src)], force=force, label=opt)
     if plot is not None:
         if Path(plot).suffix.lower() not in _PLOT_SUFFIXES:
             raise UsageError(f"--plot {plot}: give a .html or .png file")
@@ -716,7 +725,7 @@ def accept_command(
         reasoning=reasoning, chat_template_kwargs=template_kwargs, llama_cpp=llama_cpp,
         target_gguf=list(target_gguf) or None, llama_cpp_src=llama_cpp_src, threads=threads, llama_server=llama_server,
         server_url=server_url, baseline_url=baseline_url, draft_n_max=n_max_list, draft_cache_types=cache_list,
-        llama_cpp_args=llama_cpp_args,
+        llama_cpp_args=llama_cpp_args, llama_cpp_timeout=llama_cpp_timeout,
         progress=None if quiet else (lambda message: click.echo(f"dflash-accept: {message}", err=True)),
     )
     report = result.report(max_drop=drop, min_tau=min_tau, max_gap=gap, min_speedup=min_speedup)

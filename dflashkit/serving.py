@@ -30,7 +30,7 @@ import numpy as np
 
 from .errors import UsageError
 from .llama_cpp.process import LlamaCppCrashed
-from .llama_cpp.server import Completion, LlamaServer, RemoteServer
+from .llama_cpp.server import REQUEST_TIMEOUT_S, Completion, LlamaServer, RemoteServer
 from .llama_cpp.speculative_simple import LlamaCppRefused, mean_tau
 from .stats import CONFIDENCE, paired_bootstrap_ci
 
@@ -240,6 +240,7 @@ def measure_serving(
     extra_args: Sequence[str] = (),
     ignore_eos: bool = False,
     progress: Callable[[str], None] | None = None,
+    timeout: float = REQUEST_TIMEOUT_S,
 ) -> ServingResult:
     """Every combination through llama-server (module doc). ``drafters``: (path as given, GGUF path, block size).
 
@@ -276,8 +277,9 @@ def measure_serving(
             say(f"llama-server {run.name}: prompt {i + 1}/{len(pairs)} ({name}): τ {run.on[-1].tau:.2f}{speed}")
 
     if server_url is not None:
-        spec = RemoteServer(server_url)
-        base = RemoteServer(baseline_url, label=f"target alone {baseline_url}") if baseline_url else None
+        spec = RemoteServer(server_url, request_timeout=timeout)
+        base = (RemoteServer(baseline_url, label=f"target alone {baseline_url}", request_timeout=timeout)
+                if baseline_url else None)
         run = ServingRun(server_url, server_url, server_url, None, None, seed=seed)
         measure(run, spec, base)
         runs.append(run)
@@ -291,7 +293,8 @@ def measure_serving(
             blocks = [b for _, _, b in drafters]
             ctx = longest + 2 * (max_new_tokens + max(blocks)) + 64
             say(f"llama-server: starting the target alone ({Path(target).name})")
-            with LlamaServer(llama_server, target, ctx_size=ctx, threads=threads, extra_args=extra_args) as base:
+            with LlamaServer(llama_server, target, ctx_size=ctx, threads=threads, extra_args=extra_args,
+                             startup_timeout=timeout, request_timeout=timeout) as base:
                 for path, gguf, block in drafters:
                     for cache in draft_cache_types:
                         for n_max in draft_n_max:
@@ -300,7 +303,8 @@ def measure_serving(
                             runs.append(run)
                             try:
                                 with LlamaServer(llama_server, target, gguf, draft_max=n, draft_cache_type=cache,
-                                                 ctx_size=ctx, threads=threads, extra_args=extra_args) as spec:
+                                                 ctx_size=ctx, threads=threads, extra_args=extra_args,
+                                                 startup_timeout=timeout, request_timeout=timeout) as spec:
                                     measure(run, spec, base)
                             except (LlamaCppRefused, LlamaCppCrashed) as exc:
                                 run.on, run.off = [], []

@@ -420,3 +420,35 @@ def test_server_url_measured_as_a_user_runs_it(real: dict, tmp_path: Path) -> No
     assert row["target"] == urls[0] and row["identical_output"] == "yes" and row["tau"] >= 4.0
     assert row["verdict"] in (VERDICT_GAIN, VERDICT_NO_GAIN, VERDICT_LOSS) and len(row["speedup_ci"]) == 2
     assert _ours(real["target"]) == []
+
+
+def test_a_server_that_never_answers_is_timed_out(tmp_path: Path, drafter_gguf: Path) -> None:
+    folder = standin_server.make(tmp_path / "bin", "hang")
+    start = time.monotonic()
+    proc = _accept_child(folder, tmp_path, drafter_gguf, ["--llama-cpp-timeout", "2"])
+    rc, out, err = wait_or_kill(proc)
+    assert rc == 1, err
+    assert err.startswith("error: llama-server (drafter-bf16.gguf) at http://127.0.0.1:")
+    assert err.strip().endswith("did not answer a completion in 2 s (raise --llama-cpp-timeout for a slow machine or "
+                                "a big model)") and len(err.strip().splitlines()) == 1
+    assert time.monotonic() - start < HANG_SECONDS  # not the default 600 s
+    assert not any(standin_server.alive(p) for p in standin_server.pids(folder))
+
+
+@pytest.mark.parametrize("where", ["target-gguf", "server-binary"])
+def test_an_input_is_never_the_report(tmp_path: Path, drafter_gguf: Path, where: str) -> None:
+    from click.testing import CliRunner
+
+    from dflashkit.cli import accept_command
+
+    folder = standin_server.make(tmp_path / "bin")
+    target = tmp_path / "target.gguf"
+    target.write_bytes(b"GGUF-target-bytes")
+    out = target if where == "target-gguf" else folder / "llama-server"
+    before = out.read_bytes()
+    res = CliRunner().invoke(accept_command, [
+        str(drafter_gguf), "--target", str(TRAINED / "target"), "--llama-server", str(folder), "--target-gguf",
+        str(target), "-o", str(out), "--force", "-q"])
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith(f"error: -o {out}: is also an input") and out.read_bytes() == before
+    assert standin_server.pids(folder) == []  # refused before anything started

@@ -136,10 +136,16 @@ class _Client:
             raise DFlashError(f"{self.label}: a reply over {MAX_REPLY_BYTES >> 20} MiB to one completion — refused")
         return body
 
+    request_timeout: float = REQUEST_TIMEOUT_S
+
     def complete(self, prompt: str, n_predict: int, *, seed: int = 0, ignore_eos: bool = False,
-                 timeout: float = REQUEST_TIMEOUT_S) -> Completion:
+                 timeout: float | None = None) -> Completion:
+        timeout = self.request_timeout if timeout is None else timeout
         try:
             body = self._post("/completion", completion_request(prompt, n_predict, seed, ignore_eos), timeout)
+        except TimeoutError:
+            raise _Client._failed(self, f"did not answer a completion in {timeout:g} s (raise --llama-cpp-timeout "
+                                        "for a slow machine or a big model)") from None
         except urllib.error.HTTPError as exc:
             detail = exc.read(4000).decode("utf-8", "replace")
             raise _Client._failed(self, f"answered HTTP {exc.code}: {last_lines(detail, 1)}") from None
@@ -159,8 +165,10 @@ class _Client:
 class RemoteServer(_Client):
     """A server the user runs (``--server-url``): asked, never started or stopped."""
 
-    def __init__(self, url: str, *, label: str | None = None, timeout: float = 30.0) -> None:
+    def __init__(self, url: str, *, label: str | None = None, timeout: float = 30.0,
+                 request_timeout: float = REQUEST_TIMEOUT_S) -> None:
         self.url = url.rstrip("/")
+        self.request_timeout = request_timeout
         self.label = label or f"llama-server {self.url}"
         if not self.url.startswith(("http://", "https://")):
             raise DFlashError(f"--server-url {url}: give an http:// or https:// URL (e.g. http://127.0.0.1:8080)")
@@ -204,14 +212,15 @@ class LlamaServer(_Client):
     def __init__(self, bin_dir: str | Path, target_gguf: str | Path, drafter_gguf: str | Path | None = None, *,
                  draft_max: int | None = None, draft_cache_type: str | None = None, ctx_size: int = 4096,
                  threads: int = 1, extra_args: Sequence[str] = (), startup_timeout: float = STARTUP_TIMEOUT_S,
-                 option: str = "--llama-server", spec_type: str | None = None) -> None:
+                 option: str = "--llama-server", spec_type: str | None = None,
+                 request_timeout: float = REQUEST_TIMEOUT_S) -> None:
         self.binary = executable(bin_dir, SERVER_BINARY, option, SERVER_BINARY)
         self.target_gguf, self.drafter_gguf = str(target_gguf), None if drafter_gguf is None else str(drafter_gguf)
         self.draft_max = draft_max if drafter_gguf is not None else None
         self.draft_cache_type, self.ctx_size, self.threads = draft_cache_type, ctx_size, threads
         self.spec_type = spec_type or (spec_type_of(self.drafter_gguf) if self.drafter_gguf else None)
         self.extra_args = check_extra_args(extra_args)
-        self.startup_timeout = startup_timeout
+        self.startup_timeout, self.request_timeout = startup_timeout, request_timeout
         self.label = f"{SERVER_BINARY} ({Path(self.drafter_gguf).name if self.drafter_gguf else 'target alone'})"
         self.proc: subprocess.Popen | None = None
         self.port = 0
@@ -274,8 +283,8 @@ class LlamaServer(_Client):
             except (urllib.error.URLError, OSError):
                 pass  # 503 while loading, or not listening yet
             time.sleep(0.05)
-        raise DFlashError(f"{self.label}: not ready {self.startup_timeout:.0f} s after start — last lines: "
-                          f"{last_lines(self.output)}")
+        raise DFlashError(f"{self.label}: not ready {self.startup_timeout:g} s after start (--llama-cpp-timeout) — "
+                          f"last lines: {last_lines(self.output)}")
 
     def _ended(self, code: int, phase: str) -> DFlashError:
         files = self.target_gguf + (f" + {self.drafter_gguf}" if self.drafter_gguf else "")
@@ -321,7 +330,7 @@ def run_drafter_server(
     bin_dir: str | Path, target_gguf: str | Path, drafter_path: str, drafter_gguf: str | Path, texts: Sequence[str],
     *, n_predict: int, draft_max: int, threads: int = 1, progress: Callable[[str], None] | None = None,
     prompt_tokens: Sequence[int] | None = None, ignore_eos: bool = False, extra_args: Sequence[str] = (),
-    seed: int = 0,
+    seed: int = 0, timeout: float = REQUEST_TIMEOUT_S,
 ) -> LlamaCppDrafterRun:
     """τ in llama.cpp through one llama-server with the drafter: the counts of every prompt from its JSON (they
     cannot be lost, unlike ``llama-speculative-simple``'s log). A refusal or a crash ends the drafter's run (kept
@@ -331,7 +340,8 @@ def run_drafter_server(
     ctx = (max(prompt_tokens) if prompt_tokens else 512) + 2 * (n_predict + draft_max) + 64
     try:
         with LlamaServer(bin_dir, target_gguf, drafter_gguf, draft_max=draft_max, ctx_size=ctx, threads=threads,
-                         extra_args=extra_args, option="--llama-cpp") as server:
+                         extra_args=extra_args, option="--llama-cpp", startup_timeout=timeout,
+                         request_timeout=timeout) as server:
             for i, text in enumerate(texts):
                 c = server.complete(text, n_predict, seed=seed + i, ignore_eos=ignore_eos)
                 if not c.speculated and c.decoded > 0:

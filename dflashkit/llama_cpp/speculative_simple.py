@@ -187,18 +187,19 @@ def run_prompt(
     last = ""
     for attempt in range(1, retries + 1):
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout,
-                                  stdin=subprocess.DEVNULL, preexec_fn=child_setup)
+            # stdout (the prompt echo and the generated text) is never read: not kept, whatever its size
+            proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace",
+                                  timeout=timeout, stdin=subprocess.DEVNULL, preexec_fn=child_setup)
         except subprocess.TimeoutExpired:
-            raise DFlashError(f"{drafter_gguf}: {SPECULATIVE_BINARY} did not finish in {timeout:.0f} s") from None
+            raise DFlashError(f"{drafter_gguf}: {SPECULATIVE_BINARY} did not finish in {timeout:g} s "
+                              "(--llama-cpp-timeout)") from None
         # the counts are read from stderr only: stdout carries the prompt echo and the generated text
         output = proc.stderr
         if proc.returncode < 0:  # died by a signal: a crash in llama.cpp, not a verdict on the file
             phase = "generating" if _ENCODED.search(output) else "loading"
-            raise LlamaCppCrashed(crash_message(SPECULATIVE_BINARY, proc.returncode, output + proc.stdout, phase,
-                                                extra_args))
+            raise LlamaCppCrashed(crash_message(SPECULATIVE_BINARY, proc.returncode, output, phase, extra_args))
         if proc.returncode != 0:
-            raise LlamaCppRefused(refusal_message(output + proc.stdout))
+            raise LlamaCppRefused(refusal_message(output))
         if any(m in output for m in _CUT_SHORT):  # it broke out of its loop, then printed counts and exited 0
             raise LlamaCppRefused(next(line.strip() for line in output.splitlines() if any(m in line for m in _CUT_SHORT)))
         counts = parse_counts(output)
@@ -229,7 +230,7 @@ def run_drafter(
     binary: Path, target_gguf: str | os.PathLike, drafter_path: str, drafter_gguf: str | os.PathLike,
     texts: Sequence[str], *, n_predict: int, draft_max: int, threads: int = 1,
     progress: Callable[[str], None] | None = None, prompt_tokens: Sequence[int] | None = None,
-    ignore_eos: bool = False, extra_args: Sequence[str] = (), retries: int = RETRIES,
+    ignore_eos: bool = False, extra_args: Sequence[str] = (), retries: int = RETRIES, timeout: float = TIMEOUT_S,
 ) -> LlamaCppDrafterRun:
     """Every prompt through llama.cpp with one drafter; a refusal on any prompt ends it (kept, with llama.cpp's
     message, and the drafter gets no τ: a file llama.cpp refuses for some prompts is not one to ship)."""
@@ -239,7 +240,7 @@ def run_drafter(
         try:
             r = run_prompt(binary, target_gguf, drafter_gguf, text, n_predict=n_predict, draft_max=draft_max,
                            threads=threads, prompt_tokens=prompt_tokens[i] if prompt_tokens else None,
-                           ignore_eos=ignore_eos, extra_args=extra_args, retries=retries)
+                           ignore_eos=ignore_eos, extra_args=extra_args, retries=retries, timeout=timeout)
         except (LlamaCppRefused, LlamaCppCrashed) as exc:
             out.refused, out.runs, out.crashed = str(exc), [], isinstance(exc, LlamaCppCrashed)
             say(f"llama.cpp {'crashed on' if out.crashed else 'refused'} {drafter_path}: {exc}")
