@@ -726,7 +726,8 @@ def accept_command(
         target_gguf=list(target_gguf) or None, llama_cpp_src=llama_cpp_src, threads=threads, llama_server=llama_server,
         server_url=server_url, baseline_url=baseline_url, draft_n_max=n_max_list, draft_cache_types=cache_list,
         llama_cpp_args=llama_cpp_args, llama_cpp_timeout=llama_cpp_timeout,
-        progress=None if quiet else (lambda message: click.echo(f"dflash-accept: {message}", err=True)),
+        progress=None if quiet else (
+            lambda message: click.echo(f"dflash-accept: {escape_name(message, limit=2000)}", err=True)),
     )
     report = result.report(max_drop=drop, min_tau=min_tau, max_gap=gap, min_speedup=min_speedup)
     if trace is not None:

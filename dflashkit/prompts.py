@@ -1,10 +1,17 @@
 """The prompts of ``dflash-accept``: a JSONL file (chat ``messages`` or raw text) or the built-in set, and the chat
-template's switches (``--reasoning``, ``--chat-template-kwargs``)."""
+template's switches (``--reasoning``, ``--chat-template-kwargs``).
+
+A prompts file is read bounded (`MAX_PROMPTS_FILE_BYTES`, `MAX_PROMPT_LINE_BYTES`: a FIFO or ``/dev/zero`` is
+not read until memory runs out) and split on ``\n`` only (JSON strings may hold U+2028 or U+0085, which
+``str.splitlines`` would split on); prompt ids are unique.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -13,6 +20,14 @@ from typing import Any, Mapping
 from .errors import DFlashError, UsageError
 from .runtime import HFTarget
 
+#: a prompts file larger than this is refused (both runtimes read the same file)
+MAX_PROMPTS_FILE_BYTES = 64 << 20
+#: one prompt line larger than this is refused (~250 k tokens: beyond any target's context)
+MAX_PROMPT_LINE_BYTES = 1 << 20
+#: apply_chat_template's own arguments: a template variable of these names would clash with the call
+RESERVED_TEMPLATE_KWARGS = ("conversation", "tools", "documents", "chat_template", "add_generation_prompt",
+                            "continue_final_message", "tokenize", "padding", "truncation", "max_length",
+                            "return_tensors", "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs")
 
 
 @dataclass(frozen=True)
@@ -43,7 +58,9 @@ class Prompt:
             return self.text or "", False, False
         if getattr(tok, "chat_template", None):
             chat = [{"role": r, "content": c} for r, c in self.messages]
-            text = tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True, **(template_kwargs or {}))
+            text = render_bounded(lambda: tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True,
+                                                                  **(template_kwargs or {})),
+                                  f"prompt {self.id}: the chat template of {target.path}")
             return text, True, False
         # A base model: the contents as plain text, as HFTarget.encode does for one user turn.
         return "\n\n".join(c for _, c in self.messages), False, True
@@ -61,7 +78,8 @@ def reasoning_template_kwargs(reasoning: str | None, template: str | None) -> di
     if reasoning is None:
         return {}
     text = template or ""
-    if reasoning in REASONING_SWITCH:
+    if reasoning.strip().lower() in REASONING_SWITCH:
+        reasoning = reasoning.strip().lower()
         if "enable_thinking" not in text:
             raise UsageError(f"--reasoning {reasoning}: the target's chat template has no enable_thinking switch "
                              "(pass the template's own variable with --chat-template-kwargs)")
@@ -87,6 +105,11 @@ def parse_template_kwargs(text: str | None) -> dict[str, Any]:
                          "'{\"enable_thinking\": false}'") from None
     if not isinstance(value, dict):
         raise UsageError(f"--chat-template-kwargs: expected a JSON object, got a JSON {type(value).__name__}")
+    clash = [k for k in value if k in RESERVED_TEMPLATE_KWARGS]
+    if clash:
+        raise UsageError(f"--chat-template-kwargs: {clash[0]!r} is an argument of the chat-template call itself, not a "
+                         "template variable (dflash-accept sets the conversation and the generation prompt; the "
+                         "template is the target's own)")
     return value
 
 
@@ -103,12 +126,30 @@ def load_prompts(path: str | os.PathLike | None = None) -> list[Prompt]:
     """
     src = Path(path) if path is not None else builtin_prompts_path()
     try:
-        lines = src.read_text(encoding="utf-8").splitlines()
+        if src.is_dir():
+            raise DFlashError(f"{src}: is a directory, not a prompts file (JSONL)")
+        with open(src, "rb") as f:
+            raw = f.read(MAX_PROMPTS_FILE_BYTES + 1)
+        if len(raw) > MAX_PROMPTS_FILE_BYTES:
+            raise DFlashError(f"{src}: the prompts file is over {MAX_PROMPTS_FILE_BYTES >> 20} MiB — give a smaller "
+                              "one (--max-prompts uses only the first N of a file)")
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise DFlashError(f"{src}: no such prompts file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise DFlashError(f"{src}: cannot read the prompts file ({exc})") from None
-    prompts = [_parse_prompt(line, src, n) for n, line in enumerate(lines, 1) if line.strip()]
+    prompts, seen = [], {}
+    for n, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        if len(line) > MAX_PROMPT_LINE_BYTES:  # characters ≤ bytes: a cheap first bound
+            raise DFlashError(f"{src}:{n}: a prompt line over {MAX_PROMPT_LINE_BYTES >> 10} KiB — shorten it")
+        prompt = _parse_prompt(line.rstrip("\r"), src, n)
+        if prompt.id in seen:
+            raise DFlashError(f"{src}:{n}: prompt id {prompt.id!r} is also the id of line {seen[prompt.id]} — give "
+                              "each prompt its own id")
+        seen[prompt.id] = n
+        prompts.append(prompt)
     if not prompts:
         raise DFlashError(f"{src}: no prompts (expected one JSON object per line)")
     return prompts
@@ -125,6 +166,9 @@ def _parse_prompt(line: str, src: Path, n: int) -> Prompt:
         raise DFlashError(f"{where}: not valid JSON ({exc.msg}) — each line must be {_PROMPT_FORMS}") from None
     except RecursionError:
         raise DFlashError(f"{where}: JSON nested too deeply — each line must be {_PROMPT_FORMS}") from None
+    if _has_lone_surrogate(obj):
+        raise DFlashError(f"{where}: a string holds a lone surrogate (an unpaired \\ud800–\\udfff escape): not "
+                          "text any tokenizer can encode — fix the escape")
     if isinstance(obj, str):
         obj = {"prompt": obj}
     if not isinstance(obj, dict):
@@ -151,3 +195,58 @@ def _parse_prompt(line: str, src: Path, n: int) -> Prompt:
     return Prompt(pid, category, messages=tuple(out))
 
 
+def _has_lone_surrogate(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if depth > 64:
+        return False
+    if isinstance(value, dict):
+        return any(_has_lone_surrogate(k, depth + 1) or _has_lone_surrogate(v, depth + 1) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_lone_surrogate(v, depth + 1) for v in value)
+    return False
+
+
+#: the longest a chat template may take to render one prompt (a template is code: its loops can be unbounded)
+TEMPLATE_TIMEOUT_S = 10.0
+
+
+class _TemplateTimeout(Exception):
+    pass
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise _TemplateTimeout
+
+
+def render_bounded(render: Any, where: str, timeout: float = TEMPLATE_TIMEOUT_S) -> str:
+    """``render()`` (a chat template) under a time limit and an output-size limit; any failure inside it is one
+    line naming ``where``. The limit is a SIGALRM timer where this runs in the main thread (Jinja renders in
+    Python, so the timer interrupts it); elsewhere only the size is bounded."""
+    armed = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer") \
+        and signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, None)
+    previous = signal.signal(signal.SIGALRM, _alarm) if armed else None
+    try:
+        if armed:
+            signal.setitimer(signal.ITIMER_REAL, timeout)
+        text = render()
+    except _TemplateTimeout:
+        raise DFlashError(f"{where} did not finish rendering in {timeout:g} s (a loop in the template?)") from None
+    except (DFlashError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001 - a template is the target's code: its failure is bad input
+        message = " ".join(str(exc).split())[:300] or type(exc).__name__
+        raise DFlashError(f"{where} failed: {type(exc).__name__}: {message}") from None
+    finally:
+        if armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+    if not isinstance(text, str):
+        raise DFlashError(f"{where} rendered a {type(text).__name__}, not text")
+    if len(text) > MAX_PROMPT_LINE_BYTES:
+        raise DFlashError(f"{where} rendered over {MAX_PROMPT_LINE_BYTES >> 10} KiB of text for one prompt")
+    return text
