@@ -20,7 +20,7 @@ from .accept_report import build_report, require_matplotlib, write_png  # noqa: 
 from .accept_result import (  # noqa: F401 (re-exported: the verdicts and result types of the command)
     BOOTSTRAP_RESAMPLES, CI_METHOD, CONFIDENCE, EXIT_FAILED, EXIT_OK, SPEED_NOTE, TAU_RANDOM_NOTE, VERDICT_ABOVE,
     VERDICT_AGREES, VERDICT_BELOW, VERDICT_CRASHED, VERDICT_NONFINITE, VERDICT_REFERENCE, VERDICT_REFUSED,
-    VERDICT_ZERO, WARMUP_TOKENS, AcceptMeasurement, DrafterRun, ci_text)
+    VERDICT_ZERO, WARMUP_TOKENS, AcceptMeasurement, DrafterRun, ci_text, distinct_labels)
 from .converters.convert import convert
 from .errors import DFlashError, UsageError
 from .files import signals_unwind
@@ -184,10 +184,15 @@ def run_acceptance(
         notes.append(f"target {runner.path} has no chat template: chat template kwargs {json.dumps(template_kwargs)} "
                      "were not used")
     prompt_ids, plain, texts = [], [], []
+    context = _context_length(runner)
     for p in prompt_list:
         ids, fallback = p.ids(runner, template_kwargs)
         if not ids:
             raise DFlashError(f"prompt {p.id}: encodes to no tokens — give it some text")
+        if context is not None and len(ids) + max_new_tokens > context:
+            raise DFlashError(f"prompt {p.id}: {len(ids)} tokens + {max_new_tokens} new tokens exceed the target's "
+                              f"context of {context} (max_position_embeddings) — shorten the prompt or lower "
+                              "--max-new-tokens")
         prompt_ids.append(ids)
         texts.append(p.rendered(runner, template_kwargs)[0])
         if fallback:
@@ -224,6 +229,8 @@ def run_acceptance(
                 f"τ {r.tau:.2f} over {r.rounds} round(s)")
         runs.append(DrafterRun(str(path), model.load_info, model.draft_tokens + 1, results))  # verify width  # type: ignore[arg-type]
         del model  # free it before the next one loads
+    for run, label in zip(runs, distinct_labels([r.path for r in runs])):
+        run.label = label
     llama_runs, gguf_used, serving = None, None, None
     if llama_binary is not None or llama_server is not None or server_url is not None:
         llama_runs, gguf_used, serving = _run_llama_cpp(
@@ -292,3 +299,11 @@ def _run_llama_cpp(binary: Path | None, runs: list[DrafterRun], texts: list[str]
                 threads=threads, extra_args=extra_args, ignore_eos=ignore_eos, progress=say, **serving_options)
         kept = str(ggufs[0]) if ggufs else None
     return out, kept, serving
+
+
+def _context_length(runner: HFTarget) -> int | None:
+    """The target's context length (``max_position_embeddings``), where its config gives one."""
+    config = getattr(getattr(runner, "model", None), "config", None)
+    text = config.get_text_config() if config is not None and hasattr(config, "get_text_config") else config
+    value = getattr(text, "max_position_embeddings", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

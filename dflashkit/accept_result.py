@@ -17,6 +17,7 @@ from .llama_cpp import LlamaCppDrafterRun, PerPromptTau
 from .prompts import Prompt
 from .runtime import LoadInfo
 from .runtime.speculative import SpeculativeResult
+from .reporting import distinct_labels  # noqa: F401 (re-exported)
 from .serving import ServingResult
 from .stats import BOOTSTRAP_RESAMPLES, CONFIDENCE, Comparison, paired_comparison
 
@@ -57,9 +58,11 @@ class DrafterRun(PerPromptTau):
     block_size: int
     runs: list[SpeculativeResult]
 
+    label: str = ""  # the shortest path tail that tells it from the other drafters (`distinct_labels`)
+
     @property
     def name(self) -> str:
-        return Path(self.path).name or self.path
+        return self.label or Path(self.path).name or self.path
 
 
     @property

@@ -16,6 +16,7 @@ import html
 import json
 import math
 import re
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Sequence, Union
 
@@ -557,3 +558,17 @@ def bar_chart_svg(chart: BarChart) -> str:
     svg.append("</svg>")
     legend = "".join(f'<span><i style="background:{c}"></i>{e(s)}</span>' for s, c in colours.items() if s)
     return f'<div class="chart">{"".join(svg)}</div><div class="legend">{legend}</div>'
+
+
+def distinct_labels(paths: list[str]) -> list[str]:
+    """Per path, its shortest tail of path components that no other path shares (``a/d.gguf`` and ``b/d.gguf``,
+    not ``d.gguf`` twice): two drafters of one file name are told apart in every table and chart."""
+    parts = [Path(p).parts or (p,) for p in paths]
+    out = []
+    for i, own in enumerate(parts):
+        for k in range(1, len(own) + 1):
+            tail = own[-k:]
+            if all(other[-k:] != tail for j, other in enumerate(parts) if j != i):
+                break
+        out.append(str(Path(*tail)) if tail else paths[i])
+    return out

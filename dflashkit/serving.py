@@ -32,6 +32,7 @@ from .errors import UsageError
 from .llama_cpp.process import LlamaCppCrashed
 from .llama_cpp.server import REQUEST_TIMEOUT_S, Completion, LlamaServer, RemoteServer
 from .llama_cpp.speculative_simple import LlamaCppRefused, mean_tau
+from .reporting import distinct_labels
 from .stats import CONFIDENCE, paired_bootstrap_ci
 
 #: verdicts of a serving combination: stable strings, the JSON report's ``verdict``
@@ -80,10 +81,11 @@ class ServingRun:
     refused: str | None = None
     crashed: bool = False
     seed: int = 0
+    label: str = ""  # the shortest path tail that tells the drafter from the others (`reporting.distinct_labels`)
 
     @property
     def name(self) -> str:
-        return Path(self.drafter).name or self.drafter
+        return self.label or Path(self.drafter).name or self.drafter
 
     @property
     def taus(self) -> list[float]:
@@ -310,6 +312,9 @@ def measure_serving(
                                 run.on, run.off = [], []
                                 run.refused, run.crashed = str(exc), isinstance(exc, LlamaCppCrashed)
                                 say(f"llama-server {'crashed on' if run.crashed else 'refused'} {path}: {exc}")
+    labels = dict(zip([p for p, _, _ in drafters], distinct_labels([str(p) for p, _, _ in drafters])))
+    for run in runs:
+        run.label = labels.get(run.drafter, "")
     notes = [f"llama-server: greedy requests (temperature 0, top-k 1, no prompt cache), {max_new_tokens} new tokens, "
              f"-np 1, -t {threads}; speed-up: {SPEEDUP_CI_METHOD}",
              "τ per prompt = (predicted_n − 1) / (predicted_n − 1 − draft_n_accepted) (the first token comes from "

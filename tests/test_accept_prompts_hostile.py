@@ -109,3 +109,33 @@ def test_a_failing_template_is_one_line_naming_it(tmp_path: Path, template: str,
     line = res.output.strip()
     assert line.startswith(f"error: prompt chat-1: the chat template of {target} ") and message in line, line
     assert len(line.splitlines()) == 1 and "Traceback" not in line
+
+
+def test_a_prompt_longer_than_the_context_is_refused(tmp_path: Path) -> None:
+    target = shutil.copytree(TRAINED / "target", tmp_path / "target")
+    config = json.loads((target / "config.json").read_text())
+    config["max_position_embeddings"] = 64
+    (target / "config.json").write_text(json.dumps(config))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "long", "text": "the old king walks to the river " * 12}) + "\n")
+    res = CliRunner().invoke(accept_command, [str(TRAINED / "drafter"), "--target", str(target), "--prompts",
+                                              str(prompts), "--max-new-tokens", "16", "-q"])
+    assert res.exit_code == 1, res.output
+    assert res.output.startswith("error: prompt long: ") and res.output.strip().endswith(
+        "new tokens exceed the target's context of 64 (max_position_embeddings) — shorten the prompt or lower "
+        "--max-new-tokens")
+
+
+def test_drafters_of_one_file_name_are_told_apart(tmp_path: Path) -> None:
+    from dflashkit.accept import run_acceptance
+    from dflashkit.converters.convert import convert
+
+    paths = []
+    for folder in ("good", "bad"):
+        (tmp_path / folder).mkdir()
+        paths.append(convert(TRAINED / "drafter", tmp_path / folder / "drafter.gguf", outtype="bf16",
+                             target=TRAINED / "target", progress=False, warn=lambda m: None).out)
+    result = run_acceptance(TRAINED / "target", paths, TRAINED / "prompts.jsonl", max_new_tokens=8, max_prompts=2)
+    assert [d.name for d in result.drafters] == ["good/drafter.gguf", "bad/drafter.gguf"]
+    report = result.report().to_text()
+    assert "good/drafter.gguf" in report and "bad/drafter.gguf" in report
