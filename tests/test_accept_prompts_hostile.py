@@ -139,3 +139,24 @@ def test_drafters_of_one_file_name_are_told_apart(tmp_path: Path) -> None:
     assert [d.name for d in result.drafters] == ["good/drafter.gguf", "bad/drafter.gguf"]
     report = result.report().to_text()
     assert "good/drafter.gguf" in report and "bad/drafter.gguf" in report
+
+
+@pytest.mark.parametrize("pattern, problem", [
+    ("^(.*.*)*!x", "a quantifier nested in a quantified group"),
+    ("(blk\\.\\d+)+ffn", "a quantifier nested in a quantified group"),
+    ("(ffn)\\1", "a back-reference"),
+    ("a" * 300, "a pattern over 256 characters"),
+])
+def test_a_tensor_type_pattern_that_backtracks_is_refused(tmp_path: Path, pattern: str, problem: str) -> None:
+    from dflashkit.cli import quantize_command
+    from dflashkit.converters.convert import convert
+
+    src = convert(TRAINED / "drafter", tmp_path / "in.gguf", outtype="f32", target=TRAINED / "target",
+                  progress=False, warn=lambda m: None).out
+    before = src.read_bytes()
+    start = time.monotonic()
+    res = CliRunner().invoke(quantize_command, [str(src), str(tmp_path / "out.gguf"), "Q4_K_M", "--tensor-type",
+                                                f"{pattern}=q8_0"])
+    assert res.exit_code == 2, res.output
+    assert res.output.startswith(f"error: --tensor-type '{pattern}=q8_0': {problem} — a pattern that can backtrack")
+    assert time.monotonic() - start < 30 and src.read_bytes() == before and not (tmp_path / "out.gguf").exists()

@@ -110,9 +110,58 @@ def parse_tensor_type_override(spec: str) -> tuple[re.Pattern[str], GGMLQuantiza
         raise UsageError(f"--tensor-type '{spec}': missing the type after '=' (e.g. {pattern}=q8_0)")
     qtype = parse_ggml_type(type_name, f"--tensor-type '{spec}'")
     try:
-        return re.compile(pattern.lower()), qtype
+        compiled = re.compile(pattern.lower())
     except re.error as exc:
         raise UsageError(f"--tensor-type '{spec}': bad regular expression ({exc})") from None
+    problem = pattern_hazard(pattern.lower())
+    if problem:
+        raise UsageError(f"--tensor-type '{spec}': {problem} — a pattern that can backtrack for minutes on one "
+                         "tensor name; write it without (e.g. blk\\.[0-9]+\\.ffn_down)")
+    return compiled, qtype
+
+
+#: longest --tensor-type pattern (tensor names are at most 64 characters in ggml)
+MAX_PATTERN_CHARS = 256
+
+
+def pattern_hazard(pattern: str) -> str | None:
+    """What makes a pattern backtrack exponentially in Python's engine (llama-quantize uses std::regex, which has
+    the same exposure), or None: a quantifier over a group that itself holds an open-ended quantifier
+    (``(a+)+``, ``(.*.*)*``), a back-reference, or an over-long pattern. Checked on the parsed pattern."""
+    if len(pattern) > MAX_PATTERN_CHARS:
+        return f"a pattern over {MAX_PATTERN_CHARS} characters"
+    try:
+        from re import _parser as parser  # type: ignore[attr-defined]  # Python ≥ 3.11
+    except ImportError:  # Python 3.10
+        import sre_parse as parser  # type: ignore[no-redef]
+    repeats = {parser.MAX_REPEAT, parser.MIN_REPEAT, getattr(parser, "POSSESSIVE_REPEAT", parser.MAX_REPEAT)}
+
+    def children(av: object) -> list:
+        """The sub-patterns of one node's argument."""
+        if isinstance(av, parser.SubPattern):
+            return [av]
+        if isinstance(av, (list, tuple)):
+            return [x for item in av for x in children(item)]
+        return []
+
+    def walk(sub: object, inside_repeat: bool) -> str | None:
+        for op, av in sub:  # type: ignore[attr-defined]
+            if op is parser.GROUPREF or op is getattr(parser, "GROUPREF_EXISTS", None):
+                return "a back-reference"
+            if op in repeats:
+                low, high, body = av
+                open_ended = high is parser.MAXREPEAT or high > 1
+                if open_ended and inside_repeat:
+                    return "a quantifier nested in a quantified group"
+                found = walk(body, inside_repeat or open_ended)
+            else:
+                found = next((f for child in children(av) if (f := walk(child, inside_repeat))), None)
+            if found:
+                return found
+        return None
+
+    return walk(parser.parse(pattern), False)
+
 
 
 def normalize_overrides(
