@@ -452,3 +452,35 @@ def test_an_input_is_never_the_report(tmp_path: Path, drafter_gguf: Path, where:
     assert res.exit_code == 2, res.output
     assert res.output.startswith(f"error: -o {out}: is also an input") and out.read_bytes() == before
     assert standin_server.pids(folder) == []  # refused before anything started
+
+
+def test_term_while_speculative_simple_runs_leaves_nothing(tmp_path: Path, drafter_gguf: Path) -> None:
+    # TERM unwinds like Ctrl-C: the llama.cpp child is killed, the temp folder removed, then dflash-accept dies of TERM
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    simple = folder / "llama-speculative-simple"
+    simple.write_text(f"#!{sys.executable}\nimport os, time\nfrom pathlib import Path\n"
+                      f"Path({str(folder / 'pid')!r}).write_text(str(os.getpid()))\ntime.sleep(3600)\n")
+    simple.chmod(0o755)
+    target = tmp_path / "target.gguf"
+    target.write_bytes(b"GGUF")
+    args = [str(drafter_gguf), "--target", str(TRAINED / "target"), "--prompts", str(TRAINED / "prompts.jsonl"),
+            "--max-prompts", "1", "--max-new-tokens", "8", "--llama-cpp", str(folder), "--target-gguf", str(target),
+            "-q"]
+    code = DEFAULT_SIGNALS + f"from dflashkit.cli import accept_command\naccept_command({args!r})\n"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(tmp_path)}, cwd=ROOT)
+    deadline = time.monotonic() + HANG_SECONDS
+    while not (folder / "pid").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (folder / "pid").exists(), proc.communicate()
+    assert list(tmp_path.glob("dflashkit-llama-*"))
+    proc.send_signal(signal.SIGTERM)
+    rc, _, err = wait_or_kill(proc)
+    assert rc == -signal.SIGTERM, err
+    child = int((folder / "pid").read_text())
+    deadline = time.monotonic() + 10
+    while standin_server.alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not standin_server.alive(child)
+    assert not list(tmp_path.glob("dflashkit-llama-*"))
