@@ -41,8 +41,11 @@ needs_llama_cpp = pytest.mark.skipif(
 )
 
 
-def run_oracle(hf_dir: Path, out: Path) -> Path:
-    cmd = [sys.executable, str(ROOT / "fixtures" / "llama_cpp_vocab.py"), str(LLAMA_CPP_SRC), str(hf_dir), str(out), "--pre", "qwen2"]
+def run_oracle(hf_dir: Path, out: Path, build: str = "0.3.36") -> Path:
+    from llama_cpp_oracle import require_llama_cpp_src
+
+    src = require_llama_cpp_src(build)
+    cmd = [sys.executable, str(ROOT / "fixtures" / "llama_cpp_vocab.py"), str(src), str(hf_dir), str(out), "--pre", "qwen2"]
     env = {k: v for k, v in os.environ.items() if k != "NO_LOCAL_GGUF"}  # the converter's own gguf-py
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
