@@ -27,14 +27,14 @@ from .files import signals_unwind
 from .llama_cpp import (LlamaCppDrafterRun, check_extra_args, check_prompt_text, find_binary, run_drafter,
                         target_gguf_from_hf, temp_dir)
 from .llama_cpp.server import REQUEST_TIMEOUT_S as LLAMA_CPP_TIMEOUT_S
-from .llama_cpp.server import find_server, has_server, run_drafter_server
+from .llama_cpp.server import RemoteServer, find_server, has_server, run_drafter_server
 from .llama_cpp import llama_cpp_src as find_src
 from .prompts import (Prompt, builtin_prompts_path, load_prompts, parse_template_kwargs,  # noqa: F401
                       reasoning_template_kwargs)
 from .reporting import Report
 from .runtime import HFTarget, load_drafter
 from .runtime.speculative import check_pair, default_stop_ids, speculative_generate
-from .serving import ServingResult, measure_serving
+from .serving import ServingResult, check_serving_options, measure_serving
 from .stats import Comparison, paired_bootstrap_ci, paired_comparison  # noqa: F401
 
 
@@ -145,13 +145,22 @@ def run_acceptance(
     if llama_server is not None or server_url is not None:
         if temperature > 0:
             raise UsageError("--llama-server / --server-url measure greedy decoding: use them with --temperature 0")
+        check_serving_options(llama_server, server_url, draft_n_max, draft_cache_types, max_new_tokens)
         if llama_server is not None:
             find_server(llama_server)
+        else:
+            assert server_url is not None
+            if extra_args:
+                raise UsageError("--llama-cpp-arg goes to the llama.cpp processes dflashkit starts; --server-url "
+                                 "asks a running server (pass the arguments where you start it)")
+            RemoteServer(server_url)  # before minutes of reference runs: a typo'd URL is said now
+            if baseline_url is not None:
+                RemoteServer(baseline_url, label=f"target alone {baseline_url}")
     if llama_cpp is not None and temperature > 0:
         raise UsageError("--llama-cpp measures greedy τ: use it with --temperature 0")
     if llama_cpp is not None or llama_server is not None:
-        if llama_cpp is not None:
-            llama_binary = find_binary(llama_cpp)
+        if llama_cpp is not None:  # llama-server where the build has it, else llama-speculative-simple
+            llama_binary = (Path(llama_cpp) / "llama-server" if has_server(llama_cpp) else find_binary(llama_cpp))
         for t in target_ggufs:
             if not Path(t).is_file():
                 raise UsageError(f"--target-gguf {t}: no such file")
@@ -163,7 +172,7 @@ def run_acceptance(
                                  "tree, to convert --target with llama.cpp's own converter)")
     elif target_ggufs or llama_cpp_src is not None:
         raise UsageError("--target-gguf / --llama-cpp-src only matter with --llama-cpp or --llama-server BIN_DIR")
-    elif extra_args and server_url is None:
+    elif extra_args:
         raise UsageError("--llama-cpp-arg only matters with --llama-cpp or --llama-server BIN_DIR")
 
     if isinstance(target, HFTarget):
@@ -197,7 +206,7 @@ def run_acceptance(
         texts.append(p.rendered(runner, template_kwargs)[0])
         if fallback:
             plain.append(p.id)
-    if llama_binary is not None or llama_server is not None:  # before minutes of reference runs, not after
+    if llama_binary is not None and not has_server(llama_binary.parent):  # speculative-simple: the prompt is argv
 
         for p, text in zip(prompt_list, texts):
             try:

@@ -205,6 +205,8 @@ def signals_unwind() -> Iterator[None]:
     try:
         yield
     except _Terminated as exc:
+        if not previous:  # an outer level installed the handlers: let it finish unwinding (its temp folders too)
+            raise
         for s, h in previous.items():
             signal.signal(s, h)
         previous = {}

@@ -215,8 +215,9 @@ def _has_lone_surrogate(value: Any, depth: int = 0) -> bool:
 TEMPLATE_TIMEOUT_S = 10.0
 
 
-class _TemplateTimeout(Exception):
-    pass
+class _TemplateTimeout(BaseException):
+    """Raised by the timer inside a render: a BaseException, so no ``except Exception`` in the template's code or
+    in transformers swallows it."""
 
 
 def _alarm(signum: int, frame: Any) -> None:
@@ -243,7 +244,10 @@ def render_bounded(render: Any, where: str, timeout: float = TEMPLATE_TIMEOUT_S)
         raise DFlashError(f"{where} failed: {type(exc).__name__}: {message}") from None
     finally:
         if armed:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            try:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            except _TemplateTimeout:  # fired just as the render ended: the render is done, the text is kept
+                pass
             signal.signal(signal.SIGALRM, previous)
     if not isinstance(text, str):
         raise DFlashError(f"{where} rendered a {type(text).__name__}, not text")

@@ -7,9 +7,10 @@ target and shared by its combinations: neither llama.cpp build takes a per-reque
 both as the same greedy request, one right after the other, the order alternating from prompt to prompt, after a
 discarded warm-up on each; so a busy machine slows both arms of a pair alike. Per combination:
 
-- τ: committed tokens per target forward, per prompt ``predicted_n / (predicted_n − draft_n_accepted)``, the mean
-  over prompts (the definition ``--llama-cpp`` and the reference runtime use);
-- decode tok/s without and with the drafter (``predicted_n / predicted_ms``, prompt processing excluded);
+- τ: committed tokens per target forward, per prompt ``(predicted_n − 1) / (predicted_n − 1 − draft_n_accepted)``
+  (the first token comes from the prompt's prefill), the mean over prompts (the definition ``--llama-cpp`` and the
+  reference runtime use);
+- decode tok/s without and with the drafter (``(predicted_n − 1) / predicted_ms``, prompt processing excluded);
 - the speed-up: the geometric mean over prompts of (tok/s with) / (tok/s without), with a paired bootstrap CI of
   the mean log ratio (`stats.paired_bootstrap_ci`);
 - identical output: the speculative tokens must equal the target's own greedy tokens — where not, the prompt, the
@@ -28,7 +29,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .errors import UsageError
+from .errors import DFlashError, UsageError
 from .llama_cpp.process import LlamaCppCrashed
 from .llama_cpp.server import REQUEST_TIMEOUT_S, Completion, LlamaServer, RemoteServer
 from .llama_cpp.speculative_simple import LlamaCppRefused, mean_tau
@@ -224,6 +225,20 @@ def cache_type_value(v: str) -> str:
     return v.lower()
 
 
+def check_serving_options(llama_server: Any, server_url: str | None, draft_n_max: Sequence[int | None],
+                          draft_cache_types: Sequence[str | None], max_new_tokens: int) -> None:
+    """The serving options that are wrong whatever the servers say: usage errors, checked before any work."""
+    if (llama_server is None) == (server_url is None):
+        raise UsageError("give one of --llama-server BIN_DIR (dflashkit starts the servers) or --server-url URL")
+    if server_url is not None and (len(draft_n_max) > 1 or draft_n_max[0] is not None
+                                   or len(draft_cache_types) > 1 or draft_cache_types[0] is not None):
+        raise UsageError("--draft-n-max / --draft-cache-type are set where the server starts: with --server-url they "
+                         "are the running server's own")
+    if max_new_tokens < 3:
+        raise UsageError(f"--max-new-tokens {max_new_tokens}: llama-server drafts only with 2 tokens still to "
+                         "generate after the first — give at least 3")
+
+
 def measure_serving(
     drafters: Sequence[tuple[str, str | os.PathLike, int]],
     texts: Sequence[str],
@@ -250,12 +265,7 @@ def measure_serving(
     one target alone per target GGUF; with ``server_url`` it asks a running server (its drafter, cache and n-max
     are the server's own) and ``baseline_url`` for the target alone."""
     say = progress or (lambda message: None)
-    if (llama_server is None) == (server_url is None):
-        raise UsageError("give one of --llama-server BIN_DIR (dflashkit starts the servers) or --server-url URL")
-    if server_url is not None and (len(draft_n_max) > 1 or draft_n_max[0] is not None
-                                   or len(draft_cache_types) > 1 or draft_cache_types[0] is not None):
-        raise UsageError("--draft-n-max / --draft-cache-type are set where the server starts: with --server-url they "
-                         "are the running server's own")
+    check_serving_options(llama_server, server_url, draft_n_max, draft_cache_types, max_new_tokens)
     if llama_server is not None and not target_ggufs:
         raise UsageError("--llama-server needs the target as a GGUF: pass --target-gguf FILE (repeat it to sweep "
                          "quantized targets)")
@@ -263,16 +273,24 @@ def measure_serving(
     pairs = list(zip(texts, prompt_names))
     runs: list[ServingRun] = []
 
+    def ask(server: Any, base: Any | None, text: str, n: int, request_seed: int) -> Completion:
+        try:
+            return server.complete(text, n, seed=request_seed, ignore_eos=ignore_eos)
+        except (LlamaCppRefused, LlamaCppCrashed) as exc:
+            if server is base:  # the shared target alone failed: no drafter's fault, and no later pair can run
+                raise DFlashError(f"the target alone ({server.label}) failed: {exc}") from None
+            raise
+
     def measure(run: ServingRun, spec: Any, base: Any | None) -> None:
         say(f"llama-server: {run.name} on {Path(run.target_gguf).name} ({combo_label(run)}): warm-up")
         warm = min(WARMUP_TOKENS, max_new_tokens)
         for server in (spec, base) if base is not None else (spec,):
-            server.complete(texts[0], warm, seed=seed, ignore_eos=ignore_eos)
+            ask(server, base, texts[0], warm, seed)
         for i, (text, name) in enumerate(pairs):
             arms = [(spec, run.on), (base, run.off)] if base is not None else [(spec, run.on)]
             for server, out in arms if i % 2 else arms[::-1]:  # the order alternates
-                out.append(server.complete(text, max_new_tokens, seed=seed + i, ignore_eos=ignore_eos))
-            if not run.on[-1].speculated and run.on[-1].decoded > 0:
+                out.append(ask(server, base, text, max_new_tokens, seed + i))
+            if not run.on[-1].speculated and run.on[-1].decoded >= 2:  # one token leaves no room for a draft
                 raise spec.not_drafting()
             speed = (f", ×{run.on[-1].tokens_per_s / run.off[-1].tokens_per_s:.2f}"
                      if base is not None and run.off[-1].tokens_per_s > 0 else "")

@@ -2,7 +2,8 @@
 
 It answers ``/health`` and ``/completion`` the way llama-server does (the JSON fields dflashkit reads), records its
 argv and pid, and misbehaves on request: the file ``mode`` beside it names how (``segv`` at start, ``refuse``,
-``segv-generate``, ``hang``, ``impossible``, ``no-draft``, ``http-error``). With ``-md`` it reports draft counts
+``segv-generate``, ``base-segv-generate`` (the target alone dies), ``hang``, ``impossible``, ``no-draft``,
+``http-error``). With ``-md`` it reports draft counts
 and generates twice as fast as without, so the speed-up is ×2 and every verdict is known in advance.
 """
 
@@ -59,6 +60,8 @@ class Handler(BaseHTTPRequestHandler):
             (here / "request-arrived").write_text(str(os.getpid()))
             time.sleep(3600)
         if draft and mode == "segv-generate":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if not draft and mode == "base-segv-generate":
             os.kill(os.getpid(), signal.SIGSEGV)
         if draft and mode == "http-error":
             self.reply(500, {"error": {"code": 500, "message": "the draft context failed"}})

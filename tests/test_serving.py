@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import os
 import signal
 import socket
@@ -121,10 +122,23 @@ def test_a_reply_is_checked_before_it_counts() -> None:
         parse_completion(_reply(), "srv", 2)
 
 
+def test_an_end_token_inside_an_accepted_draft_is_not_counted_twice() -> None:
+    # the server counts a draft's accepted tokens before it stops at the end token inside them: 1 token after the
+    # first committed, 3 counted as accepted — at most what was committed counts, one round, never "impossible"
+    body = json.dumps({"tokens": [5, 6], "stop_type": "eos",
+                       "timings": {"predicted_n": 2, "predicted_ms": 1.0, "draft_n": 15, "draft_n_accepted": 3}})
+    c = parse_completion(body.encode(), "srv", 15)
+    assert (c.decoded, c.draft_accepted, c.rounds, c.tau) == (1, 0, 1, 1.0)
+    with pytest.raises(DFlashError, match="more draft tokens accepted than drafted"):  # "limit": taken as it is
+        parse_completion(body.replace('"eos"', '"limit"').replace('"draft_n": 15', '"draft_n": 2').encode(), "srv", 15)
+
+
 @pytest.mark.parametrize("arg, flag", [("-md", "-md"), ("--port=8081", "--port"), ("-m", "-m"),
-                                       ("--spec-draft-n-max", "--spec-draft-n-max"), ("-ctkd", "-ctkd")])
+                                       ("--spec-draft-n-max", "--spec-draft-n-max"), ("-ctkd", "-ctkd"),
+                                       ("--spec_draft_n_max=4", "--spec-draft-n-max"),
+                                       ("--spec-draft-model", "--spec-draft-model"), ("-t", "-t")])
 def test_an_argument_dflashkit_sets_is_a_usage_error(arg: str, flag: str) -> None:
-    with pytest.raises(UsageError, match=f"--llama-cpp-arg {arg}: dflashkit sets {flag} itself"):
+    with pytest.raises(UsageError, match=f"--llama-cpp-arg {re.escape(arg)}: dflashkit sets {flag} itself"):
         check_extra_args(["--no-repack", arg])
     assert check_extra_args(["--no-repack", "-fa", "on"]) == ["--no-repack", "-fa", "on"]
 
@@ -484,3 +498,61 @@ def test_term_while_speculative_simple_runs_leaves_nothing(tmp_path: Path, draft
         time.sleep(0.05)
     assert not standin_server.alive(child)
     assert not list(tmp_path.glob("dflashkit-llama-*"))
+
+
+def test_a_proxy_in_the_environment_is_not_used_for_loopback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")  # nothing listens there: a proxied request would fail
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    result = _measure(standin_server.make(tmp_path / "bin"), tmp_path)
+    assert result.verdicts() == [VERDICT_GAIN]
+
+
+def test_a_crash_of_the_target_alone_is_not_the_drafters(tmp_path: Path) -> None:
+    folder = standin_server.make(tmp_path / "bin", "base-segv-generate")
+    with pytest.raises(DFlashError) as err:
+        _measure(folder, tmp_path)
+    assert str(err.value).startswith("the target alone (llama-server (target alone)) failed: ")
+    assert "llama-server crashed (SIGSEGV) while generating" in str(err.value)
+    assert not any(standin_server.alive(p) for p in standin_server.pids(folder))
+
+
+@pytest.mark.parametrize("extra, code, message", [
+    (["--server-url", "http://127.0.0.1:1", "--draft-n-max", "4"], 2, "--draft-n-max / --draft-cache-type are set"),
+    (["--server-url", "ftp://x"], 1, "--server-url ftp://x: give an http:// or https:// URL"),
+    (["--server-url", "http://127.0.0.1:8x"], 1, "http://127.0.0.1:8x/health: no llama-server ready there"),
+    (["--server-url", "http://127.0.0.1:1", "--llama-cpp-arg=--no-repack"], 2, "--llama-cpp-arg goes to the llama.cpp"),
+    (["--llama-server", "{bin}", "--target-gguf", "{target}", "--max-new-tokens", "2"], 2, "give at least 3"),
+])
+def test_serving_options_are_checked_before_the_reference_runs(tmp_path: Path, extra: list[str], code: int,
+                                                               message: str) -> None:
+    from click.testing import CliRunner
+
+    from dflashkit.cli import accept_command
+
+    folder = standin_server.make(tmp_path / "bin")
+    target = tmp_path / "t.gguf"
+    target.write_bytes(b"GGUF")
+    args = [a.format(bin=folder, target=target) for a in extra]
+    start = time.monotonic()
+    res = CliRunner().invoke(accept_command, [str(TRAINED / "drafter"), "--target", str(TRAINED / "target"), *args,
+                                              "-q"])
+    assert res.exit_code == code and message in res.output and len(res.output.strip().splitlines()) == 1, res.output
+    assert "Traceback" not in res.output and "internal error" not in res.output
+    assert time.monotonic() - start < 20  # no reference run (the target is not even loaded)
+
+
+def test_term_in_a_nested_unwind_lets_the_outer_clean_up(tmp_path: Path) -> None:
+    code = DEFAULT_SIGNALS + f"""
+import os, signal, tempfile
+from pathlib import Path
+from dflashkit.files import signals_unwind
+with signals_unwind(), tempfile.TemporaryDirectory(dir={str(tmp_path)!r}) as d:
+    Path(d, "big.gguf").write_bytes(b"x")
+    with signals_unwind():  # as convert's atomic writer inside dflash-accept's llama.cpp folder
+        os.kill(os.getpid(), signal.SIGTERM)
+        signal.pause()
+"""
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rc, _, err = wait_or_kill(proc)
+    assert rc == -signal.SIGTERM, err
+    assert list(tmp_path.iterdir()) == []

@@ -23,17 +23,22 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from ..errors import DFlashError, UsageError
+from ..io.gguf_reader import open_gguf
 
 #: the arguments dflashkit sets itself on a llama.cpp command line: the measurement depends on them
 RESERVED_ARGS = frozenset({
-    "-m", "--model", "-md", "--model-draft", "--port", "--host", "-p", "--prompt", "-f", "--file", "-n",
-    "--n-predict", "--predict", "--spec-type", "--spec-draft-n-max", "--draft-max", "--draft", "--draft-n",
-    "-ctkd", "-ctvd", "--cache-type-k-draft", "--cache-type-v-draft", "-c", "--ctx-size", "-np", "--parallel",
-    "--temp", "--top-k", "--seed", "-s", "--ignore-eos", "--no-escape", "-hf", "-hfr", "--hf-repo", "-hfd",
-    "--hf-repo-draft", "-mu", "--model-url", "--api-key", "--api-key-file", "--path", "--api-prefix",
+    "-m", "--model", "-md", "--model-draft", "--spec-draft-model", "--port", "--host", "-p", "--prompt", "-f",
+    "--file", "-n", "--n-predict", "--predict", "--spec-type", "--spec-draft-n-max", "--spec-draft-n-min",
+    "--spec-draft-p-min", "--draft-p-min", "--draft-max", "--draft", "--draft-n", "--draft-min", "-ctkd", "-ctvd",
+    "--cache-type-k-draft", "--cache-type-v-draft", "--spec-draft-type-k", "--spec-draft-type-v", "-c",
+    "--ctx-size", "-np", "--parallel", "-t", "--threads", "-b", "--batch-size", "-ub", "--ubatch-size", "--temp",
+    "--temperature", "--top-k", "--seed", "-s", "--ignore-eos", "--no-escape", "-e", "--escape", "-hf", "-hfr",
+    "--hf-repo", "-hfd", "-hfrd", "--hf-repo-draft", "--spec-draft-hf", "-mu", "--model-url", "--api-key",
+    "--api-key-file", "--path", "--api-prefix", "--spec-synth-len", "--spec-synth-rates", "--spec-default",
+    "--verbose", "-v", "-lv", "--verbosity", "--log-disable", "--log-file",
 })
 #: the longest tail of a crashed process's output quoted in its message
 CRASH_TAIL_LINES = 3
@@ -46,6 +51,8 @@ def check_extra_args(args: Sequence[str]) -> list[str]:
         if not isinstance(arg, str) or not arg or "\x00" in arg:
             raise UsageError(f"--llama-cpp-arg {arg!r}: give a non-empty argument")
         flag = arg.split("=", 1)[0]
+        if flag.startswith("--"):  # llama.cpp reads --a_b as --a-b
+            flag = flag.replace("_", "-")
         if flag in RESERVED_ARGS:
             raise UsageError(f"--llama-cpp-arg {arg}: dflashkit sets {flag} itself (the models, port, prompt and "
                              "speculative settings it measures); use its own options instead")
@@ -91,19 +98,43 @@ def crash_message(program: str, returncode: int, output: str, phase: str, extra_
     return message
 
 
-def child_setup() -> None:  # runs in the child between fork and exec
+def _load_prctl() -> Any:
+    """libc's prctl, loaded once here: the child only calls it (no library search between fork and exec)."""
+    if not sys.platform.startswith("linux"):
+        return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001 - best effort; a child without it is still stopped by our finally
-        pass
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _load_prctl()
+
+
+def child_setup() -> None:  # runs in the child between fork and exec
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: the kernel ends the child if dflashkit dies
 
 
 def popen(cmd: Sequence[str], **kwargs: object) -> subprocess.Popen:
     """``subprocess.Popen`` for a llama.cpp program: no stdin, and killed with us on Linux (module doc)."""
-    if sys.platform.startswith("linux"):
+    if _PRCTL is not None:
         kwargs.setdefault("preexec_fn", child_setup)
-    return subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, **kwargs)  # type: ignore[call-overload]
+    try:
+        return subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, **kwargs)  # type: ignore[call-overload]
+    except OSError as exc:
+        raise DFlashError(f"{cmd[0]}: cannot run it ({exc.strerror or exc}) — is it a llama.cpp build for this "
+                          "machine?") from None
+
+
+def spec_type_of(drafter_gguf: str | os.PathLike) -> str:
+    """``draft-dspark`` for a drafter with a Markov head (``markov_w1.weight``), else ``draft-dflash``: the rule
+    llama.cpp itself detects the type by (``common_speculative_types_from_gguf``)."""
+    try:
+        with open_gguf(drafter_gguf) as g:
+            return "draft-dspark" if "markov_w1.weight" in g.tensors else "draft-dflash"
+    except (OSError, DFlashError):
+        return "draft-dflash"  # llama.cpp reports what is wrong with the file
 
 
 def stop(proc: subprocess.Popen, grace_s: float = 5.0) -> None:

@@ -19,6 +19,7 @@ block on a full pipe); the tail is what a refusal or a crash quotes.
 from __future__ import annotations
 
 import collections
+import http.client
 import json
 import math
 import os
@@ -27,14 +28,15 @@ import subprocess
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..errors import DFlashError
-from ..io.gguf_reader import open_gguf
-from .process import LlamaCppCrashed, check_extra_args, crash_message, executable, last_lines, popen, stop
+from .process import (LlamaCppCrashed, check_extra_args, crash_message, executable, last_lines, popen,
+                      spec_type_of, stop)
 from .speculative_simple import (LlamaCppDrafterRun, LlamaCppPromptRun, LlamaCppRefused, check_counts,
                                  refusal_message)
 
@@ -59,6 +61,7 @@ class Completion:
     draft_accepted: int
     prompt_n: int | None  # prompt tokens the server processed
     speculated: bool = False  # the reply carries draft counts (the server leaves them out when it never drafted)
+    stop_type: str | None = None  # "limit" (n_predict reached), "eos", "word"…
 
     @property
     def decoded(self) -> int:
@@ -103,11 +106,18 @@ def parse_completion(body: bytes, where: str, draft_max: int | None) -> Completi
     if isinstance(predicted_ms, bool) or not isinstance(predicted_ms, (int, float)) or not math.isfinite(predicted_ms) \
             or predicted_ms < 0:
         raise DFlashError(f"{where}: the server's reply has no finite timings.predicted_ms ({predicted_ms!r})")
+    stop_type = doc.get("stop_type") if isinstance(doc.get("stop_type"), str) else None
     c = Completion(tokens=list(tokens), predicted_n=_int(t.get("predicted_n"), "timings.predicted_n", where),
                    predicted_ms=float(predicted_ms), draft_n=_int(t.get("draft_n", 0), "timings.draft_n", where),
                    draft_accepted=_int(t.get("draft_n_accepted", 0), "timings.draft_n_accepted", where),
                    prompt_n=t.get("prompt_n") if isinstance(t.get("prompt_n"), int) else None,
-                   speculated="draft_n" in t)
+                   speculated="draft_n" in t, stop_type=stop_type)
+    if stop_type not in (None, "limit") and 0 <= c.decoded <= c.draft_accepted <= c.draft_n:
+        # an end token inside an accepted draft: the server counted the whole draft as accepted before it stopped
+        # committing (both builds), so the last round's tokens after the end are counted, never generated —
+        # count accepted as at most what was committed (≥ 1 round): τ of that prompt is then exact but for its
+        # last round
+        c = replace(c, draft_accepted=max(c.decoded - 1, 0))
     if c.predicted_n != len(c.tokens):
         raise DFlashError(f"{where}: llama-server reported impossible counts (predicted_n {c.predicted_n} for "
                           f"{len(c.tokens)} generated tokens) — refused, not reported")
@@ -122,6 +132,20 @@ def completion_request(prompt: str, n_predict: int, seed: int, ignore_eos: bool)
             "cache_prompt": False, "return_tokens": True, "stream": False, "ignore_eos": ignore_eos}
 
 
+_LOOPBACK = ("127.", "localhost", "[::1]", "::1")
+#: no proxy for a server on this machine (an http_proxy in the environment would take loopback requests too)
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+#: what a URL that is not an HTTP server on the other side raises, besides OSError
+_NOT_HTTP = (http.client.HTTPException, ValueError)
+
+
+def _open(url: str | urllib.request.Request, timeout: float) -> Any:
+    target = url.full_url if isinstance(url, urllib.request.Request) else url
+    host = urllib.parse.urlsplit(target).hostname or ""
+    opener = _DIRECT if host.startswith(_LOOPBACK) or host == "::1" else urllib.request.build_opener()
+    return opener.open(url, timeout=timeout)
+
+
 class _Client:
     url: str
     draft_max: int | None = None
@@ -130,7 +154,7 @@ class _Client:
     def _post(self, path: str, payload: dict[str, Any], timeout: float) -> bytes:
         request = urllib.request.Request(self.url + path, data=json.dumps(payload).encode("utf-8"),
                                          headers={"Content-Type": "application/json"}, method="POST")
-        with urllib.request.urlopen(request, timeout=timeout) as reply:  # noqa: S310 - a loopback or given URL
+        with _open(request, timeout) as reply:
             body = reply.read(MAX_REPLY_BYTES + 1)
         if len(body) > MAX_REPLY_BYTES:
             raise DFlashError(f"{self.label}: a reply over {MAX_REPLY_BYTES >> 20} MiB to one completion — refused")
@@ -151,6 +175,8 @@ class _Client:
             raise _Client._failed(self, f"answered HTTP {exc.code}: {last_lines(detail, 1)}") from None
         except (urllib.error.URLError, OSError) as exc:
             raise self._failed(f"did not answer ({getattr(exc, 'reason', exc)})") from None
+        except _NOT_HTTP as exc:
+            raise _Client._failed(self, f"answered with no HTTP a llama-server speaks ({type(exc).__name__})") from None
         return parse_completion(body, self.label, self.draft_max)
 
     def _failed(self, what: str) -> DFlashError:
@@ -173,9 +199,9 @@ class RemoteServer(_Client):
         if not self.url.startswith(("http://", "https://")):
             raise DFlashError(f"--server-url {url}: give an http:// or https:// URL (e.g. http://127.0.0.1:8080)")
         try:
-            with urllib.request.urlopen(self.url + "/health", timeout=timeout) as reply:  # noqa: S310
+            with _open(self.url + "/health", timeout) as reply:
                 reply.read(4096)
-        except (urllib.error.URLError, OSError) as exc:
+        except (urllib.error.URLError, OSError, *_NOT_HTTP) as exc:
             raise DFlashError(f"{self.url}/health: no llama-server ready there ({getattr(exc, 'reason', exc)}) — "
                               "start it first, or pass --llama-server BIN_DIR to let dflashkit start one") from None
 
@@ -183,16 +209,6 @@ class RemoteServer(_Client):
 def find_server(bin_dir: str | Path) -> Path:
     """``BIN_DIR/llama-server``, or a usage error saying what to pass."""
     return executable(bin_dir, SERVER_BINARY, "--llama-server", SERVER_BINARY)
-
-
-def spec_type_of(drafter_gguf: str | Path) -> str:
-    """``draft-dspark`` for a drafter with a Markov head (``markov_w1.weight``), else ``draft-dflash``: the rule
-    llama.cpp itself detects the type by (``common_speculative_types_from_gguf``)."""
-    try:
-        with open_gguf(drafter_gguf) as g:
-            return "draft-dspark" if "markov_w1.weight" in g.tensors else "draft-dflash"
-    except (OSError, DFlashError):
-        return "draft-dflash"  # llama-server reports what is wrong with the file
 
 
 def has_server(bin_dir: str | Path) -> bool:
@@ -241,10 +257,10 @@ class LlamaServer(_Client):
 
     @property
     def output(self) -> str:
-        return "\n".join(self._tail)
+        return "\n".join(list(self._tail))
 
     def _read(self, stream: Any) -> None:
-        for raw in iter(stream.readline, b""):
+        for raw in iter(lambda: stream.readline(TAIL_LINE_CHARS * 4), b""):  # a line without end is cut
             self._tail.append(raw[:TAIL_LINE_CHARS].decode("utf-8", "replace").rstrip())
 
     def start(self) -> "LlamaServer":
@@ -273,14 +289,14 @@ class LlamaServer(_Client):
             if code is not None:
                 if self._reader is not None:
                     self._reader.join(timeout=2)
-                if code >= 0 and any("bind" in line.lower() and "port" in line.lower() for line in self._tail):
+                if code >= 0 and any("bind" in line.lower() and "port" in line.lower() for line in list(self._tail)):
                     return False
                 raise self._ended(code, "loading")
             try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as reply:  # noqa: S310 - loopback
+                with _open(self.url + "/health", 2) as reply:
                     if reply.status == 200:
                         return True
-            except (urllib.error.URLError, OSError):
+            except (urllib.error.URLError, OSError, *_NOT_HTTP):
                 pass  # 503 while loading, or not listening yet
             time.sleep(0.05)
         raise DFlashError(f"{self.label}: not ready {self.startup_timeout:g} s after start (--llama-cpp-timeout) — "
@@ -307,7 +323,7 @@ class LlamaServer(_Client):
 
     def not_drafting(self) -> DFlashError:
         # llama-server logs the failure and serves on without speculation (both builds): say so, with its reason
-        reason = next((line for line in self._tail if "specul" in line.lower() and "fail" in line.lower()),
+        reason = next((line for line in list(self._tail) if "specul" in line.lower() and "fail" in line.lower()),
                       "no draft_n in its timings")
         return LlamaCppRefused(f"{self.label} generated without drafting, so the drafter was not used: {reason}")
 
@@ -344,7 +360,7 @@ def run_drafter_server(
                          request_timeout=timeout) as server:
             for i, text in enumerate(texts):
                 c = server.complete(text, n_predict, seed=seed + i, ignore_eos=ignore_eos)
-                if not c.speculated and c.decoded > 0:
+                if not c.speculated and c.decoded >= 2:  # one token left no room for a draft
                     raise server.not_drafting()
                 out.runs.append(LlamaCppPromptRun(n_predict=c.decoded, n_drafted=c.draft_n, n_accept=c.draft_accepted,
                                                   n_prompt_tokens=c.prompt_n))

@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import DFlashError
-from .process import LlamaCppCrashed, check_extra_args, child_setup, crash_message, executable
+from .process import LlamaCppCrashed, check_extra_args, child_setup, crash_message, executable, spec_type_of
 
 SPECULATIVE_BINARY = "llama-speculative-simple"
 RETRIES = 5
@@ -178,7 +178,7 @@ def run_prompt(
     reference runtime reads it (llama.cpp would turn a literal backslash-n into a newline)."""
     check_prompt_text(text)
     ctx = ctx_size or max(512, (prompt_tokens or len(text)) + 2 * (n_predict + draft_max) + 64)
-    cmd = [str(binary), "-m", str(target_gguf), "-md", str(drafter_gguf), "--spec-type", "draft-dflash",
+    cmd = [str(binary), "-m", str(target_gguf), "-md", str(drafter_gguf), "--spec-type", spec_type_of(drafter_gguf),
            "--spec-draft-n-max", str(draft_max), "-p", text, "--no-escape", "-n", str(n_predict), "--temp", "0",
            "--top-k", "1", "-t", str(threads), "-c", str(ctx), "-b", str(ctx), "-ub", str(ctx), "--verbose"]
     if ignore_eos:

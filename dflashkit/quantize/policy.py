@@ -145,14 +145,20 @@ def pattern_hazard(pattern: str) -> str | None:
         return []
 
     def walk(sub: object, inside_repeat: bool) -> str | None:
+        in_a_row = 0  # open-ended quantifiers over wildcards one after another (.*a.*a.*a.*: polynomial, steep)
         for op, av in sub:  # type: ignore[attr-defined]
             if op is parser.GROUPREF or op is getattr(parser, "GROUPREF_EXISTS", None):
                 return "a back-reference"
+            if op is parser.BRANCH and inside_repeat:
+                return "an alternation inside a quantified group"
             if op in repeats:
                 low, high, body = av
                 open_ended = high is parser.MAXREPEAT or high > 1
                 if open_ended and inside_repeat:
                     return "a quantifier nested in a quantified group"
+                in_a_row += high is parser.MAXREPEAT
+                if in_a_row > 3:
+                    return "more than three open-ended quantifiers in a row"
                 found = walk(body, inside_repeat or open_ended)
             else:
                 found = next((f for child in children(av) if (f := walk(child, inside_repeat))), None)
