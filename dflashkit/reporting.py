@@ -340,14 +340,15 @@ def _text_section(s: Section) -> list[str]:
     if isinstance(s, Notes):
         return out + [f"  - {_one_line(item)}" for item in s.items]
     cells = _cells(s)
-    widths = [max(len(c.header), *(len(r[i]) for r in cells)) for i, c in enumerate(s.columns)]
+    headers = [_one_line(c.header) for c in s.columns]  # a header may carry a file's or a prompt's name
+    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
     numeric = [all(_is_number(row.get(c.key)) or row.get(c.key) is None for row in s.rows) for c in s.columns]
 
     def line(values: Sequence[str], flag: str) -> str:
         padded = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
         return f"{flag} " + "  ".join(padded).rstrip()
 
-    out.append(line([c.header for c in s.columns], " "))
+    out.append(line(headers, " "))
     out.append(line(["-" * w for w in widths], " "))
     out += [line(r, "!" if i in s.flagged else " ") for i, r in enumerate(cells)]
     return out

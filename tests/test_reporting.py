@@ -267,3 +267,15 @@ def test_bar_tags_are_written_under_their_bars() -> None:
     assert [t for _, t in tags] == ["Q4_K", "F32", "&lt;Q6_K&gt;"]
     centres = [float(a["x"]) + float(a["width"]) / 2 for a in bars]
     assert [float(x) - 3 for x, _ in tags] == pytest.approx(centres)  # each under its own bar
+
+
+def test_text_headers_from_input_are_defanged() -> None:
+    # a drafter path or prompt id becomes a column header ("τ <name>"): an OSC title sequence, CR or LF in it
+    # must not reach the terminal
+    name = "evil\x1b]0;pwned\x07\r\nname"
+    t = Table("τ per prompt", [Column("prompt", "prompt"), Column("tau_0", f"τ {name}", ".2f")],
+              [{"prompt": "p\x1b[2J", "tau_0": 3.0}])
+    text = Report("r", "ok", sections=[t]).to_text()
+    assert "\x1b" not in text and "\r" not in text and "\x07" not in text
+    header = next(line for line in text.splitlines() if "prompt" in line and "τ evil" in line)
+    assert "τ evil\\x1b]0;pwned\\x07\\r\\nname" in header
