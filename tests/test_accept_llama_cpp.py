@@ -379,3 +379,24 @@ def test_impossible_counts_are_refused(tmp_path: Path, tail: str, problem: str) 
         run_prompt(binary, "t.gguf", "d.gguf", "hello", n_predict=16, draft_max=15)
     assert str(err.value).startswith(f"d.gguf: llama-speculative-simple reported impossible counts ({problem}")
     assert "refused, not reported" in str(err.value)
+
+
+def test_a_chatty_build_is_read_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dflashkit.llama_cpp import process
+
+    # 24 MB of log between the load lines and the counts: only the head and the tail are kept, the counts are read
+    body = ("sys.stderr.write('llama_model_loader: loaded meta data\\n'); "
+            "[sys.stderr.write('D noise ' + 'x' * 1000 + '\\n') for _ in range(24000)]; sys.stderr.write(TAIL)")
+    binary = fake_binary(tmp_path / "bin", body)
+    seen: list[int] = []
+    original = process.run_bounded
+
+    def spy(cmd: list[str], *, timeout: float) -> tuple[int, str]:
+        code, text = original(cmd, timeout=timeout)
+        seen.append(len(text))
+        return code, text
+
+    monkeypatch.setattr("dflashkit.llama_cpp.speculative_simple.run_bounded", spy)
+    r = run_prompt(binary, "t.gguf", "d.gguf", "hello", n_predict=16, draft_max=15)
+    assert (r.n_predict, r.n_drafted, r.n_accept) == (17, 45, 14)
+    assert seen and seen[0] <= process.HEAD_BYTES + process.TAIL_BYTES + 64 * 1024 + 16

@@ -16,12 +16,14 @@ Every llama.cpp process dflashkit starts (``llama-speculative-simple``, ``llama-
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import ctypes.util
 import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -158,3 +160,48 @@ def executable(bin_dir: str | os.PathLike, name: str, option: str, target: str) 
         raise UsageError(f"{option} {bin_dir}: no executable {name} there — give the bin/ folder of a llama.cpp "
                          f"build (cmake --build BUILD --target {target})")
     return path
+
+
+#: what is kept of a llama.cpp program's stderr: its first and its last bytes (load errors come first, the counts
+#: and the last lines last); whatever a chatty or hostile build prints in between is read and dropped
+HEAD_BYTES = 1 << 20
+TAIL_BYTES = 4 << 20
+
+
+def run_bounded(cmd: Sequence[str], *, timeout: float) -> tuple[int, str]:
+    """Run ``cmd`` to its end: (exit status, its stderr kept bounded — head and tail). stdout is not kept. On a
+    timeout, an error or a signal the child is stopped before the exception goes on."""
+    proc = popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    head = bytearray()
+    tail: collections.deque[bytes] = collections.deque()
+    state = {"tail": 0, "dropped": False}
+
+    def read() -> None:
+        assert proc.stderr is not None
+        while chunk := proc.stderr.read1(1 << 16):
+            if len(head) < HEAD_BYTES:
+                take = HEAD_BYTES - len(head)
+                head.extend(chunk[:take])
+                chunk = chunk[take:]
+            if chunk:
+                tail.append(chunk)
+                state["tail"] += len(chunk)
+                while state["tail"] - len(tail[0]) >= TAIL_BYTES:
+                    state["tail"] -= len(tail.popleft())
+                    state["dropped"] = True
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        proc.wait(timeout=timeout)
+    except BaseException:
+        stop(proc)
+        reader.join(timeout=5)
+        raise
+    finally:
+        if proc.poll() is not None:
+            reader.join(timeout=5)
+            if proc.stderr is not None:
+                proc.stderr.close()
+    text = bytes(head) + (b"\n[...]\n" if state["dropped"] else b"") + b"".join(tail)
+    return proc.returncode, text.decode("utf-8", "replace")

@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import DFlashError
-from .process import LlamaCppCrashed, check_extra_args, child_setup, crash_message, executable, spec_type_of
+from .process import LlamaCppCrashed, check_extra_args, crash_message, executable, run_bounded, spec_type_of
 
 SPECULATIVE_BINARY = "llama-speculative-simple"
 RETRIES = 5
@@ -187,18 +187,16 @@ def run_prompt(
     last = ""
     for attempt in range(1, retries + 1):
         try:
-            # stdout (the prompt echo and the generated text) is never read: not kept, whatever its size
-            proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace",
-                                  timeout=timeout, stdin=subprocess.DEVNULL, preexec_fn=child_setup)
+            # stdout (the prompt echo and the generated text) is never read; stderr is kept bounded (head + tail)
+            returncode, output = run_bounded(cmd, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise DFlashError(f"{drafter_gguf}: {SPECULATIVE_BINARY} did not finish in {timeout:g} s "
                               "(--llama-cpp-timeout)") from None
         # the counts are read from stderr only: stdout carries the prompt echo and the generated text
-        output = proc.stderr
-        if proc.returncode < 0:  # died by a signal: a crash in llama.cpp, not a verdict on the file
+        if returncode < 0:  # died by a signal: a crash in llama.cpp, not a verdict on the file
             phase = "generating" if _ENCODED.search(output) else "loading"
-            raise LlamaCppCrashed(crash_message(SPECULATIVE_BINARY, proc.returncode, output, phase, extra_args))
-        if proc.returncode != 0:
+            raise LlamaCppCrashed(crash_message(SPECULATIVE_BINARY, returncode, output, phase, extra_args))
+        if returncode != 0:
             raise LlamaCppRefused(refusal_message(output))
         if any(m in output for m in _CUT_SHORT):  # it broke out of its loop, then printed counts and exited 0
             raise LlamaCppRefused(next(line.strip() for line in output.splitlines() if any(m in line for m in _CUT_SHORT)))
