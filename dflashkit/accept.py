@@ -194,10 +194,16 @@ def run_acceptance(
                      "were not used")
     prompt_ids, plain, texts = [], [], []
     context = _context_length(runner)
+    vocab = _vocab_rows(runner)
     for p in prompt_list:
         ids, fallback = p.ids(runner, template_kwargs)
         if not ids:
             raise DFlashError(f"prompt {p.id}: encodes to no tokens — give it some text")
+        outside = [t for t in ids if not 0 <= t < vocab] if vocab else []
+        if outside:
+            raise DFlashError(f"prompt {p.id}: the tokenizer of {runner.path} gives token id {outside[0]}, outside the "
+                              f"model's vocabulary of {vocab} — its tokenizer.json (a post-processor's or an added "
+                              "token's id) does not fit the model")
         if context is not None and len(ids) + max_new_tokens > context:
             raise DFlashError(f"prompt {p.id}: {len(ids)} tokens + {max_new_tokens} new tokens exceed the target's "
                               f"context of {context} (max_position_embeddings) — shorten the prompt or lower "
@@ -316,3 +322,11 @@ def _context_length(runner: HFTarget) -> int | None:
     text = config.get_text_config() if config is not None and hasattr(config, "get_text_config") else config
     value = getattr(text, "max_position_embeddings", None)
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _vocab_rows(runner: HFTarget) -> int | None:
+    """Rows of the target's input embedding: a token id at or past it cannot be run."""
+    try:
+        return int(runner.model.get_input_embeddings().num_embeddings)
+    except (AttributeError, TypeError, ValueError):
+        return None

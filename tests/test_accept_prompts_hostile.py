@@ -162,3 +162,20 @@ def test_a_tensor_type_pattern_that_backtracks_is_refused(tmp_path: Path, patter
     assert res.exit_code == 2, res.output
     assert res.output.startswith(f"error: --tensor-type '{pattern}=q8_0': {problem} — a pattern that can backtrack")
     assert time.monotonic() - start < 30 and src.read_bytes() == before and not (tmp_path / "out.gguf").exists()
+
+
+def test_a_tokenizer_id_outside_the_vocabulary_is_named(tmp_path: Path) -> None:
+    target = shutil.copytree(TRAINED / "target", tmp_path / "target")
+    tok = json.loads((target / "tokenizer.json").read_text())
+    tok["post_processor"] = {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<big>", "type_id": 0}},
+                                                                       {"Sequence": {"id": "A", "type_id": 0}}],
+                             "pair": [{"Sequence": {"id": "A", "type_id": 0}}],
+                             "special_tokens": {"<big>": {"id": "<big>", "ids": [5_000_000], "tokens": ["<big>"]}}}
+    (target / "tokenizer.json").write_text(json.dumps(tok))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "raw", "text": "the old king"}) + "\n")
+    res = CliRunner().invoke(accept_command, [str(TRAINED / "drafter"), "--target", str(target), "--prompts",
+                                              str(prompts), "--max-new-tokens", "4", "-q"])
+    assert res.exit_code == 1, res.output
+    assert res.output.startswith(f"error: prompt raw: the tokenizer of {target} gives token id 5000000, outside the "
+                                 "model's vocabulary of"), res.output
