@@ -179,3 +179,17 @@ def test_a_tokenizer_id_outside_the_vocabulary_is_named(tmp_path: Path) -> None:
     assert res.exit_code == 1, res.output
     assert res.output.startswith(f"error: prompt raw: the tokenizer of {target} gives token id 5000000, outside the "
                                  "model's vocabulary of"), res.output
+
+
+@pytest.mark.parametrize("template", [5, ["x"], [{"name": "default", "template": 7}]])
+def test_a_template_that_is_no_text_is_one_line(tmp_path: Path, template: object) -> None:
+    target = _target_with(tmp_path, template)  # type: ignore[arg-type]
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "c", "prompt": "hi"}) + "\n")
+    res = CliRunner().invoke(accept_command, [str(TRAINED / "drafter"), "--target", str(target), "--prompts",
+                                              str(prompts), "--max-new-tokens", "4", "-q"])
+    assert res.exit_code == 1, res.output
+    line = res.output.strip()
+    assert len(line.splitlines()) == 1 and "internal error" not in line and "Traceback" not in line
+    assert line.startswith((f"error: target {target}: its tokenizer does not load (",
+                            f"error: prompt c: the chat template of {target} failed: ")), line

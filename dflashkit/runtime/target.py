@@ -71,9 +71,16 @@ class HFTarget:
                 self.model = AutoModelForCausalLM.from_pretrained(
                     self.path, dtype=self.dtype, use_safetensors=True  # never the pickle beside it
                 ).to(self.device).eval()
-                self.tokenizer = AutoTokenizer.from_pretrained(self.path)
         except (OSError, ValueError, KeyError) as exc:
             raise DFlashError(f"target {self.path}: transformers cannot load it ({str(exc).splitlines()[0]})") from None
+        try:
+            with _quiet_transformers():
+                self.tokenizer = AutoTokenizer.from_pretrained(self.path)
+        except Exception as exc:  # noqa: BLE001 - a tokenizer's files are input: whatever breaks in them is one line
+            first = (str(exc).splitlines() or [""])[0][:300]
+            raise DFlashError(f"target {self.path}: its tokenizer does not load ({type(exc).__name__}: {first}) — "
+                              "check tokenizer_config.json (chat_template: a string, or a list of "
+                              "{\"name\", \"template\"} objects) and tokenizer.json") from None
         self.n_layers = int(self.model.config.get_text_config().num_hidden_layers)
 
     def encode(self, prompt: str) -> list[int]:
