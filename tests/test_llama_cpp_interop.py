@@ -164,9 +164,14 @@ def test_zoo_drafter_loads_and_drafts(name: str, zoo, server_bin: Path, tmp_path
     # MiMo's mask_embedding.pt takes the target's embeddings and head from its HF dir; a config without
     # target_layer_ids gets them from --target-layer-ids (the fixture's taps)
     extra = {"target_layer_ids": make_zoo.TAPS} if name == "zlab-no-taps" else {}
-    convert(made[name], out, outtype="q8_0", target=target_dir if name == "zlab-mimo" else target, **extra, **QUIET)
-    # llama.cpp tells DSpark from DFlash by the Markov head (common/speculative.cpp auto-detection; LlamaServer
-    # passes --spec-type by the same rule)
+    result = convert(made[name], out, outtype="q8_0", target=target_dir if name == "zlab-mimo" else target, **extra,
+                     **QUIET)
+    # llama.cpp tells DSpark from DFlash by the Markov head (common/speculative.cpp auto-detection); LlamaServer
+    # passes the --spec-type the drafter's family declares: the same answer
+    from dflashkit.llama_cpp.process import spec_type_of
+
+    markov = any(t.gguf_name == "markov_w1.weight" for t in result.tensors)
+    assert spec_type_of(out) == ("draft-dspark" if markov else "draft-dflash")
     drafted, log = served(server_bin, target, out)
     assert drafted > 0
     assert "mask_token_id=500" in log

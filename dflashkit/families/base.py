@@ -85,6 +85,8 @@ class DrafterFamily:
     #: converted as llama.cpp's ``DFlashModel`` converts it: a Gemma target's √hidden embedding scale is written
     #: when the config gives no ``input_embedding_scale`` (mainline b11549; `target_rules.gemma_embedding_scale`)
     gemma_target_embedding_scale: bool = False
+    #: llama.cpp's ``--spec-type`` for a drafter of this family (llama.cpp picks it from the file by the same rule)
+    llama_cpp_spec_type: str = "draft-dflash"
 
     instance: "DrafterFamily"
 

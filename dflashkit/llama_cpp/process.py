@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import DFlashError, UsageError
-from ..io.gguf_reader import open_gguf
+from ..drafters import open_drafter
+from ..families.base import DrafterFamily
 
 #: the arguments dflashkit sets itself on a llama.cpp command line: the measurement depends on them
 RESERVED_ARGS = frozenset({
@@ -130,13 +131,14 @@ def popen(cmd: Sequence[str], **kwargs: object) -> subprocess.Popen:
 
 
 def spec_type_of(drafter_gguf: str | os.PathLike) -> str:
-    """``draft-dspark`` for a drafter with a Markov head (``markov_w1.weight``), else ``draft-dflash``: the rule
-    llama.cpp itself detects the type by (``common_speculative_types_from_gguf``)."""
+    """llama.cpp's ``--spec-type`` for a drafter file, as its family declares it (a Markov head: the DSpark type,
+    the rule llama.cpp itself detects the type by, ``common_speculative_types_from_gguf``)."""
     try:
-        with open_gguf(drafter_gguf) as g:
-            return "draft-dspark" if "markov_w1.weight" in g.tensors else "draft-dflash"
+        with open_drafter(drafter_gguf) as drafter:
+            family = drafter.family
     except (OSError, DFlashError):
-        return "draft-dflash"  # llama.cpp reports what is wrong with the file
+        family = None  # llama.cpp reports what is wrong with the file
+    return family.llama_cpp_spec_type if family is not None else DrafterFamily.llama_cpp_spec_type
 
 
 def stop(proc: subprocess.Popen, grace_s: float = 5.0) -> None:

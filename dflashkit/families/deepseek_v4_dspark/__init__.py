@@ -19,6 +19,7 @@ ARCH_DEEPSEEK_V4_DSPARK = "DeepseekV4DSparkModel"
 
 class DeepseekV4DSpark(DrafterFamily):
     name = "deepseek-v4-dspark"
+    llama_cpp_spec_type = "draft-dspark"  # the Markov head (common_speculative_types_from_gguf)
     priority = 50
     architectures = (ARCH_DEEPSEEK_V4_DSPARK,)
     runtime_unsupported = "a DeepSeek-V4 backbone (hyper-connections, MLA, MoE)"

@@ -70,6 +70,7 @@ def dspark_hf_to_canonical(hf_name: str) -> str | None:
 
 class DSpark(ZLabDFlash):
     name = "dspark"
+    llama_cpp_spec_type = "draft-dspark"  # the Markov head (common_speculative_types_from_gguf)
     gemma_target_embedding_scale = True
     priority = 60
     architectures = DSPARK_ARCHITECTURES
