@@ -38,11 +38,12 @@ TYPES = ("bf16", "f16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_K_M_DRAFT")
 QUIET = dict(progress=False, warn=lambda m: None)
 
 
-def make_files(tmp: Path) -> dict[str, Path]:
+def make_files(tmp: Path, types: tuple[str, ...] = TYPES) -> dict[str, Path]:
+    """The trained drafter as each of ``types``: bf16 / f16 by dflash-convert, the rest by dflash-quantize of f32."""
     out: dict[str, Path] = {}
     f32 = tmp / "drafter-f32.gguf"
     convert(TRAINED / "drafter", f32, outtype="f32", target=TRAINED / "target", **QUIET)
-    for t in TYPES:
+    for t in types:
         path = tmp / f"drafter-{t}.gguf"
         if t in ("bf16", "f16"):
             convert(TRAINED / "drafter", path, outtype=t, target=TRAINED / "target", **QUIET)

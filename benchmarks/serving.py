@@ -25,9 +25,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "fixtures"))
 
-from dflashkit.converters.convert import convert  # noqa: E402
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from acceptance import make_files  # noqa: E402  (the drafter files acceptance.py measures, same recipe)
 from dflashkit.llama_cpp import target_gguf_from_hf  # noqa: E402
-from dflashkit.quantize.gguf_file import quantize_gguf  # noqa: E402
 from dflashkit.serving import measure_serving  # noqa: E402
 
 TRAINED = ROOT / "fixtures" / "trained"
@@ -36,20 +37,6 @@ N_MAX = (4, 8, 15)
 CACHE_TYPES = ("f16", "q8_0")
 ENV = {"0.3.36": ("DFLASHKIT_LLAMA_CPP_BIN", "DFLASHKIT_LLAMA_CPP_SRC"),
        "b11549": ("DFLASHKIT_LLAMA_CPP_MAINLINE_BIN", "DFLASHKIT_LLAMA_CPP_MAINLINE_SRC")}
-QUIET = dict(progress=False, warn=lambda m: None)
-
-
-def drafter_files(tmp: Path) -> dict[str, Path]:
-    out: dict[str, Path] = {}
-    f32 = tmp / "drafter-f32.gguf"
-    convert(TRAINED / "drafter", f32, outtype="f32", target=TRAINED / "target", **QUIET)
-    for t in TYPES:
-        out[t] = tmp / f"drafter-{t}.gguf"
-        if t == "bf16":
-            convert(TRAINED / "drafter", out[t], outtype="bf16", target=TRAINED / "target", **QUIET)
-        else:
-            quantize_gguf(f32, out[t], t, **QUIET)
-    return out
 
 
 def main() -> None:
@@ -83,7 +70,7 @@ def main() -> None:
     ]
     with tempfile.TemporaryDirectory(prefix="dflashkit-serving-") as tmp_name:
         tmp = Path(tmp_name)
-        drafters = drafter_files(tmp)
+        drafters = make_files(tmp, TYPES)
         sizes = {t: p.stat().st_size for t, p in drafters.items()}
         for build, bin_dir in builds.items():
             src = os.environ.get(ENV.get(build, ("", ""))[1])

@@ -27,7 +27,7 @@ from .files import signals_unwind
 from .llama_cpp import (LlamaCppDrafterRun, check_extra_args, check_prompt_text, find_binary, run_drafter,
                         target_gguf_from_hf, temp_dir)
 from .llama_cpp.server import REQUEST_TIMEOUT_S as LLAMA_CPP_TIMEOUT_S
-from .llama_cpp.server import RemoteServer, find_server, has_server, run_drafter_server
+from .llama_cpp.server import SERVER_BINARY, RemoteServer, find_server, has_server, run_drafter_server
 from .llama_cpp import llama_cpp_src as find_src
 from .prompts import (Prompt, builtin_prompts_path, load_prompts, parse_template_kwargs,  # noqa: F401
                       reasoning_template_kwargs)
@@ -160,7 +160,7 @@ def run_acceptance(
         raise UsageError("--llama-cpp measures greedy τ: use it with --temperature 0")
     if llama_cpp is not None or llama_server is not None:
         if llama_cpp is not None:  # llama-server where the build has it, else llama-speculative-simple
-            llama_binary = (Path(llama_cpp) / "llama-server" if has_server(llama_cpp) else find_binary(llama_cpp))
+            llama_binary = (Path(llama_cpp) / SERVER_BINARY if has_server(llama_cpp) else find_binary(llama_cpp))
         for t in target_ggufs:
             if not Path(t).is_file():
                 raise UsageError(f"--target-gguf {t}: no such file")
@@ -212,7 +212,7 @@ def run_acceptance(
         texts.append(p.rendered(runner, template_kwargs)[0])
         if fallback:
             plain.append(p.id)
-    if llama_binary is not None and not has_server(llama_binary.parent):  # speculative-simple: the prompt is argv
+    if llama_binary is not None and llama_binary.name != SERVER_BINARY:  # speculative-simple: the prompt is argv
 
         for p, text in zip(prompt_list, texts):
             try:
@@ -288,15 +288,16 @@ def _run_llama_cpp(binary: Path | None, runs: list[DrafterRun], texts: list[str]
             drafter_ggufs.append(gguf_path)
         if binary is not None:
             # llama-server's JSON where the build has it (counts that cannot be lost), else speculative-simple's log
-            runner_fn = run_drafter_server if has_server(binary.parent) else run_drafter
-            dir_or_binary = binary.parent if runner_fn is run_drafter_server else binary
+            via_server = binary.name == SERVER_BINARY  # chosen once, when the options were checked
+            runner_fn = run_drafter_server if via_server else run_drafter
+            dir_or_binary = binary.parent if via_server else binary
             out = [runner_fn(dir_or_binary, ggufs[0], d.path, gguf_path, texts, n_predict=max_new_tokens,
                              draft_max=d.block_size - 1, threads=threads, progress=say,
                              prompt_tokens=[len(ids) for ids in prompt_ids], ignore_eos=ignore_eos,
                              extra_args=extra_args, timeout=serving_options["timeout"])
                    for d, gguf_path in zip(runs, drafter_ggufs)]
             notes.append("llama.cpp τ measured with " + ("llama-server (counts from its JSON timings)"
-                                                         if runner_fn is run_drafter_server else
+                                                         if via_server else
                                                          "llama-speculative-simple (counts from its log)"))
             if ignore_eos:
                 notes.append("--ignore-eos: llama.cpp's --ignore-eos bans the end-of-sequence token (logit bias −inf), "

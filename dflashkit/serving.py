@@ -32,7 +32,7 @@ import numpy as np
 from .errors import DFlashError, UsageError
 from .llama_cpp.process import LlamaCppCrashed
 from .llama_cpp.server import REQUEST_TIMEOUT_S, Completion, LlamaServer, RemoteServer
-from .llama_cpp.speculative_simple import LlamaCppRefused, mean_tau
+from .llama_cpp.speculative_simple import LlamaCppRefused, PerPromptTau
 from .reporting import distinct_labels
 from .stats import CONFIDENCE, paired_bootstrap_ci
 
@@ -69,7 +69,7 @@ class Difference:
 
 
 @dataclass
-class ServingRun:
+class ServingRun(PerPromptTau):
     """One combination: ``on[i]`` / ``off[i]`` ↔ prompt i (``off`` empty without a target alone to ask)."""
 
     target_gguf: str
@@ -89,12 +89,8 @@ class ServingRun:
         return self.label or Path(self.drafter).name or self.drafter
 
     @property
-    def taus(self) -> list[float]:
-        return [c.tau for c in self.on]
-
-    @property
-    def tau(self) -> float:
-        return mean_tau(self.taus)
+    def runs(self) -> list[Completion]:  # PerPromptTau's τ is over the runs with the drafter
+        return self.on
 
     @staticmethod
     def _rate(runs: Sequence[Completion]) -> float:
@@ -290,14 +286,12 @@ def measure_serving(
             arms = [(spec, run.on), (base, run.off)] if base is not None else [(spec, run.on)]
             for server, out in arms if i % 2 else arms[::-1]:  # the order alternates
                 out.append(ask(server, base, text, max_new_tokens, seed + i))
-            if not run.on[-1].speculated and run.on[-1].decoded >= 2:  # one token leaves no room for a draft
-                raise spec.not_drafting()
             speed = (f", ×{run.on[-1].tokens_per_s / run.off[-1].tokens_per_s:.2f}"
                      if base is not None and run.off[-1].tokens_per_s > 0 else "")
             say(f"llama-server {run.name}: prompt {i + 1}/{len(pairs)} ({name}): τ {run.on[-1].tau:.2f}{speed}")
 
     if server_url is not None:
-        spec = RemoteServer(server_url, request_timeout=timeout)
+        spec = RemoteServer(server_url, request_timeout=timeout, expects_drafts=True)
         base = (RemoteServer(baseline_url, label=f"target alone {baseline_url}", request_timeout=timeout)
                 if baseline_url else None)
         run = ServingRun(server_url, server_url, server_url, None, None, seed=seed)

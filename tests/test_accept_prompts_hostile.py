@@ -7,6 +7,7 @@ import json
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -94,6 +95,14 @@ def _target_with(tmp_path: Path, template: str) -> Path:
     return target
 
 
+def _accept_one(tmp_path: Path, target: Path, prompt: dict[str, str]) -> Any:
+    """dflash-accept of the trained drafter on one prompt against ``target``: the CLI's result."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps(prompt) + "\n")
+    return CliRunner().invoke(accept_command, [str(TRAINED / "drafter"), "--target", str(target), "--prompts",
+                                               str(prompts), "--max-new-tokens", "4", "-q"])
+
+
 @pytest.mark.parametrize("template, message", [
     ("{{ raise_exception('no system role here') }}", "failed: TemplateError: no system role here"),
     ("{{ ''.__class__.__mro__ }}", "failed: SecurityError"),
@@ -101,10 +110,7 @@ def _target_with(tmp_path: Path, template: str) -> Path:
 ])
 def test_a_failing_template_is_one_line_naming_it(tmp_path: Path, template: str, message: str) -> None:
     target = _target_with(tmp_path, template)
-    prompts = tmp_path / "p.jsonl"
-    prompts.write_text(json.dumps({"id": "chat-1", "prompt": "hello"}) + "\n")
-    res = CliRunner().invoke(accept_command, [str(TRAINED / "drafter"), "--target", str(target), "--prompts",
-                                              str(prompts), "--max-new-tokens", "4", "-q"])
+    res = _accept_one(tmp_path, target, {"id": "chat-1", "prompt": "hello"})
     assert res.exit_code == 1, res.output
     line = res.output.strip()
     assert line.startswith(f"error: prompt chat-1: the chat template of {target} ") and message in line, line
@@ -172,10 +178,7 @@ def test_a_tokenizer_id_outside_the_vocabulary_is_named(tmp_path: Path) -> None:
                              "pair": [{"Sequence": {"id": "A", "type_id": 0}}],
                              "special_tokens": {"<big>": {"id": "<big>", "ids": [5_000_000], "tokens": ["<big>"]}}}
     (target / "tokenizer.json").write_text(json.dumps(tok))
-    prompts = tmp_path / "p.jsonl"
-    prompts.write_text(json.dumps({"id": "raw", "text": "the old king"}) + "\n")
-    res = CliRunner().invoke(accept_command, [str(TRAINED / "drafter"), "--target", str(target), "--prompts",
-                                              str(prompts), "--max-new-tokens", "4", "-q"])
+    res = _accept_one(tmp_path, target, {"id": "raw", "text": "the old king"})
     assert res.exit_code == 1, res.output
     assert res.output.startswith(f"error: prompt raw: the tokenizer of {target} gives token id 5000000, outside the "
                                  "model's vocabulary of"), res.output
@@ -184,10 +187,7 @@ def test_a_tokenizer_id_outside_the_vocabulary_is_named(tmp_path: Path) -> None:
 @pytest.mark.parametrize("template", [5, ["x"], [{"name": "default", "template": 7}]])
 def test_a_template_that_is_no_text_is_one_line(tmp_path: Path, template: object) -> None:
     target = _target_with(tmp_path, template)  # type: ignore[arg-type]
-    prompts = tmp_path / "p.jsonl"
-    prompts.write_text(json.dumps({"id": "c", "prompt": "hi"}) + "\n")
-    res = CliRunner().invoke(accept_command, [str(TRAINED / "drafter"), "--target", str(target), "--prompts",
-                                              str(prompts), "--max-new-tokens", "4", "-q"])
+    res = _accept_one(tmp_path, target, {"id": "c", "prompt": "hi"})
     assert res.exit_code == 1, res.output
     line = res.output.strip()
     assert len(line.splitlines()) == 1 and "internal error" not in line and "Traceback" not in line

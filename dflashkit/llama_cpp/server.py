@@ -150,6 +150,8 @@ class _Client:
     url: str
     draft_max: int | None = None
     label: str = SERVER_BINARY
+    #: the server runs a drafter: a reply without draft counts means it serves without one (`not_drafting`)
+    expects_drafts: bool = False
 
     def _post(self, path: str, payload: dict[str, Any], timeout: float) -> bytes:
         request = urllib.request.Request(self.url + path, data=json.dumps(payload).encode("utf-8"),
@@ -177,7 +179,10 @@ class _Client:
             raise self._failed(f"did not answer ({getattr(exc, 'reason', exc)})") from None
         except _NOT_HTTP as exc:
             raise _Client._failed(self, f"answered with no HTTP a llama-server speaks ({type(exc).__name__})") from None
-        return parse_completion(body, self.label, self.draft_max)
+        c = parse_completion(body, self.label, self.draft_max)
+        if self.expects_drafts and not c.speculated and c.decoded >= 2:  # one token leaves no room for a draft
+            raise self.not_drafting()
+        return c
 
     def _failed(self, what: str) -> DFlashError:
         return DFlashError(f"{self.label} at {self.url} {what}")
@@ -192,9 +197,9 @@ class RemoteServer(_Client):
     """A server the user runs (``--server-url``): asked, never started or stopped."""
 
     def __init__(self, url: str, *, label: str | None = None, timeout: float = 30.0,
-                 request_timeout: float = REQUEST_TIMEOUT_S) -> None:
+                 request_timeout: float = REQUEST_TIMEOUT_S, expects_drafts: bool = False) -> None:
         self.url = url.rstrip("/")
-        self.request_timeout = request_timeout
+        self.request_timeout, self.expects_drafts = request_timeout, expects_drafts
         self.label = label or f"llama-server {self.url}"
         if not self.url.startswith(("http://", "https://")):
             raise DFlashError(f"--server-url {url}: give an http:// or https:// URL (e.g. http://127.0.0.1:8080)")
@@ -233,6 +238,7 @@ class LlamaServer(_Client):
         self.binary = executable(bin_dir, SERVER_BINARY, option, SERVER_BINARY)
         self.target_gguf, self.drafter_gguf = str(target_gguf), None if drafter_gguf is None else str(drafter_gguf)
         self.draft_max = draft_max if drafter_gguf is not None else None
+        self.expects_drafts = drafter_gguf is not None
         self.draft_cache_type, self.ctx_size, self.threads = draft_cache_type, ctx_size, threads
         self.spec_type = spec_type or (spec_type_of(self.drafter_gguf) if self.drafter_gguf else None)
         self.extra_args = check_extra_args(extra_args)
@@ -360,8 +366,6 @@ def run_drafter_server(
                          request_timeout=timeout) as server:
             for i, text in enumerate(texts):
                 c = server.complete(text, n_predict, seed=seed + i, ignore_eos=ignore_eos)
-                if not c.speculated and c.decoded >= 2:  # one token left no room for a draft
-                    raise server.not_drafting()
                 out.runs.append(LlamaCppPromptRun(n_predict=c.decoded, n_drafted=c.draft_n, n_accept=c.draft_accepted,
                                                   n_prompt_tokens=c.prompt_n))
                 say(f"llama-server {Path(drafter_path).name}: prompt {i + 1}/{len(texts)}: τ {c.tau:.2f} over "
