@@ -28,15 +28,16 @@ ACTIVATION_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32})
 # (~fp32 accuracy). Plain "tf32" would round the weights to 10 mantissa bits (relative error ~3e-4 per product),
 # too close to the 1e-3 parity budget. fp16 / bf16 activations use the cheaper SPLIT path (see _triton_qmm).
 DOT_PRECISION = "tf32x3"
-# (BLOCK_N weight rows per program, num_warps). Chosen from ptxas register / spill counts for sm_90a (no GPU was
-# available to time them): matrix-vector keeps <= ~100 registers and no spills, so many programs are resident
-# to keep DRAM busy; the tl.dot tiles stay within 255 registers with little or no spilling. Not autotuned yet.
+# (BLOCK_N weight rows per program, num_warps, num_stages), from `benchmarks/kernels_tune.py` on an H200
+# (2026-11-26, Triton 3.6; figures in benchmarks/KERNELS.md). Matrix-vector per type; the tl.dot tile by BLOCK_M.
+# Keep Q4_K at BLOCK_N >= 16: compiled by Triton 3.6, BLOCK_N 4 and 8 gave wrong Q4_K results on an H200 (the
+# interpreter computes them exactly), so it is a compiler matter, not yet reduced to a report.
 MATVEC_CONFIG = {
-    GGMLQuantizationType.Q8_0: (16, 4),
-    GGMLQuantizationType.Q4_K: (16, 4),
-    GGMLQuantizationType.Q6_K: (16, 8),
+    GGMLQuantizationType.Q8_0: (8, 2, 2),
+    GGMLQuantizationType.Q4_K: (32, 2, 4),
+    GGMLQuantizationType.Q6_K: (16, 2, 4),
 }
-DOT_CONFIG = (32, 8)
+DOT_CONFIG = {16: (64, 4, 3), 32: (32, 4, 2), 64: (32, 4, 2)}
 
 
 def interpreting() -> bool:
@@ -97,7 +98,7 @@ def qmatmul_triton(x: torch.Tensor, w: "QuantizedWeight", out_dtype: torch.dtype
         return out.reshape(*lead, n)
     src = _src()
     bm = block_m_for(m)
-    bn, warps = MATVEC_CONFIG[w.ggml_type] if bm == 1 else DOT_CONFIG
+    bn, warps, stages = MATVEC_CONFIG[w.ggml_type] if bm == 1 else DOT_CONFIG[bm]
     # Triton's interpreter multiplies bf16 tl.dot operands as raw uint16 bits, so there the bf16 tile takes
     # the fp32 dot instead; the split itself is exercised with fp16.
     split = x2.dtype == torch.float16 or (x2.dtype == torch.bfloat16 and not interpreting())
@@ -105,5 +106,5 @@ def qmatmul_triton(x: torch.Tensor, w: "QuantizedWeight", out_dtype: torch.dtype
     data = w.data if w.data.is_contiguous() else w.data.contiguous()
     src.qmm_kernel[grid](x2, data, out, m, n, k, data.stride(0), x2.stride(0), out.stride(0),
                          QTYPE=int(w.ggml_type), BLOCK_M=bm, BLOCK_N=bn, SPLIT=split,
-                         DOT_PRECISION=DOT_PRECISION, num_warps=warps)
+                         DOT_PRECISION=DOT_PRECISION, num_warps=warps, num_stages=stages)
     return out.reshape(*lead, n)
