@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import threading
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -19,13 +17,14 @@ from typing import Any, Mapping
 
 from .errors import DFlashError, UsageError
 from .runtime import HFTarget
+from .templates import render_bounded
 
 #: a prompts file larger than this is refused (both runtimes read the same file)
 MAX_PROMPTS_FILE_BYTES = 64 << 20
 #: one prompt line larger than this is refused (~250 k tokens: beyond any target's context)
 MAX_PROMPT_LINE_BYTES = 1 << 20
 #: apply_chat_template's own arguments: a template variable of these names would clash with the call
-RESERVED_TEMPLATE_KWARGS = ("conversation", "tools", "documents", "chat_template", "add_generation_prompt",
+RESERVED_TEMPLATE_KWARGS = ("messages", "conversation", "tools", "documents", "chat_template", "add_generation_prompt",
                             "continue_final_message", "tokenize", "padding", "truncation", "max_length",
                             "return_tensors", "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs")
 
@@ -96,8 +95,10 @@ def parse_template_kwargs(text: str | None) -> dict[str, Any]:
     if text is None:
         return {}
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
+        value = json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
+    except ValueError as exc:  # _finite_float / _no_constant: NaN, Infinity, 1e999 (no JSON reader takes them back)
+        if not isinstance(exc, json.JSONDecodeError):
+            raise UsageError(f"--chat-template-kwargs: {exc} — give finite numbers") from None
         raise UsageError(f"--chat-template-kwargs: not valid JSON ({exc.msg}) — give an object such as "
                          "'{\"enable_thinking\": false}'") from None
     except RecursionError:  # a few bytes of brackets: bounded here, not a crash
@@ -111,6 +112,17 @@ def parse_template_kwargs(text: str | None) -> dict[str, Any]:
                          "template variable (dflash-accept sets the conversation and the generation prompt; the "
                          "template is the target's own)")
     return value
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"the number {text[:40]} is out of range")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def builtin_prompts_path() -> Path:
@@ -136,7 +148,12 @@ def load_prompts(path: str | os.PathLike | None = None) -> list[Prompt]:
         text = raw.decode("utf-8")
     except FileNotFoundError:
         raise DFlashError(f"{src}: no such prompts file") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise DFlashError(f"{src}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at byte {column} of the line) — "
+                          "save the prompts file as UTF-8") from None
+    except OSError as exc:
         raise DFlashError(f"{src}: cannot read the prompts file ({exc})") from None
     prompts, seen = [], {}
     for n, line in enumerate(text.split("\n"), 1):
@@ -211,46 +228,3 @@ def _has_lone_surrogate(value: Any, depth: int = 0) -> bool:
     return False
 
 
-#: the longest a chat template may take to render one prompt (a template is code: its loops can be unbounded)
-TEMPLATE_TIMEOUT_S = 10.0
-
-
-class _TemplateTimeout(BaseException):
-    """Raised by the timer inside a render: a BaseException, so no ``except Exception`` in the template's code or
-    in transformers swallows it."""
-
-
-def _alarm(signum: int, frame: Any) -> None:
-    raise _TemplateTimeout
-
-
-def render_bounded(render: Any, where: str, timeout: float = TEMPLATE_TIMEOUT_S) -> str:
-    """``render()`` (a chat template) under a time limit and an output-size limit; any failure inside it is one
-    line naming ``where``. The limit is a SIGALRM timer where this runs in the main thread (Jinja renders in
-    Python, so the timer interrupts it); elsewhere only the size is bounded."""
-    armed = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer") \
-        and signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, None)
-    previous = signal.signal(signal.SIGALRM, _alarm) if armed else None
-    try:
-        if armed:
-            signal.setitimer(signal.ITIMER_REAL, timeout)
-        text = render()
-    except _TemplateTimeout:
-        raise DFlashError(f"{where} did not finish rendering in {timeout:g} s (a loop in the template?)") from None
-    except (DFlashError, KeyboardInterrupt):
-        raise
-    except Exception as exc:  # noqa: BLE001 - a template is the target's code: its failure is bad input
-        message = " ".join(str(exc).split())[:300] or type(exc).__name__
-        raise DFlashError(f"{where} failed: {type(exc).__name__}: {message}") from None
-    finally:
-        if armed:
-            try:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-            except _TemplateTimeout:  # fired just as the render ended: the render is done, the text is kept
-                pass
-            signal.signal(signal.SIGALRM, previous)
-    if not isinstance(text, str):
-        raise DFlashError(f"{where} rendered a {type(text).__name__}, not text")
-    if len(text) > MAX_PROMPT_LINE_BYTES:
-        raise DFlashError(f"{where} rendered over {MAX_PROMPT_LINE_BYTES >> 10} KiB of text for one prompt")
-    return text

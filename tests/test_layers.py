@@ -22,6 +22,7 @@ LAYERS: dict[str, int] = {
     "dflashkit.spec": 0,
     "dflashkit.files": 0,
     "dflashkit.bounds": 0,
+    "dflashkit.templates": 0,  # a chat template rendered bounded (time, memory, output)
     "dflashkit.reporting": 0,
     "dflashkit.filetypes": 0,
     "dflashkit.quant_types": 0,

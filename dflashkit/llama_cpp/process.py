@@ -8,6 +8,8 @@ Every llama.cpp process dflashkit starts (``llama-speculative-simple``, ``llama-
 - A child that dies by a signal is a crash, not a refusal (`describe_exit`): "crashed (SIGSEGV) while loading",
   with its last lines, and on an x86 CPU with AMX the hint to pass ``--no-repack`` (ggml's AMX repack of K-quant
   weights is the known crash there: ggml-org/llama.cpp#20824).
+- The child leads its own process group; `stop` signals the group, so what a child starts (a build that forks, a
+  hostile script's grandchild) ends with it, whether the child is stopped or has ended by itself.
 - On Linux the child gets ``PR_SET_PDEATHSIG`` (SIGKILL): if dflashkit itself is killed — even by SIGKILL, where no
   handler runs — the kernel ends the child, so no server is left bound to a port. TERM and HUP unwind
   (`dflashkit.files.signals_unwind`), so the ``finally`` that stops the child runs before the process dies of the
@@ -82,9 +84,12 @@ def signal_name(returncode: int) -> str | None:
         return f"signal {-returncode}"
 
 
-def last_lines(output: str, n: int = CRASH_TAIL_LINES) -> str:
+def last_lines(output: str, n: int = CRASH_TAIL_LINES, width: int = 300) -> str:
+    """The last ``n`` non-empty lines joined on one line, each cut to ``width`` characters (a build's one line can
+    be megabytes)."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
-    return " | ".join(lines[-n:]) if lines else "no output"
+    cut = [line if len(line) <= width else line[:width] + "…" for line in lines[-n:]]
+    return " | ".join(cut) if cut else "no output"
 
 
 class LlamaCppCrashed(DFlashError):
@@ -115,13 +120,15 @@ _PRCTL = _load_prctl()
 
 
 def child_setup() -> None:  # runs in the child between fork and exec
+    os.setpgid(0, 0)  # its own process group: stop() ends its descendants with it
     if _PRCTL is not None:
         _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: the kernel ends the child if dflashkit dies
 
 
 def popen(cmd: Sequence[str], **kwargs: object) -> subprocess.Popen:
-    """``subprocess.Popen`` for a llama.cpp program: no stdin, and killed with us on Linux (module doc)."""
-    if _PRCTL is not None:
+    """``subprocess.Popen`` for a llama.cpp program: no stdin, its own process group (so `stop` ends whatever it
+    starts too), and killed with us on Linux (module doc)."""
+    if os.name == "posix":
         kwargs.setdefault("preexec_fn", child_setup)
     try:
         return subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, **kwargs)  # type: ignore[call-overload]
@@ -141,18 +148,31 @@ def spec_type_of(drafter_gguf: str | os.PathLike) -> str:
     return family.llama_cpp_spec_type if family is not None else DrafterFamily.llama_cpp_spec_type
 
 
-def stop(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
-    """TERM, then KILL after ``grace_s``; always reaped."""
-    if proc.poll() is not None:
+def _signal_group(proc: subprocess.Popen, signum: int) -> None:
+    """``signum`` to the child's process group (`child_setup` made it the leader); nothing left there is fine."""
+    if os.name != "posix":
+        if proc.poll() is None:
+            proc.kill()
         return
     try:
-        proc.terminate()
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    except ProcessLookupError:
-        proc.wait()
+        os.killpg(proc.pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """TERM to the child's process group, then KILL after ``grace_s``; always reaped. Whatever the child started
+    and left running in its group (a build that forks a helper, a hostile script) is killed too, also when the
+    child itself has already ended. The group outlives its leader only while a member lives, so its id cannot
+    name another process's group here."""
+    if proc.poll() is None:
+        _signal_group(proc, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc, signal.SIGKILL)
+            proc.wait()
+    _signal_group(proc, signal.SIGKILL)
 
 
 def executable(bin_dir: str | os.PathLike, name: str, option: str, target: str) -> Path:
@@ -196,14 +216,10 @@ def run_bounded(cmd: Sequence[str], *, timeout: float) -> tuple[int, str]:
     reader.start()
     try:
         proc.wait(timeout=timeout)
-    except BaseException:
+    finally:  # on a timeout, an error or a signal, and after a normal end (what it left running in its group)
         stop(proc)
         reader.join(timeout=5)
-        raise
-    finally:
-        if proc.poll() is not None:
-            reader.join(timeout=5)
-            if proc.stderr is not None:
-                proc.stderr.close()
+        if proc.stderr is not None and not reader.is_alive():
+            proc.stderr.close()
     text = bytes(head) + (b"\n[...]\n" if state["dropped"] else b"") + b"".join(tail)
     return proc.returncode, text.decode("utf-8", "replace")

@@ -28,7 +28,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import DFlashError
-from .process import LlamaCppCrashed, check_extra_args, crash_message, executable, run_bounded, spec_type_of
+from .process import (LlamaCppCrashed, check_extra_args, crash_message, executable, last_lines, run_bounded,
+                      spec_type_of)
 
 SPECULATIVE_BINARY = "llama-speculative-simple"
 RETRIES = 5
@@ -134,8 +135,8 @@ def refusal_message(output: str) -> str:
     for needle in ("error loading model", "failed to load", "error:", "key not found", "GGML_ASSERT", "error"):
         for line in lines:
             if needle in line:
-                return line
-    return lines[-1] if lines else "no output"
+                return last_lines(line, 1)  # cut: one line of a hostile build can be megabytes
+    return last_lines(output, 1)
 
 
 def parse_counts(stderr: str) -> tuple[int, int, int] | None:
@@ -169,14 +170,16 @@ def run_prompt(
     binary: Path, target_gguf: str | os.PathLike, drafter_gguf: str | os.PathLike, text: str, *,
     n_predict: int, draft_max: int, threads: int = 1, ctx_size: int | None = None, retries: int = RETRIES,
     timeout: float = TIMEOUT_S, prompt_tokens: int | None = None, ignore_eos: bool = False,
-    extra_args: Sequence[str] = (),
+    extra_args: Sequence[str] = (), label: str | None = None,
 ) -> LlamaCppPromptRun:
     """Greedy speculative decoding of ``text`` in llama.cpp; raises `LlamaCppRefused` when it will not run.
 
     The context holds the prompt (``prompt_tokens``, as the reference tokenized it), the generation and a draft
     block with room to spare, so llama.cpp never clips a draft to fit. ``--no-escape``: the text goes in as the
-    reference runtime reads it (llama.cpp would turn a literal backslash-n into a newline)."""
+    reference runtime reads it (llama.cpp would turn a literal backslash-n into a newline). Messages name
+    ``label`` (the drafter as the user gave it) rather than a converted file in a temporary folder."""
     check_prompt_text(text)
+    name = label or str(drafter_gguf)
     ctx = ctx_size or max(512, (prompt_tokens or len(text)) + 2 * (n_predict + draft_max) + 64)
     cmd = [str(binary), "-m", str(target_gguf), "-md", str(drafter_gguf), "--spec-type", spec_type_of(drafter_gguf),
            "--spec-draft-n-max", str(draft_max), "-p", text, "--no-escape", "-n", str(n_predict), "--temp", "0",
@@ -190,7 +193,7 @@ def run_prompt(
             # stdout (the prompt echo and the generated text) is never read; stderr is kept bounded (head + tail)
             returncode, output = run_bounded(cmd, timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise DFlashError(f"{drafter_gguf}: {SPECULATIVE_BINARY} did not finish in {timeout:g} s "
+            raise DFlashError(f"{name}: {SPECULATIVE_BINARY} did not finish in {timeout:g} s "
                               "(--llama-cpp-timeout)") from None
         # the counts are read from stderr only: stdout carries the prompt echo and the generated text
         if returncode < 0:  # died by a signal: a crash in llama.cpp, not a verdict on the file
@@ -199,13 +202,14 @@ def run_prompt(
         if returncode != 0:
             raise LlamaCppRefused(refusal_message(output))
         if any(m in output for m in _CUT_SHORT):  # it broke out of its loop, then printed counts and exited 0
-            raise LlamaCppRefused(next(line.strip() for line in output.splitlines() if any(m in line for m in _CUT_SHORT)))
+            cut = next(line for line in output.splitlines() if any(m in line for m in _CUT_SHORT))
+            raise LlamaCppRefused(last_lines(cut, 1))
         counts = parse_counts(output)
         if counts is None:
             last = output
             continue
         n_pred, n_drafted, n_accept = counts
-        check_counts(SPECULATIVE_BINARY, str(drafter_gguf), n_pred, n_drafted, n_accept, draft_max)
+        check_counts(SPECULATIVE_BINARY, name, n_pred, n_drafted, n_accept, draft_max)
         encoded = _ENCODED.search(output)
         rounds = [(int(a), int(d)) for a, d in _ROUND.findall(output)]
         per_round = None
@@ -218,10 +222,9 @@ def run_prompt(
             drafted=[d for _, d in per_round] if per_round else None,
             attempts=attempt,
         )
-    tail = " | ".join(last.strip().splitlines()[-2:])
-    raise LlamaCppLogLost(f"{drafter_gguf}: {SPECULATIVE_BINARY} exited 0 {retries} times without printing its "
+    raise LlamaCppLogLost(f"{name}: {SPECULATIVE_BINARY} exited 0 {retries} times without printing its "
                           f"n_predict / n_drafted / n_accept (its log loses its last lines on a busy machine; "
-                          f"rerun on a quieter one) — last lines: {tail}")
+                          f"rerun on a quieter one) — last lines: {last_lines(last, 2)}")
 
 
 def run_drafter(
@@ -238,7 +241,8 @@ def run_drafter(
         try:
             r = run_prompt(binary, target_gguf, drafter_gguf, text, n_predict=n_predict, draft_max=draft_max,
                            threads=threads, prompt_tokens=prompt_tokens[i] if prompt_tokens else None,
-                           ignore_eos=ignore_eos, extra_args=extra_args, retries=retries, timeout=timeout)
+                           ignore_eos=ignore_eos, extra_args=extra_args, retries=retries, timeout=timeout,
+                           label=drafter_path)
         except (LlamaCppRefused, LlamaCppCrashed) as exc:
             out.refused, out.runs, out.crashed = str(exc), [], isinstance(exc, LlamaCppCrashed)
             say(f"llama.cpp {'crashed on' if out.crashed else 'refused'} {drafter_path}: {exc}")

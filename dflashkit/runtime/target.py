@@ -16,6 +16,7 @@ import torch
 
 from ..target_rules import taps_out_of_range
 from ..errors import DFlashError
+from ..templates import render_bounded
 from .dflash import Linear, TargetHead
 from .load import resolve_device, resolve_dtype
 
@@ -81,15 +82,18 @@ class HFTarget:
             raise DFlashError(f"target {self.path}: its tokenizer does not load ({type(exc).__name__}: {first}) — "
                               "check tokenizer_config.json (chat_template: a string, or a list of "
                               "{\"name\", \"template\"} objects) and tokenizer.json") from None
+        # every command checks a prompt against the model's context itself (one line naming the prompt), so the
+        # tokenizer's own "longer than the specified maximum" log line is only noise on the terminal
+        self.tokenizer.model_max_length = 1 << 62
         self.n_layers = int(self.model.config.get_text_config().num_hidden_layers)
 
     def encode(self, prompt: str) -> list[int]:
         """Token ids of a user prompt, through the chat template when the tokenizer has one
         (as z-lab's benchmark does)."""
         if getattr(self.tokenizer, "chat_template", None):
-            text = self.tokenizer.apply_chat_template(
+            text = render_bounded(lambda: self.tokenizer.apply_chat_template(
                 [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
-            )
+            ), f"the chat template of {self.path}")
             return list(self.tokenizer.encode(text, add_special_tokens=False))
         return list(self.tokenizer.encode(prompt))
 
