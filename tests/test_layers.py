@@ -48,7 +48,9 @@ LAYERS: dict[str, int] = {
     "dflashkit.accept_report": 6,  # the dflash-accept report built from it
     "dflashkit.prompts": 6,  # dflash-accept's prompts and chat-template switches
     "dflashkit.serving": 6,  # τ, speed-up and identical output through llama-server
-    "dflashkit.cli": 7,
+    "dflashkit.release": 7,  # dflash-release: a composition of every command's library function
+    "dflashkit.cli": 8,
+    "dflashkit.cli_release": 8,
 }
 
 

@@ -1,0 +1,90 @@
+"""``dflash-release``: the command line of `dflashkit.release` (parse, call, print)."""
+
+from __future__ import annotations
+
+import click
+
+from .bounds import escape_name
+from .cli import _parse_fraction, user_errors
+from .errors import DFlashError, UsageError
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]}, epilog="""\b
+Examples:
+  dflash-release z-lab/Qwen3-8B-DFlash-b16 out/ --target Qwen/Qwen3-8B
+  dflash-release ./my-drafter out/ --target ./Qwen3-8B --types bf16,q8_0,q4_k_m_draft --ray
+  dflash-release --check out/""")
+@click.argument("paths", nargs=-1, metavar="SRC OUTDIR")
+@click.option("--target", "target", metavar="DIR", help="The target model (HF folder): inspect, parity and τ run "
+              "against it.")
+@click.option("--types", default="bf16,q8_0,q6_k,q5_k_m,q4_k_m,q4_k_m_draft", show_default=True,
+              help="Quant types, comma-separated (llama-quantize names, and the Q4_K_M_DRAFT preset).")
+@click.option("--prompts", "prompts_file", metavar="FILE.jsonl", help="Prompts for τ (default: the built-in set).")
+@click.option("--max-prompts", type=click.IntRange(min=1), help="Use only the first N prompts.")
+@click.option("--max-new-tokens", type=click.IntRange(min=2), default=64, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--parity-rounds", type=click.IntRange(min=1, max=1000), default=4, show_default=True,
+              help="Draft rounds compared with the checkpoint per type.")
+@click.option("--min-top1", default="75%", show_default=True, metavar="FRAC",
+              help="Parity gate: top-1 agreement with the checkpoint.")
+@click.option("--min-tau", type=click.FloatRange(min=0), metavar="TAU", help="τ gate, per type.")
+@click.option("--allow-failures", is_flag=True, help="Write the card even when a gate fails, with that row marked.")
+@click.option("--llama-cpp", metavar="BIN_DIR", help="Also measure τ in llama.cpp (passed to the τ step).")
+@click.option("--llama-server", metavar="BIN_DIR", help="Also measure speed-up through llama-server.")
+@click.option("--target-gguf", metavar="FILE", help="The target as a GGUF, for --llama-cpp / --llama-server.")
+@click.option("--source-repo", metavar="ID", help="The hub repo a local SRC came from (the card's base_model).")
+@click.option("--source-revision", metavar="REV", help="Its revision.")
+@click.option("--jobs", "workers", type=click.IntRange(min=1), help="Local worker processes (default: one per CPU, "
+              "at most one per type; 1 runs in this process).")
+@click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
+              help="Run the jobs as Ray tasks (a local cluster, or ADDRESS); needs pip install 'dflashkit[ray]'.")
+@click.option("--ray-gpus-per-job", type=click.FloatRange(min=0), default=0.0, help="GPUs Ray reserves per job.")
+@click.option("--check", "check", is_flag=True, help="Verify a release folder (OUTDIR alone): checksums, files, "
+              "and that the card's figures are release.json's.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+@user_errors
+def release_command(paths: tuple[str, ...], target: str | None, types: str, prompts_file: str | None,
+                    max_prompts: int | None, max_new_tokens: int, seed: int, parity_rounds: int, min_top1: str,
+                    min_tau: float | None, allow_failures: bool, llama_cpp: str | None, llama_server: str | None,
+                    target_gguf: str | None, source_repo: str | None, source_revision: str | None,
+                    workers: int | None, ray_address: str | None, ray_gpus_per_job: float, check: bool,
+                    quiet: bool) -> None:
+    """Release SRC (an HF drafter folder or hub id) as GGUFs of every --types into OUTDIR, each checked (inspect
+    --strict, diff and parity against the checkpoint, τ), with a model card (README.md), SHA256SUMS and
+    release.json. Resumable: run it again after an interruption and the finished types are kept.
+
+    Exit 0 when every gate passed (or --allow-failures); 1 naming the type and the gate or step that failed; 2 for
+    usage. With --check OUTDIR: exit 0 when the folder is what its release.json says, else 1 with each problem."""
+    from .release import check_release, release
+
+    if check:
+        if len(paths) != 1:
+            raise UsageError("--check takes the release folder alone: dflash-release --check OUTDIR")
+        problems = check_release(paths[0])
+        if problems:
+            for p in problems[:20]:
+                click.echo(f"error: {escape_name(p, limit=400)}", err=True)
+            raise SystemExit(1)
+        click.echo(f"OK: {paths[0]} is the release its release.json records")
+        return
+    if len(paths) != 2:
+        raise UsageError("give SRC and OUTDIR: dflash-release SRC OUTDIR --target DIR (or --check OUTDIR)")
+    if target is None:
+        raise UsageError("--target DIR is required: inspect, parity and τ run against the target")
+    top1 = _parse_fraction(min_top1, "--min-top1")
+    say = None if quiet else (lambda m: click.echo(escape_name(m, limit=600), err=True))
+    try:
+        result = release(paths[0], paths[1], target=target, types=types, prompts=prompts_file,
+                         max_prompts=max_prompts, max_new_tokens=max_new_tokens, seed=seed,
+                         parity_rounds=parity_rounds, min_top1=top1 if top1 is not None else 0.75, min_tau=min_tau,
+                         allow_failures=allow_failures, llama_cpp=llama_cpp, llama_server=llama_server,
+                         target_gguf=target_gguf, source_repo=source_repo, source_revision=source_revision,
+                         workers=workers, ray=ray_address, ray_gpus_per_job=ray_gpus_per_job, progress=say)
+    except DFlashError:
+        raise
+    rec = result.record
+    best = rec.get("recommended")
+    marked = [f"{t} ({g['gate']})" for t, g in result.failures]
+    click.echo(f"OK: {len(rec['types'])} type(s) in {result.outdir}" + (f"; recommended {best}" if best else "")
+               + (f"; gates failed (marked in the card): {', '.join(marked)}" if marked else "")
+               + (f"; kept from the last run: {', '.join(result.skipped)}" if result.skipped else ""))

@@ -1,0 +1,142 @@
+"""A release's model card, ``SHA256SUMS`` and the figures they share.
+
+The card is a function of ``release.json`` alone (`render_card`): the table per type, the recommended type, the
+llama-server command and the provenance are all read from it, so ``dflash-release --check`` re-renders the card and
+compares it line by line — an edited figure in either file is found. The front matter is huggingface_hub's
+``ModelCardData`` (``base_model``, ``base_model_relation: quantized``, tags, ``library_name``, the source's
+license), written through ``ModelCard`` so the hub reads it as it reads any card.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..stats import CONFIDENCE, paired_bootstrap_ci, paired_comparison
+
+#: the recommendation, as the card states it
+RECOMMEND_RULE = ("the smallest file that passed every gate and keeps at least 98 % of the reference type's τ "
+                  "(the first type listed, over the same prompts)")
+RECOMMEND_FRACTION = 0.98
+TAGS = ["gguf", "speculative-decoding", "dflash", "llama.cpp"]
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def sha256sums(folder: Path, names: Iterable[str]) -> str:
+    """``sha256sum`` format (two spaces, then the name): ``sha256sum -c SHA256SUMS`` checks it."""
+    return "".join(f"{sha256_of(folder / n)}  {n}\n" for n in names)
+
+
+def _fmt(x: float | None, spec: str = ".3f") -> str:
+    return "–" if x is None or not math.isfinite(x) else format(x, spec)
+
+
+def derived(release: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per type, the figures computed from the jobs' records: τ's CI, Δτ against the first type with its paired CI."""
+    jobs = release["jobs"]
+    types = [t for t in release["types"] if t in jobs]
+    seed = int(release["settings"].get("seed", 0))
+    ref = jobs[types[0]]["tau"]["per_prompt"] if types else []
+    out = {}
+    for t in types:
+        per = [x if x is not None else math.nan for x in jobs[t]["tau"]["per_prompt"]]
+        finite = [x for x in per if math.isfinite(x)]
+        ci = paired_bootstrap_ci(finite, seed=seed)
+        cmp = paired_comparison([x if x is not None else math.nan for x in ref], per, seed=seed)
+        out[t] = {"tau_ci": ci, "delta": None if t == types[0] else cmp.delta,
+                  "delta_ci": None if t == types[0] else cmp.ci}
+    return out
+
+
+def recommended(release: dict[str, Any]) -> str | None:
+    jobs = release["jobs"]
+    types = [t for t in release["types"] if t in jobs]
+    if not types:
+        return None
+    ref_tau = jobs[types[0]]["tau"]["mean"]
+    ok = [t for t in types if not jobs[t]["gates_failed"] and jobs[t]["tau"]["mean"] is not None
+          and ref_tau is not None and jobs[t]["tau"]["mean"] >= RECOMMEND_FRACTION * ref_tau]
+    return min(ok, key=lambda t: (jobs[t]["size_bytes"], types.index(t))) if ok else None
+
+
+def card_data(release: dict[str, Any]) -> Any:
+    from huggingface_hub import ModelCardData
+
+    source = release["source"]
+    fields: dict[str, Any] = {"base_model": source["repo"], "base_model_relation": "quantized", "tags": TAGS,
+                              "library_name": "gguf"}
+    if source.get("license"):
+        fields["license"] = source["license"]
+    return ModelCardData(**fields)
+
+
+def render_card(release: dict[str, Any]) -> str:
+    """The card's full text (front matter + body) from ``release.json``'s content."""
+    from huggingface_hub import ModelCard
+
+    jobs, settings, source = release["jobs"], release["settings"], release["source"]
+    types = [t for t in release["types"] if t in jobs]
+    extra = derived(release)
+    best = recommended(release)
+    pct = f"{CONFIDENCE:.0%}"
+    lines = [f"# {release['name']} — GGUF", "",
+             f"DFlash-family drafter (`{release['family']}`, block size {release['block_size']}) for speculative "
+             f"decoding, converted from `{source['repo']}` to GGUF and quantized with dflashkit "
+             f"{release['dflashkit_version']}. Every file was checked: `dflash-inspect --strict` with the target, "
+             "`dflash-diff` and `dflash-parity` against the checkpoint, and τ (mean accepted tokens per draft round, "
+             "the bonus token included) measured beside the target.", "",
+             "## Files", "",
+             f"| file | size | bits/weight | τ | τ {pct} CI | Δτ vs {types[0] if types else '–'} | Δτ {pct} CI | "
+             "parity top-1 | parity KL | llama.cpp τ | speed-up | gates |",
+             "|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---|"]
+    for t in types:
+        j, d = jobs[t], extra[t]
+        ci = f"[{d['tau_ci'][0]:.3f}, {d['tau_ci'][1]:.3f}]" if d["tau_ci"] else "–"
+        dci = f"[{d['delta_ci'][0]:+.3f}, {d['delta_ci'][1]:+.3f}]" if d["delta_ci"] else "–"
+        delta = "reference" if d["delta"] is None and t == types[0] else _fmt(d["delta"], "+.3f")
+        top1 = j["parity"]["top1"]
+        speed = [s["speedup"] for s in j.get("serving", []) if s.get("speedup") is not None]
+        gates = "; ".join(f"**FAILED {g['gate']}**: {g['why']}" for g in j["gates_failed"]) or "passed"
+        lines.append(f"| `{j['file']}` | {j['size_bytes'] / 1e6:.2f} MB | {_fmt(j['bits_per_weight'], '.2f')} | "
+                     f"{_fmt(j['tau']['mean'])} | {ci} | {delta} | {dci} | "
+                     f"{'–' if top1 is None else f'{top1:.2%}'} | {_fmt(j['parity']['kl_mean'], '.3g')} | "
+                     f"{_fmt(j['tau'].get('llama_cpp'))} | {_fmt(speed[0], '.2f') + '×' if speed else '–'} | "
+                     f"{gates} |")
+    lines += ["", "## Recommended", ""]
+    if best is not None:
+        lines.append(f"**{best}** (`{jobs[best]['file']}`): {RECOMMEND_RULE}.")
+    else:
+        lines.append(f"None: no type meets the rule ({RECOMMEND_RULE}).")
+    run_file = jobs[best]["file"] if best else (jobs[types[0]]["file"] if types else "DRAFTER.gguf")
+    lines += ["", "## Run it beside its target", "", "```bash",
+              f"llama-server -m {release['target_gguf_name']} -md {run_file} --spec-type {release['spec_type']} "
+              f"--spec-draft-n-max {release['block_size'] - 1}", "```", "",
+              f"`{release['target_gguf_name']}`: the target model as a GGUF (`{release['target']}` converted with "
+              "llama.cpp's `convert_hf_to_gguf.py`), any quant type.", "",
+              "## How the figures were measured", "",
+              f"- Files: `dflash-convert {source['path']} BASE.gguf --outtype f32 --target {release['target']}`, then "
+              "`dflash-quantize BASE.gguf FILE TYPE` per type (byte-identical to llama-quantize).",
+              f"- τ: dflashkit's reference runtime, greedy, {settings['max_new_tokens']} new tokens per prompt, "
+              f"{jobs[types[0]]['tau']['prompts'] if types else 0} prompts from {settings['prompts']}, seed {settings['seed']}; {pct} "
+              "percentile bootstrap intervals over prompts (Δτ: paired, per-prompt differences).",
+              f"- Parity: {settings['parity_rounds']} draft rounds against the checkpoint on the target's hidden "
+              f"states; gate: top-1 agreement ≥ {settings['min_top1']:.0%}"
+              + (f"; τ gate: ≥ {settings['min_tau']:g}" if settings.get("min_tau") is not None else "") + ".",
+              "", "## Provenance", "",
+              f"- Source: `{source['repo']}`" + (f" at revision `{source['revision']}`" if source.get("revision")
+                                                  else "") + f" (given as `{source['path']}`)",
+              f"- dflashkit {release['dflashkit_version']}",
+              f"- llama.cpp: {release['llama_cpp'] or 'not used (reference runtime only)'}",
+              "- Checksums: `SHA256SUMS` (`sha256sum -c SHA256SUMS`); every figure: `release.json`; "
+              "`dflash-release --check .` verifies both.", ""]
+    content = f"---\n{card_data(release).to_yaml()}\n---\n\n" + "\n".join(lines)
+    return str(ModelCard(content))
