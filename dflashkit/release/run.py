@@ -30,6 +30,7 @@ DEFAULT_TYPES = ("BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_K_M_DRAFT")
 FORMAT = "dflashkit-release/1"
 WORK_FOLDER = ".dflash-release"  # the shared conversion while a release runs; removed when it is complete
 CARD, SUMS, RECORD = "README.md", "SHA256SUMS", "release.json"
+TIMINGS = "timings.json"  # wall times and workers: the one file that differs between runners (not in SHA256SUMS)
 
 
 @dataclass
@@ -160,10 +161,16 @@ def release(
     inputs = [src, target, prompts, target_gguf]
     name = _name_of(str(src), source_repo)
     files = {t: out / f"{name}-{t}.gguf" for t in type_names}
+    resolved = out.resolve()
+    for given in (src, target):
+        folder = Path(given)
+        if folder.is_dir() and (resolved == folder.resolve() or folder.resolve() in resolved.parents):
+            raise UsageError(f"{out}: is inside the input {given} — write the release to another folder (inputs are "
+                             "never modified)")
     created = not out.exists()
     out.mkdir(exist_ok=True)
     try:
-        for f in [*files.values(), out / CARD, out / SUMS, out / RECORD]:
+        for f in [*files.values(), out / CARD, out / SUMS, out / RECORD, out / TIMINGS]:
             check_output(f, inputs=[p for p in inputs if p is not None and Path(p).exists()], force=True)
     except DFlashError:
         if created:
@@ -211,7 +218,8 @@ def release(
     errors: list[str] = []
 
     def save() -> None:
-        write_text_atomic(out / RECORD, dumps({**record, "timings": timings}, indent=2) + "\n", force=True)
+        record["jobs"] = {t: record["jobs"][t] for t in type_names if t in record["jobs"]}  # not completion order
+        write_text_atomic(out / RECORD, dumps(record, indent=2) + "\n", force=True)
 
     def done(spec: JobSpec, result: dict | BaseException) -> None:
         if isinstance(result, BaseException):
@@ -264,10 +272,11 @@ def release(
         t, g = failed[0]
         raise DFlashError(f"{t}: the {g['gate']} gate failed: {g['why']} — no card written (--allow-failures writes "
                           "it with the row marked)")
+    record["jobs"] = {t: record["jobs"][t] for t in type_names}
     record["recommended"] = recommended(record)
     record["complete"] = True
-    save_final = dumps({**record, "timings": timings}, indent=2) + "\n"
-    write_text_atomic(out / RECORD, save_final, force=True)
+    write_text_atomic(out / RECORD, dumps(record, indent=2) + "\n", force=True)
+    write_text_atomic(out / TIMINGS, dumps(timings, indent=2) + "\n", force=True)
     write_text_atomic(out / CARD, render_card(record), force=True)
     names = [files[t].name for t in type_names] + [CARD, RECORD]
     write_text_atomic(out / SUMS, sha256sums(out, names), force=True)
