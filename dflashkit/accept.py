@@ -51,6 +51,12 @@ class AcceptResult(AcceptMeasurement):
 # ---------------------------------------------------------------------------------------------
 
 
+#: the most prompt tokens a run keeps (as Python lists, ~36 bytes a token: 8 M tokens ≈ 300 MB with their texts)
+MAX_PROMPT_TOKENS_TOTAL = 8_000_000
+#: the lowest sampling temperature: below it the scaled logits overflow float32 (use 0 for greedy)
+MIN_TEMPERATURE = 1e-6
+
+
 def run_acceptance(
     target: str | os.PathLike | HFTarget,
     drafters: Sequence[str | os.PathLike],
@@ -110,6 +116,8 @@ def run_acceptance(
                          f"after it), got {max_new_tokens}")
     if temperature < 0 or not math.isfinite(temperature):
         raise UsageError(f"--temperature must be ≥ 0, got {temperature}")
+    if 0 < temperature < MIN_TEMPERATURE:  # logits / 1e-45 overflow to inf: no distribution left to sample
+        raise UsageError(f"--temperature {temperature:g}: give 0 (greedy) or at least {MIN_TEMPERATURE:g}")
     if max_prompts is not None and max_prompts < 1:
         raise UsageError(f"--max-prompts must be at least 1, got {max_prompts}")
     say = progress or (lambda message: None)
@@ -124,7 +132,7 @@ def run_acceptance(
 
     if isinstance(prompts, (str, os.PathLike)) or prompts is None:
         source = str(prompts) if prompts is not None else "built-in (chat, code, math)"
-        prompt_list = load_prompts(prompts)
+        prompt_list = load_prompts(prompts, limit=max_prompts)
     else:
         source, prompt_list = "given", list(prompts)
     prompt_list = prompt_list[:max_prompts] if max_prompts else prompt_list
@@ -193,6 +201,7 @@ def run_acceptance(
         notes.append(f"target {runner.path} has no chat template: chat template kwargs {json.dumps(template_kwargs)} "
                      "were not used")
     prompt_ids, plain, texts = [], [], []
+    total_tokens = 0
     context = _context_length(runner)
     vocab = _vocab_rows(runner)
     for p in prompt_list:
@@ -208,6 +217,10 @@ def run_acceptance(
             raise DFlashError(f"prompt {p.id}: {len(ids)} tokens + {max_new_tokens} new tokens exceed the target's "
                               f"context of {context} (max_position_embeddings) — shorten the prompt or lower "
                               "--max-new-tokens")
+        total_tokens += len(ids)
+        if total_tokens > MAX_PROMPT_TOKENS_TOTAL:  # the ids and texts of every prompt are kept for the whole run
+            raise DFlashError(f"prompt {p.id}: the prompts hold over {MAX_PROMPT_TOKENS_TOTAL:,} tokens together — "
+                              "give fewer or shorter prompts (--max-prompts uses the first N)")
         prompt_ids.append(ids)
         texts.append(p.rendered(runner, template_kwargs)[0])
         if fallback:

@@ -601,7 +601,7 @@ def _llama_cpp_inputs(*folders: str | None) -> list[str]:
 @click.option("--max-prompts", type=click.IntRange(min=1), help="Use only the first N prompts.")
 @click.option("--max-new-tokens", type=click.IntRange(min=2), default=128, show_default=True)
 @click.option("--temperature", type=FiniteFloat(min=0.0), default=0.0, show_default=True,
-              help="0 = greedy (output identical to the target's own greedy output); > 0 = rejection sampling.")
+              help="0 = greedy (output identical to the target's own greedy output); ≥ 1e-6 = rejection sampling.")
 @click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True,
               help="Seed of sampling and of the bootstrap CI.")
 @click.option("--device", type=click.Choice(["cpu", "cuda", "mps"], case_sensitive=False), default="cpu", show_default=True)
@@ -656,7 +656,8 @@ def _llama_cpp_inputs(*folders: str | None) -> list[str]:
 @click.option("--llama-cpp-arg", "llama_cpp_args", metavar="ARG", multiple=True,
               help="An extra argument for every llama.cpp process (repeatable), e.g. --llama-cpp-arg=--no-repack. "
               "What dflashkit sets itself (-m, -md, --port, ...) is refused.")
-@click.option("--llama-cpp-timeout", type=FiniteFloat(min=0.0, min_open=True), default=600.0, show_default=True,
+@click.option("--llama-cpp-timeout", type=FiniteFloat(min=0.0, min_open=True, max=604800.0), default=600.0,
+              show_default=True,
               metavar="SECONDS", help="The longest one llama.cpp run, server start or request may take.")
 @click.option("--threads", type=click.IntRange(1, 512), default=1, show_default=True,
               help="llama.cpp threads (-t, target and drafter) for --llama-cpp / --llama-server. ggml's threads spin "
@@ -693,6 +694,7 @@ def accept_command(
     import os
 
     from .accept import parse_template_kwargs, require_matplotlib, run_acceptance, write_png
+    from .prompts import builtin_prompts_path
     from .serving import cache_type_value, draft_n_max_value, parse_list
 
     drop = _parse_fraction(max_drop, "--max-drop")
@@ -711,8 +713,8 @@ def accept_command(
     if len({os.path.abspath(p) for _, p in outputs}) < len(outputs):
         raise UsageError(f"{' / '.join(opt for opt, _ in outputs)} name the same file; give each its own")
     for opt, p in outputs:  # checked now, not after a long run
-        check_output(p, inputs=[*drafters, target, prompts_file, *target_gguf, *_llama_cpp_inputs(
-            llama_cpp, llama_server, llama_cpp_src)], force=force, label=opt)
+        check_output(p, inputs=[*drafters, target, prompts_file or builtin_prompts_path(), *target_gguf,
+                                *_llama_cpp_inputs(llama_cpp, llama_server, llama_cpp_src)], force=force, label=opt)
     if plot is not None:
         if Path(plot).suffix.lower() not in _PLOT_SUFFIXES:
             raise UsageError(f"--plot {plot}: give a .html or .png file")

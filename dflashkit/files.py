@@ -76,7 +76,8 @@ def input_files(paths: Iterable[str | os.PathLike[str] | None]) -> list[Path]:
             n = 0
             for root, _dirs, names in os.walk(path):
                 for name in names:
-                    if os.path.splitext(name)[1].lower() not in _NOT_READ_FROM_DIRS:
+                    # README.md is read (a model card: the license, the source) though other Markdown is not
+                    if name == "README.md" or os.path.splitext(name)[1].lower() not in _NOT_READ_FROM_DIRS:
                         files.append(Path(root) / name)
                     n += 1
                 if n > _MAX_INPUT_FILES:

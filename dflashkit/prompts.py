@@ -129,7 +129,11 @@ def builtin_prompts_path() -> Path:
     return Path(str(resources.files("dflashkit.runtime").joinpath("prompts.jsonl")))
 
 
-def load_prompts(path: str | os.PathLike | None = None) -> list[Prompt]:
+#: the most prompts one file may hold (each is a run; a 24 MB file of one-character lines parsed to 6 M prompts)
+MAX_PROMPTS = 100_000
+
+
+def load_prompts(path: str | os.PathLike | None = None, limit: int | None = None) -> list[Prompt]:
     """Prompts from a JSONL file (the built-in chat/code/math set when ``path`` is None).
 
     Each line: ``{"messages": [{"role": "user", "content": "..."}, ...]}`` (chat template),
@@ -140,7 +144,12 @@ def load_prompts(path: str | os.PathLike | None = None) -> list[Prompt]:
     try:
         if src.is_dir():
             raise DFlashError(f"{src}: is a directory, not a prompts file (JSONL)")
-        with open(src, "rb") as f:
+        # non-blocking open: a FIFO nobody writes to would block open() forever; then blocking reads (a pipe
+        # whose writer is still writing is read to its end, one with no writer reads as empty)
+        fd = os.open(src, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        with open(fd, "rb") as f:
             raw = f.read(MAX_PROMPTS_FILE_BYTES + 1)
         if len(raw) > MAX_PROMPTS_FILE_BYTES:
             raise DFlashError(f"{src}: the prompts file is over {MAX_PROMPTS_FILE_BYTES >> 20} MiB — give a smaller "
@@ -167,6 +176,10 @@ def load_prompts(path: str | os.PathLike | None = None) -> list[Prompt]:
                               "each prompt its own id")
         seen[prompt.id] = n
         prompts.append(prompt)
+        if limit is not None and len(prompts) >= limit:  # --max-prompts: the rest is never parsed
+            break
+        if len(prompts) > MAX_PROMPTS:
+            raise DFlashError(f"{src}: over {MAX_PROMPTS} prompts — give fewer (--max-prompts uses the first N)")
     if not prompts:
         raise DFlashError(f"{src}: no prompts (expected one JSON object per line)")
     return prompts

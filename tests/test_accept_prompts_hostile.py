@@ -153,7 +153,9 @@ def test_drafters_of_one_file_name_are_told_apart(tmp_path: Path) -> None:
     ("(ffn)\\1", "a back-reference"),
     ("a" * 300, "a pattern over 256 characters"),
     ("(ffn|ffn_)*down", "an alternation inside a quantified group"),
-    (".*a.*b.*c.*d", "more than three open-ended quantifiers in a row"),
+    (".*a.*b.*c.*d", "more than three open-ended quantifiers"),
+    ("(.*)(.*)(.*)(.*)!", "more than three open-ended quantifiers"),  # each in its own group: as steep
+    ("(.?){30}!", "a quantifier nested in a quantified group"),  # an optional item repeated: 2^30 ways
 ])
 def test_a_tensor_type_pattern_that_backtracks_is_refused(tmp_path: Path, pattern: str, problem: str) -> None:
     from dflashkit.cli import quantize_command

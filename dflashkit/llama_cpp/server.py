@@ -156,8 +156,19 @@ class _Client:
     def _post(self, path: str, payload: dict[str, Any], timeout: float) -> bytes:
         request = urllib.request.Request(self.url + path, data=json.dumps(payload).encode("utf-8"),
                                          headers={"Content-Type": "application/json"}, method="POST")
+        deadline = time.monotonic() + timeout  # the whole reply, not each read: a trickling server is bounded too
+        chunks: list[bytes] = []
+        size = 0
         with _open(request, timeout) as reply:
-            body = reply.read(MAX_REPLY_BYTES + 1)
+            while size <= MAX_REPLY_BYTES:
+                chunk = reply.read1(1 << 16)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+                if time.monotonic() > deadline:
+                    raise TimeoutError
+        body = b"".join(chunks)
         if len(body) > MAX_REPLY_BYTES:
             raise DFlashError(f"{self.label}: a reply over {MAX_REPLY_BYTES >> 20} MiB to one completion — refused")
         return body

@@ -35,7 +35,8 @@ SPECULATIVE_BINARY = "llama-speculative-simple"
 RETRIES = 5
 TIMEOUT_S = 600
 # "0.00.231.592 I n_predict = 33": a timestamp and a level letter before the name when stderr is not a terminal
-_COUNT = re.compile(r"^(?:[\d.]+ [A-Z] )?\s*(n_predict|n_drafted|n_accept)\s*=\s*(-?\d+)\s*$", re.M)
+# [ \t], not \s: \s crosses newlines, and 300,000 blank lines made the search quadratic (minutes); at most 18 digits
+_COUNT = re.compile(r"^(?:[\d.]+ [A-Z] )?[ \t]*(n_predict|n_drafted|n_accept)[ \t]*=[ \t]*(-?\d{1,18})[ \t]*$", re.M)
 _ENCODED = re.compile(r"encoded\s+(\d+) tokens")
 _ROUND = re.compile(r"accepted (\d+)/(\d+) draft tokens")
 #: errors after which llama-speculative-simple leaves its loop and still exits 0 with the counts so far

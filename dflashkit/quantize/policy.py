@@ -144,6 +144,8 @@ def pattern_hazard(pattern: str) -> str | None:
             return [x for item in av for x in children(item)]
         return []
 
+    open_ended_total = [0]  # over the whole pattern, groups included: (.*)(.*)(.*)(.*)! is as steep as .*.*.*.*!
+
     def walk(sub: object, inside_repeat: bool) -> str | None:
         in_a_row = 0  # open-ended quantifiers over wildcards one after another (.*a.*a.*a.*: polynomial, steep)
         for op, av in sub:  # type: ignore[attr-defined]
@@ -154,11 +156,12 @@ def pattern_hazard(pattern: str) -> str | None:
             if op in repeats:
                 low, high, body = av
                 open_ended = high is parser.MAXREPEAT or high > 1
-                if open_ended and inside_repeat:
+                if inside_repeat and (open_ended or low != high):  # (a+)+, and (.?){30}: 2^30 ways to split
                     return "a quantifier nested in a quantified group"
                 in_a_row += high is parser.MAXREPEAT
-                if in_a_row > 3:
-                    return "more than three open-ended quantifiers in a row"
+                open_ended_total[0] += high is parser.MAXREPEAT
+                if in_a_row > 3 or open_ended_total[0] > 3:
+                    return "more than three open-ended quantifiers"
                 found = walk(body, inside_repeat or open_ended)
             else:
                 found = next((f for child in children(av) if (f := walk(child, inside_repeat))), None)

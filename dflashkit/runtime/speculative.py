@@ -193,11 +193,20 @@ def drafter_dtype(model: DFlashDraftModel) -> torch.dtype:
 
 
 def default_stop_ids(target: HFTarget) -> list[int]:
-    """The target's end-of-sequence ids, as z-lab's benchmark takes them (generation config, then tokenizer)."""
+    """The target's end-of-sequence ids, as z-lab's benchmark takes them (generation config, then tokenizer); an id
+    that is no token of the target (a string, a float, a bool, a negative or past-the-vocabulary number) is a
+    one-line error naming the files and the key, never a stop token that can never match."""
     ids = getattr(target.model.generation_config, "eos_token_id", None) or target.tokenizer.eos_token_id
     if ids is None:
         return []
-    return [int(ids)] if isinstance(ids, int) else [int(i) for i in ids]
+    vocab = int(target.model.config.get_text_config().vocab_size)
+    values = ids if isinstance(ids, (list, tuple)) else [ids]
+    bad = [i for i in values if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < vocab]
+    if bad or len(values) > 4096:
+        shown = repr(bad[0])[:60] if bad else f"{len(values)} ids"
+        raise DFlashError(f"target {target.path}: eos_token_id {shown} (generation_config.json / config.json) is "
+                          f"not a token id of its vocabulary of {vocab} — fix the key")
+    return [int(i) for i in values]
 
 
 def check_pair(model: DFlashDraftModel, target: HFTarget, head: TargetHead, where: str = "drafter") -> None:

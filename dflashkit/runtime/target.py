@@ -48,6 +48,12 @@ def _quiet_transformers() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
+#: the target folder's files transformers reads besides the weights
+TARGET_TEXT_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                     "special_tokens_map.json", "chat_template.jinja", "chat_template.json", "added_tokens.json",
+                     "vocab.json", "merges.txt", "tokenizer.model")
+
+
 class HFTarget:
     """A transformers causal LM plus its tokenizer, loaded from a local HF directory."""
 
@@ -60,6 +66,10 @@ class HFTarget:
         if not (self.path / "config.json").is_file():
             raise DFlashError(f"target {self.path}: not an HF model directory (no config.json)")
         self.device, self.dtype = resolve_device(device), resolve_dtype(dtype)
+        for name in TARGET_TEXT_FILES:  # transformers reads a FIFO or a device as "absent" (or blocks on it)
+            f = self.path / name
+            if os.path.lexists(f) and not f.is_file():
+                raise DFlashError(f"target {self.path}: {name} is not a regular file — replace it with the file itself")
         if not any(self.path.glob("*.safetensors")):
             pickles = sorted(p.name for p in self.path.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt"))
             what = f"only pickle weights ({self.path / pickles[0]})" if pickles else "no *.safetensors weights"
