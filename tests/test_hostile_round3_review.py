@@ -90,7 +90,7 @@ def test_an_end_of_sequence_id_that_is_no_token(tmp_path: Path, pair: dict, valu
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--llama-cpp-timeout", "1e12"], "Invalid value for '--llama-cpp-timeout'"),  # click's own usage message
+    (["--llama-cpp-timeout", "1e12"], "Error: Invalid value for '--llama-cpp-timeout'"),  # click's
     (["--temperature", "1e-45"], "error: --temperature 1e-45: give 0 (greedy) or at least 1e-06"),
 ])
 def test_extreme_option_values_are_usage_errors(tmp_path: Path, pair: dict, args: list[str],  # noqa: F811
