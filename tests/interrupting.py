@@ -64,14 +64,15 @@ def wrapped(*args, **kwargs):
     return result
 
 setattr(owner, attr, wrapped)
-from dflashkit.cli import {command} as command
+from {cli_module} import {command} as command
 sys.argv[0] = "dflash"
 command()
 """
 
 
 def start_interrupted(command: str, args: list[str], unit: str, k: int, delay: float, *,
-                      stamp: Path | None = None, setup: str = "") -> subprocess.Popen:
+                      stamp: Path | None = None, setup: str = "", cli_module: str = "dflashkit.cli"
+                      ) -> subprocess.Popen:
     """Run ``dflashkit.cli.<command> args`` in a child that sends itself SIGINT ``delay`` s into the ``k``-th call
     of ``unit`` (``"module:Qualified.name"``); ``stamp`` gets the signal's wall-clock time."""
     module, _, qualname = unit.partition(":")
@@ -79,7 +80,8 @@ def start_interrupted(command: str, args: list[str], unit: str, k: int, delay: f
     if owned:  # the signal's time is always stamped: `wait_or_kill` counts the hang bound from it
         stamp = Path(tempfile.mkdtemp(prefix="dflashkit-signal-")) / "sent"
     code = DEFAULT_SIGNALS + _CHILD.format(setup=setup, module=module, qualname=qualname, k=int(k),
-                                           delay=float(delay), stamp=str(stamp), command=command)
+                                           delay=float(delay), stamp=str(stamp), command=command,
+                                           cli_module=cli_module)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, "-c", code, *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)

@@ -134,6 +134,25 @@ def test_a_killed_release_resumes_without_redoing_finished_jobs(tmp_path: Path) 
     assert check_release(out) == []
 
 
+def test_ctrl_c_in_the_third_job_leaves_no_partial_file_and_resumes(tmp_path: Path) -> None:
+    from interrupting import start_interrupted, wait_or_kill
+
+    out = tmp_path / "release"
+    args = [str(TRAINED / "drafter"), str(out), "--target", str(TRAINED / "target"), "--jobs", "1", "-q",
+            *CLI_SMALL]
+    # the signal lands inside the third quantize (the first is the shared F32 base's convert, not a quantize)
+    proc = start_interrupted("release_command", args, "dflashkit.quantize.gguf_file:quantize_gguf", 3, 0.05,
+                             cli_module="dflashkit.cli_release")
+    rc, _, err = wait_or_kill(proc)
+    assert rc == 130 and err.strip().endswith("interrupted (no output written)"), err
+    record = json.loads((out / "release.json").read_text())
+    assert list(record["jobs"]) == ["BF16", "Q8_0"] and not record["complete"]
+    left = sorted(p.name for p in out.iterdir())
+    assert left == [".dflash-release", "drafter-BF16.gguf", "drafter-Q8_0.gguf", "release.json"], left  # no part
+    res = CliRunner().invoke(release_command, args)
+    assert res.exit_code == 0 and check_release(out) == [], res.output
+
+
 @pytest.fixture
 def copy_of(sequential: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(sequential, tmp_path / "copy"))
