@@ -370,6 +370,11 @@ def _md(text: str) -> str:
     return text
 
 
+def markdown_section(s: Section) -> list[str]:
+    """One section as Markdown lines: the same rendering every report's Markdown uses (a model card's table too)."""
+    return _md_section(s)
+
+
 def _md_section(s: Section) -> list[str]:
     icon = {"error": " ❌", "warning": " ⚠️"}.get(s.level, "")
     if isinstance(s, BarChart):

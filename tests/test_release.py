@@ -216,9 +216,8 @@ def test_a_planted_defect_is_marked_in_the_card(tmp_path: Path, monkeypatch: pyt
     result = release(TRAINED / "drafter", out, target=TRAINED / "target", types="bf16,q6_k", workers=1,
                      allow_failures=True, **SMALL)
     assert [(t, g["gate"]) for t, g in result.failures] == [("Q6_K", "parity")]
-    row = next(line for line in (out / "README.md").read_text().splitlines()
-               if line.startswith("| `drafter-Q6_K.gguf`"))
-    assert "**FAILED parity**: top-1 agreement" in row
+    row = next(line for line in (out / "README.md").read_text().splitlines() if "drafter-Q6_K.gguf" in line)
+    assert row.startswith("| **`drafter-Q6_K.gguf`** |") and "**FAILED parity**: top-1 agreement" in row
     assert result.record["recommended"] == "BF16"
 
 

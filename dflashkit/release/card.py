@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..reporting import Column, Table, markdown_section
 from ..stats import CONFIDENCE, paired_bootstrap_ci, paired_comparison
 
 #: the recommendation, as the card states it
@@ -94,23 +95,30 @@ def render_card(release: dict[str, Any]) -> str:
              f"{release['dflashkit_version']}. Every file was checked: `dflash-inspect --strict` with the target, "
              "`dflash-diff` and `dflash-parity` against the checkpoint, and τ (mean accepted tokens per draft round, "
              "the bonus token included) measured beside the target.", "",
-             "## Files", "",
-             f"| file | size | bits/weight | τ | τ {pct} CI | Δτ vs {types[0] if types else '–'} | Δτ {pct} CI | "
-             "parity top-1 | parity KL | llama.cpp τ | speed-up | gates |",
-             "|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---|"]
-    for t in types:
+             ]
+    rows, flagged = [], set()
+    for i, t in enumerate(types):
         j, d = jobs[t], extra[t]
-        ci = f"[{d['tau_ci'][0]:.3f}, {d['tau_ci'][1]:.3f}]" if d["tau_ci"] else "–"
-        dci = f"[{d['delta_ci'][0]:+.3f}, {d['delta_ci'][1]:+.3f}]" if d["delta_ci"] else "–"
-        delta = "reference" if d["delta"] is None and t == types[0] else _fmt(d["delta"], "+.3f")
         top1 = j["parity"]["top1"]
         speed = [s["speedup"] for s in j.get("serving", []) if s.get("speedup") is not None]
-        gates = "; ".join(f"**FAILED {g['gate']}**: {g['why']}" for g in j["gates_failed"]) or "passed"
-        lines.append(f"| `{j['file']}` | {j['size_bytes'] / 1e6:.2f} MB | {_fmt(j['bits_per_weight'], '.2f')} | "
-                     f"{_fmt(j['tau']['mean'])} | {ci} | {delta} | {dci} | "
-                     f"{'–' if top1 is None else f'{top1:.2%}'} | {_fmt(j['parity']['kl_mean'], '.3g')} | "
-                     f"{_fmt(j['tau'].get('llama_cpp'))} | {_fmt(speed[0], '.2f') + '×' if speed else '–'} | "
-                     f"{gates} |")
+        if j["gates_failed"]:
+            flagged.add(i)
+        rows.append({
+            "file": f"`{j['file']}`", "size": f"{j['size_bytes'] / 1e6:.2f} MB", "bpw": _fmt(j["bits_per_weight"], ".2f"),
+            "tau": _fmt(j["tau"]["mean"]),
+            "tau_ci": f"{d['tau_ci'][0]:.3f} – {d['tau_ci'][1]:.3f}" if d["tau_ci"] else "–",
+            "delta": "reference" if t == types[0] else _fmt(d["delta"], "+.3f"),
+            "delta_ci": f"{d['delta_ci'][0]:+.3f} – {d['delta_ci'][1]:+.3f}" if d["delta_ci"] else "–",
+            "top1": "–" if top1 is None else f"{top1:.2%}", "kl": _fmt(j["parity"]["kl_mean"], ".3g"),
+            "llama_cpp": _fmt(j["tau"].get("llama_cpp")), "speedup": _fmt(speed[0], ".2f") + "×" if speed else "–",
+            "gates": "; ".join(f"**FAILED {g['gate']}**: {g['why']}" for g in j["gates_failed"]) or "passed"})
+    ref = types[0] if types else "–"
+    columns = [Column("file", "file"), Column("size", "size"), Column("bpw", "bits/weight"), Column("tau", "τ"),
+               Column("tau_ci", f"τ {pct} CI"), Column("delta", f"Δτ vs {ref}"), Column("delta_ci", f"Δτ {pct} CI"),
+               Column("top1", "parity top-1"), Column("kl", "parity KL"), Column("llama_cpp", "llama.cpp τ"),
+               Column("speedup", "speed-up"), Column("gates", "gates")]
+    # the one Markdown table renderer of every report (reporting): escaped cells, failed rows flagged
+    lines += markdown_section(Table("Files", columns, rows, flagged=flagged, id="files"))
     lines += ["", "## Recommended", ""]
     if best is not None:
         lines.append(f"**{best}** (`{jobs[best]['file']}`): {RECOMMEND_RULE}.")
