@@ -2,7 +2,7 @@
 pinned builds, 0.3.36 and mainline b11549), and dflash-quantize writes the same bytes as llama-quantize.
 
 Needs llama.cpp's `llama-quantize` and `llama-speculative-simple` (the source ships in the
-llama-cpp-python sdist; see README "Checking against a real llama.cpp"). Point
+llama-cpp-python sdist; see docs/llama-cpp-checks.md). Point
 DFLASHKIT_LLAMA_CPP_BIN at the folder holding them; without it these tests are skipped.
 """
 
