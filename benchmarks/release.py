@@ -49,7 +49,7 @@ def tree_rss(pid: int) -> int:
 def run(label: str, extra: list[str], out: Path) -> tuple[float, int]:
     shutil.rmtree(out, ignore_errors=True)
     out.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-c", "from dflashkit.cli_release import release_command; release_command()",
+    cmd = [sys.executable, "-c", "from dflashkit.cli import release_command; release_command()",
            "fixtures/trained/drafter", str(out), "--target", "fixtures/trained/target", "-q", *extra]
     start = time.monotonic()
     proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)

@@ -33,12 +33,12 @@ FOREIGN = frozenset({
 
 def command_options() -> dict[str, set[str]]:
     """Every option each dflash command takes (its click parameters' names, ``--help`` included)."""
-    from dflashkit import cli, cli_release
+    from dflashkit import cli
 
     commands = {"dflash-convert": cli.convert_command, "dflash-quantize": cli.quantize_command,
                 "dflash-inspect": cli.inspect_command, "dflash-diff": cli.diff_command,
                 "dflash-parity": cli.parity_command, "dflash-accept": cli.accept_command,
-                "dflash-release": cli_release.release_command}
+                "dflash-release": cli.release_command}
     out = {}
     for name, cmd in commands.items():
         opts = {"--help"}

@@ -16,4 +16,4 @@ def test_the_committed_picture_is_drawn_from_the_code() -> None:
     begin = "<!-- architecture:begin (tools/draw_architecture.py) -->\n"
     committed = doc.split(begin, 1)[1].split("<!-- architecture:end -->", 1)[0]
     assert committed == drawn, "run: python tools/draw_architecture.py --write"
-    assert drawn.startswith("```mermaid\ngraph BT\n") and '"layer 8: cli, cli_release"' in drawn
+    assert drawn.startswith("```mermaid\ngraph BT\n") and '"layer 8: cli/"' in drawn

@@ -50,8 +50,7 @@ LAYERS: dict[str, int] = {
     "dflashkit.serving": 6,  # τ, speed-up and identical output through llama-server
     "dflashkit.release": 7,  # dflash-release: a composition of every command's library function
     "dflashkit.cli": 8,
-    "dflashkit.cli_release": 8,
-}
+    }
 
 
 #: a family folder's own modules sit in the layer of what they extend: its inspect checks with the inspect

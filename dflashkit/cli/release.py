@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from .bounds import escape_name
-from .cli import _parse_fraction, user_errors
-from .errors import DFlashError, UsageError
+from ..bounds import escape_name
+from ..errors import DFlashError, UsageError
+from .common import _parse_fraction, user_errors
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]}, epilog="""\b
@@ -55,7 +55,7 @@ def release_command(paths: tuple[str, ...], target: str | None, types: str, prom
 
     Exit 0 when every gate passed (or --allow-failures); 1 naming the type and the gate or step that failed; 2 for
     usage. With --check OUTDIR: exit 0 when the folder is what its release.json says, else 1 with each problem."""
-    from .release import check_release, release
+    from ..release import check_release, release
 
     if check:
         if len(paths) != 1:

@@ -1,0 +1,266 @@
+"""What every command shares: errors as one line and an exit code, the option decorators, report output."""
+
+from __future__ import annotations
+
+import errno
+import functools
+import math
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from ..bounds import MAX_LAYERS, dumps, escape_name
+from ..errors import DFlashError, UsageError
+from ..files import write_text_atomic
+
+MAX_PARITY_ROUNDS = 10_000  # each round keeps a block of logits for the report: 1e8 rounds asked for ~82 GB
+_REPORT_SUFFIXES = {".html": "html", ".htm": "html", ".json": "json", ".md": "markdown", ".markdown": "markdown"}
+
+
+def _fail(message: str, code: int) -> None:
+    # One line, whatever a file put into a name or value: control characters escaped, length cut.
+    click.echo(f"error: {escape_name(message, limit=2000)}", err=True)
+    sys.exit(code)
+
+
+_STDOUT_ERRNOS = (errno.ENOSPC, errno.EIO, errno.EBADF, errno.EPIPE)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null: the interpreter's own flush at exit must not fail a second time."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, AttributeError, ValueError):
+        pass
+
+
+def _exit_interrupted() -> None:
+    """Exit 130 after Ctrl-C. Outputs are already unwound (temp files removed) when this runs. A program ends here
+    without the interpreter's finalisation: its garbage collection walks every torch / transformers object, 1.2 s
+    of a 1.4 s stop on a 2-core box. Called in-process (click's test runner, a Python caller), it raises SystemExit
+    as usual."""
+    if sys.stdout is sys.__stdout__ and sys.stderr is sys.__stderr__:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError, AttributeError):
+                pass
+        os._exit(130)
+    sys.exit(130)
+
+
+def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn library errors into one-line messages and exit codes (tracebacks only with --debug)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, debug: bool = False, **kwargs: Any) -> Any:
+        try:
+            try:
+                return func(*args, **kwargs)
+            finally:  # a write error on stdout surfaces here, as one line, not at interpreter exit
+                if sys.stdout is not None:
+                    sys.stdout.flush()
+        except BrokenPipeError:
+            _silence_stdout()
+            _fail("stdout was closed before the output was written (broken pipe); write it with -o FILE", 1)
+        except DFlashError as exc:
+            if debug:
+                traceback.print_exc()
+            _fail(str(exc), exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("interrupted (no output written)", err=True)
+            _exit_interrupted()
+        except MemoryError:
+            _fail("out of memory", 1)
+        except Exception as exc:  # an unexpected failure is still one line, unless --debug
+            if debug:
+                traceback.print_exc()
+            if isinstance(exc, OSError) and exc.errno in _STDOUT_ERRNOS:  # stdout on a full disk, a closed fd
+                _silence_stdout()
+                _fail(f"cannot write the output ({exc.strerror or exc}): is stdout a full device or closed? "
+                      "write it with -o FILE", 1)
+            _fail(f"internal error: {type(exc).__name__}: {exc} (re-run with --debug for the traceback)", 1)
+
+    return click.option("--debug", is_flag=True, help="Show tracebacks.")(wrapper)
+
+
+class FiniteFloat(click.FloatRange):
+    """A float option that refuses ``nan`` and ``inf`` (click's FloatRange compares, and NaN passes any comparison)."""
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+
+class LazyChoice(click.Choice):
+    """A click.Choice whose choices are read from a table on first use. The report formats and the
+    provenance verdicts live in modules (the report model, the inspect checks) that the quantize and
+    convert commands never load; importing them at start-up would cost every command ~40 ms."""
+
+    def __init__(self, load: Callable[[], Any], case_sensitive: bool = True) -> None:  # noqa: D107
+        self._load = load
+        self._choices: tuple[str, ...] | None = None
+        self.case_sensitive = case_sensitive
+
+    @property  # type: ignore[override]
+    def choices(self) -> tuple[str, ...]:
+        if self._choices is None:
+            self._choices = tuple(self._load())
+        return self._choices
+
+
+def _expect_verdicts() -> list[str]:
+    from ..inspect.provenance import VERDICTS
+
+    return [v for v in VERDICTS if v != "unknown"]
+
+
+def _layer_ids(value: str) -> list[int]:
+    """``--target-layer-ids 1,9,17``: sorted, unique, non-negative integers."""
+
+    try:
+        ids = [int(v) for v in value.replace(" ", "").split(",") if v != ""]
+    except ValueError:
+        raise UsageError(f"--target-layer-ids: expected integers separated by commas (e.g. 1,9,17,25,33), got {value!r}") from None
+    if not ids or any(i < 0 or i >= MAX_LAYERS for i in ids) or ids != sorted(set(ids)):
+        raise UsageError(f"--target-layer-ids: give sorted, unique, non-negative layer ids (e.g. 1,9,17,25,33), got {value!r}")
+    return ids
+
+
+# --------------------------------------------------------------------------------------------
+# The grammar every command shares: -h/--help, --version, --debug, -q/--quiet, --force, --format, -o/--output,
+# and an epilog with two examples and the exit codes. Old spellings (--json, --markdown) stay as hidden aliases.
+# --------------------------------------------------------------------------------------------
+
+EXIT_CODES = ("Exit codes: 0 success; 1 bad input, or a check / gate failed; 2 usage error; 130 interrupted "
+              "(Ctrl-C: nothing is left behind).")
+REPORT_FORMATS = ("text", "json", "markdown", "html")
+
+
+def dflash_command(*examples: str, exit_codes: str = EXIT_CODES) -> Callable[[Callable[..., Any]], click.Command]:
+    """``click.command`` with -h, --version and an epilog: the examples, then the exit codes."""
+    epilog = "\b\nExamples:\n" + "\n".join(f"  {e}" for e in examples) + "\n\n" + exit_codes
+
+    def decorate(func: Callable[..., Any]) -> click.Command:
+        func = click.version_option(package_name="dflashkit", message="%(prog)s (dflashkit) %(version)s")(func)
+        return click.command(context_settings={"help_option_names": ["-h", "--help"]}, epilog=epilog)(func)
+
+    return decorate
+
+
+def format_option(formats: tuple[str, ...] = REPORT_FORMATS, *, from_suffix: bool = True) -> Callable[[Any], Any]:
+    """``--format`` (case-insensitive) and the hidden old spellings ``--json`` / ``--markdown``."""
+    default = "Default: from the -o suffix (.html/.json/.md), else text." if from_suffix else "Default: text."
+
+    def decorate(func: Any) -> Any:
+        func = click.option("--format", "fmt", type=click.Choice(formats, case_sensitive=False),
+                            help=f"Output format: {' | '.join(formats)}. {default}")(func)
+        for flag in ("json", "markdown"):
+            if flag in formats:
+                func = click.option(f"--{flag}", "legacy_fmt", flag_value=flag, hidden=True,
+                                    help=f"Same as --format {flag} (old spelling).")(func)
+        return func
+
+    return decorate
+
+
+def _resolve_format(fmt: str | None, legacy: str | None, output: str | None = None) -> str:
+    """--format, else an old --json/--markdown, else the -o suffix, else text; two that disagree are a usage error."""
+
+
+    fmt = fmt.lower() if fmt else None
+    if fmt and legacy and fmt != legacy:
+        raise UsageError(f"--{legacy} and --format {fmt} contradict each other; pass one of them")
+    chosen = fmt or legacy
+    if chosen:
+        return chosen
+    return _REPORT_SUFFIXES.get(Path(output).suffix.lower(), "text") if output else "text"
+
+
+#: -o values that mean the standard output: the report is written there as a stream, not as a file
+STDOUT_NAMES = ("-", "/dev/stdout")
+
+
+def _stdout_as_stream(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    return None if value in STDOUT_NAMES else value
+
+
+def values_strict_option(func: Any) -> Any:
+    """convert / quantize: --strict refuses the values a conversion cannot carry over (`codecs.values`)."""
+    return click.option("--strict", is_flag=True, help="Refuse (exit 1, nothing written) a tensor with NaN / inf "
+                        "values, or values beyond ±65504 for F16.")(func)
+
+
+def output_option(func: Any) -> Any:
+    return click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), metavar="FILE",
+                        callback=_stdout_as_stream,
+                        help="Write the report to FILE (atomically; --force to replace it) instead of stdout; - or "
+                             "/dev/stdout: stdout.")(func)
+
+
+def _emit(text: str, output: str | None, force: bool, quiet: bool, status: str, prog: str) -> None:
+    """The report on stdout, or into -o FILE with a 'wrote' line (unless -q)."""
+    if output is None:
+        if sys.stdout is None:  # started with stdout closed (>&-): the report would vanish
+            from ..errors import DFlashError as _Error
+
+            raise _Error("stdout is closed: the report has nowhere to go; write it with -o FILE")
+        click.echo(text, nl=not text.endswith("\n"))
+        return
+
+    write_text_atomic(output, text, force=force)
+    if not quiet:
+        click.echo(f"{prog}: wrote {output} — {status}", err=True)
+
+
+def _echo_written(result: Any, as_json: bool, quiet: bool, line: Callable[[dict[str, Any]], str]) -> None:
+    """A file-writing command's result: its JSON, or one line built from it (nothing with -q). OUT is complete
+    before this prints: when stdout cannot take the summary (a full device, a closed pipe), OUT is kept and the
+    error says so."""
+    summary = result.to_json()
+    text = dumps(summary, indent=2) if as_json else None if quiet else line(summary)
+    if text is None:
+        return
+    try:
+        click.echo(text)
+        sys.stdout.flush()
+    except OSError as exc:
+        if exc.errno not in _STDOUT_ERRNOS:
+            raise
+        _silence_stdout()
+        raise DFlashError(f"{result.out} is written and complete (kept), but its summary could not be printed "
+                          f"({exc.strerror or exc}): stdout is a full device or closed — redirect it, or use -q") from None
+
+
+def _warnings(quiet: bool) -> Callable[[str], None]:
+    return (lambda m: None) if quiet else _warn
+
+
+def _warn(message: str) -> None:
+    click.echo(click.style("warning: ", fg="yellow", bold=True) + escape_name(message, limit=2000), err=True)
+
+
+def _parse_fraction(value: str | None, option: str) -> float | None:
+    """'0.99', '99%' or '99' (values above 1 are percentages) → 0.99."""
+
+    if value is None:
+        return None
+    text = value.strip()
+    try:
+        number = float(text.rstrip("%"))
+    except ValueError:
+        raise UsageError(f"{option}: expected a fraction like 0.99 or a percentage like 99%, got {value!r}") from None
+    if text.endswith("%") or number > 1:
+        number /= 100
+    if not 0 <= number <= 1:
+        raise UsageError(f"{option}: must lie between 0 and 1 (or 0% and 100%), got {value!r}")
+    return number
+
