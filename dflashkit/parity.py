@@ -16,6 +16,10 @@ Where the inputs come from:
   hidden states are seeded random, and each round accepts the reference's whole draft;
 - no target: hidden states and embeddings are seeded random and only the drafters' output hidden
   states are compared — logits need a target head.
+
+This module is the run: the inputs of every round (`_Inputs`), `run_parity` and its rounds, the ``--dump`` file.
+The figures compared are `dflashkit.parity_stats`; the result, its verdict and its report `dflashkit.parity_result`.
+Their public names are re-exported here, so ``dflashkit.parity`` still offers every one of them.
 """
 
 from __future__ import annotations
@@ -23,7 +27,6 @@ from __future__ import annotations
 import functools
 import gc
 import json
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,208 +38,26 @@ import torch
 from .diff import diff_drafters
 from .errors import DFlashError, UsageError
 from .files import atomic_output, check_output
-from .reporting import Column, Field, Notes, Report, Table, verdict
+from .parity_result import EXIT_FAILED, EXIT_OK, MODES, ParityResult, RoundResult
+from .parity_stats import (TOP_K, HiddenStats, LogitStats, accepted_prefix, hidden_rows, hidden_stats, logit_rows,
+                           logit_stats, select_rows)
 from .target_rules import Target, check_runtime_fit
 from .runtime.dflash import RMSNorm
 from .runtime import DFlashDraftModel, HFTarget, LoadInfo, TargetHead, load_drafter, load_target_head
-from .runtime.load import VERIFY_MODE
 from .runtime.target import DEFAULT_PROMPT, GreedyStream
 
-EXIT_OK = 0
-EXIT_FAILED = 1
+__all__ = [
+    # the run (this module)
+    "CONTEXT_LEN", "run_parity",
+    # re-exported: the statistics (parity_stats), the result and its verdict (parity_result)
+    "TOP_K", "HiddenStats", "LogitStats", "accepted_prefix", "EXIT_FAILED", "EXIT_OK", "MODES", "ParityResult",
+    "RoundResult",
+]
+
 CONTEXT_LEN = 32  # context positions of the first round when the hidden states are random
-TOP_K = 5
 
-MODES = {
-    "hf-target": "target run with transformers: real tap hidden states, embeddings and lm_head",
-    "gguf-target": "target GGUF: its token_embd / output give embeddings and lm_head; context hidden states are "
-    "seeded random; each round accepts the reference's whole draft",
-    "no-target": "no target: hidden states and embeddings are seeded random, so parity is measured on the drafters' "
-    "output hidden states — logits need a target head (pass --target)",
-}
-
-
-# ---------------------------------------------------------------------------------------------
-# Statistics
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LogitStats:
-    """Logit agreement over ``n`` draft positions (rows)."""
-
-    n: int
-    top1: float  # fraction of rows whose argmax agrees
-    top5: float  # mean |top5(ref) ∩ top5(cand)| / 5
-    kl_mean: float  # KL(ref ‖ cand) in nats
-    kl_p99: float
-    kl_max: float
-    max_abs: float  # max |Δlogit|
-    rms: float  # RMS |Δlogit| over every logit
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-@dataclass(frozen=True)
-class HiddenStats:
-    """Output hidden-state agreement over ``n`` rows."""
-
-    n: int
-    rel_rms: float  # ‖Δ‖ / ‖ref‖
-    max_abs: float
-    cosine: float  # mean per-row cosine similarity
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-#: rows of logits whose float64 figures are computed at once: each is a row of its own, and a few rows keep the
-#: float64 temporaries of a 152 k vocabulary at a few MB (all 15 rows at once took ~120 MB of the run's peak)
-_LOGIT_ROWS_AT_ONCE = 4
-
-
-def _logit_rows(ref: torch.Tensor, cand: torch.Tensor) -> dict[str, np.ndarray]:
-    """Per-row figures for [n, vocab] logits (float64), a few rows at a time."""
-    parts = [_logit_rows_block(ref[i : i + _LOGIT_ROWS_AT_ONCE], cand[i : i + _LOGIT_ROWS_AT_ONCE])
-             for i in range(0, ref.shape[0], _LOGIT_ROWS_AT_ONCE)]
-    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-
-
-def _logit_rows_block(ref: torch.Tensor, cand: torch.Tensor) -> dict[str, np.ndarray]:
-    r, c = ref.double(), cand.double()
-    lr, lc = torch.log_softmax(r, -1), torch.log_softmax(c, -1)
-    kl = (lr.exp() * (lr - lc)).sum(-1).clamp_min(0.0)  # tiny negative values are rounding
-    k = min(TOP_K, r.shape[-1])
-    tr, tc = r.topk(k, -1).indices, c.topk(k, -1).indices
-    overlap = (tr[:, :, None] == tc[:, None, :]).any(-1).sum(-1).double() / k
-    d = (r - c).abs()
-    return {
-        "top1": (r.argmax(-1) == c.argmax(-1)).double().numpy(),
-        "top5": overlap.numpy(),
-        "kl": kl.numpy(),
-        "max_abs": d.max(-1).values.numpy(),
-        "sq": (d * d).mean(-1).numpy(),
-    }
-
-
-def _logit_stats(rows: dict[str, np.ndarray]) -> LogitStats:
-    kl = rows["kl"]
-    return LogitStats(
-        n=int(kl.size),
-        top1=float(rows["top1"].mean()),
-        top5=float(rows["top5"].mean()),
-        kl_mean=float(kl.mean()),
-        kl_p99=float(np.percentile(kl, 99)),
-        kl_max=float(kl.max()),
-        max_abs=float(rows["max_abs"].max()),
-        rms=float(math.sqrt(rows["sq"].mean())),
-    )
-
-
-def _hidden_rows(ref: torch.Tensor, cand: torch.Tensor) -> dict[str, np.ndarray]:
-    r, c = ref.double(), cand.double()
-    d = r - c
-    cos = (r * c).sum(-1) / (r.norm(dim=-1) * c.norm(dim=-1)).clamp_min(1e-300)
-    return {
-        "d2": (d * d).sum(-1).numpy(),
-        "r2": (r * r).sum(-1).numpy(),
-        "max_abs": d.abs().max(-1).values.numpy(),
-        "cos": cos.numpy(),
-    }
-
-
-def _hidden_stats(rows: dict[str, np.ndarray]) -> HiddenStats:
-    r2 = rows["r2"].sum()
-    return HiddenStats(
-        n=int(rows["d2"].size),
-        # NaN stays NaN (a NaN reference must never read as "rel RMS 0")
-        rel_rms=float(math.sqrt(rows["d2"].sum() / r2)) if r2 > 0 else (0.0 if rows["d2"].sum() == 0 else math.nan),
-        max_abs=float(rows["max_abs"].max()),
-        cosine=float(rows["cos"].mean()),
-    )
-
-
-def _select(rows: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:
-    return {k: v[mask] for k, v in rows.items()}
-
-
-def accepted_prefix(draft: Sequence[int], truth: Sequence[int]) -> int:
-    """How many leading tokens of ``draft`` match ``truth`` (greedy verification)."""
-    n = 0
-    for a, b in zip(draft, truth):
-        if a != b:
-            break
-        n += 1
-    return n
-
-
-# ---------------------------------------------------------------------------------------------
-# Result
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RoundResult:
-    index: int
-    start: int  # position of the anchor
-    context: int  # context positions fed this round
-    reference_tokens: list[int] | None
-    candidate_tokens: list[int] | None
-    candidate_accepted: int | None  # prefix of the candidate's draft equal to the reference's
-    reference_accepted: int | None  # prefix of the reference's draft the target accepts (hf-target)
-    produced: int  # tokens the round advanced by
-
-
-@dataclass
-class ParityResult:
-    reference: LoadInfo
-    candidate: LoadInfo
-    mode: str  # "hf-target" | "gguf-target" | "no-target"
-    target: str | None
-    device: str
-    dtype: str
-    seed: int
-    block_size: int
-    rounds: list[RoundResult]
-    per_position: list[tuple[int, LogitStats]]  # block position (1..B-1) → stats over rounds
-    overall: LogitStats | None
-    hidden_per_position: list[tuple[int, HiddenStats]]  # block position (0..B-1)
-    hidden_overall: HiddenStats
-    weights: Any = None  # dflashkit.diff.DiffResult, or None when skipped
-    prompt_ids: list[int] | None = None
-    dump: str | None = None
-
-    @property
-    def has_logits(self) -> bool:
-        return self.overall is not None
-
-    @property
-    def accepted_mean(self) -> float | None:
-        acc = [r.candidate_accepted for r in self.rounds if r.candidate_accepted is not None]
-        return float(np.mean(acc)) if acc else None
-
-    def failures(self, threshold_top1: float | None = None, threshold_kl: float | None = None) -> list[str]:
-        """One phrase per failed gate; empty when the candidate passes."""
-        if (threshold_top1 is not None or threshold_kl is not None) and self.overall is None:
-            return ["no logits to gate on (no target head) — pass --target"]
-        out = []
-        figures = [self.hidden_overall.rel_rms, self.hidden_overall.cosine]
-        if self.overall is not None:
-            figures += [self.overall.kl_mean, self.overall.rms]
-        if not all(math.isfinite(x) for x in figures):  # NaN / Inf outputs are an error finding, gate or not
-            out.append("the drafters' outputs hold NaN/Inf values (check the weights with dflash-diff)")
-        if threshold_top1 is not None and self.overall is not None and not self.overall.top1 >= threshold_top1:
-            out.append(f"top-1 agreement {self.overall.top1:.2%} < --threshold-top1 {threshold_top1:.2%}")
-        if threshold_kl is not None and self.overall is not None and not self.overall.kl_mean <= threshold_kl:
-            out.append(f"mean KL {self.overall.kl_mean:.3g} > --threshold-kl {threshold_kl:.3g}")
-        return out
-
-    def exit_code(self, threshold_top1: float | None = None, threshold_kl: float | None = None) -> int:
-        return EXIT_FAILED if self.failures(threshold_top1, threshold_kl) else EXIT_OK
-
-    def report(self, threshold_top1: float | None = None, threshold_kl: float | None = None) -> Report:
-        return _build_report(self, threshold_top1, threshold_kl)
+#: the statistics' names before they moved to parity_stats (tests/test_parity.py imports them from here)
+_logit_rows, _logit_stats = logit_rows, logit_stats
 
 
 # ---------------------------------------------------------------------------------------------
@@ -441,8 +262,8 @@ def _run_rounds(models: dict[str, DFlashDraftModel], inputs: _Inputs, rounds: in
     head = inputs.head
     dtype = next(m.weight.dtype for m in models["reference"].modules() if isinstance(m, RMSNorm))  # the compute dtype
     start, prev = inputs.first_start, 0
-    logit_rows: list[dict[str, np.ndarray]] = []
-    hidden_rows: list[dict[str, np.ndarray]] = []
+    logit_rounds: list[dict[str, np.ndarray]] = []
+    hidden_rounds: list[dict[str, np.ndarray]] = []
     rounds_out: list[RoundResult] = []
     first: _FirstRound | None = None
     for r in range(rounds):
@@ -463,7 +284,7 @@ def _run_rounds(models: dict[str, DFlashDraftModel], inputs: _Inputs, rounds: in
             first = _FirstRound(contexts, blocks, noises, steps, positions)
 
         ref, cand = steps["reference"], steps["candidate"]
-        hidden_rows.append(_hidden_rows(ref.hidden[0].float().cpu(), cand.hidden[0].float().cpu()))
+        hidden_rounds.append(hidden_rows(ref.hidden[0].float().cpu(), cand.hidden[0].float().cpu()))
         ref_tokens = cand_tokens = None
         cand_acc = ref_acc = None
         if ref.logits is not None and cand.logits is not None:
@@ -471,7 +292,7 @@ def _run_rounds(models: dict[str, DFlashDraftModel], inputs: _Inputs, rounds: in
             ref_l, cand_l = ((ref.draft_logits, cand.draft_logits) if ref.draft_logits is not None
                              and cand.draft_logits is not None and ref.draft_logits.shape == cand.draft_logits.shape
                              else (ref.logits, cand.logits))
-            logit_rows.append(_logit_rows(ref_l[0].float().cpu(), cand_l[0].float().cpu()))
+            logit_rounds.append(logit_rows(ref_l[0].float().cpu(), cand_l[0].float().cpu()))
             ref_tokens, cand_tokens = ref.tokens[0].tolist(), cand.tokens[0].tolist()
             cand_acc = accepted_prefix(cand_tokens, ref_tokens)
         if inputs.has_truth and ref_tokens is not None:
@@ -484,21 +305,21 @@ def _run_rounds(models: dict[str, DFlashDraftModel], inputs: _Inputs, rounds: in
 
     positions_logit: list[tuple[int, LogitStats]] = []
     overall = None
-    if logit_rows:
-        rows = {k: np.concatenate([lr[k] for lr in logit_rows]) for k in logit_rows[0]}
+    if logit_rounds:
+        rows = {k: np.concatenate([lr[k] for lr in logit_rounds]) for k in logit_rounds[0]}
         first_slot = models["reference"].first_draft_slot  # 0 when slot 0 predicts (sample_from_anchor)
-        pos = np.tile(np.arange(first_slot, block), len(logit_rows))
-        positions_logit = [(p, _logit_stats(_select(rows, pos == p))) for p in range(first_slot, block)]
-        overall = _logit_stats(rows)
-    hrows = {k: np.concatenate([h[k] for h in hidden_rows]) for k in hidden_rows[0]}
-    hpos = np.tile(np.arange(block), len(hidden_rows))
+        pos = np.tile(np.arange(first_slot, block), len(logit_rounds))
+        positions_logit = [(p, logit_stats(select_rows(rows, pos == p))) for p in range(first_slot, block)]
+        overall = logit_stats(rows)
+    hrows = {k: np.concatenate([h[k] for h in hidden_rounds]) for k in hidden_rounds[0]}
+    hpos = np.tile(np.arange(block), len(hidden_rounds))
     assert first is not None
     return _Run(
         rounds=rounds_out,
         per_position=positions_logit,
         overall=overall,
-        hidden_per_position=[(p, _hidden_stats(_select(hrows, hpos == p))) for p in range(block)],
-        hidden_overall=_hidden_stats(hrows),
+        hidden_per_position=[(p, hidden_stats(select_rows(hrows, hpos == p))) for p in range(block)],
+        hidden_overall=hidden_stats(hrows),
         first=first,
     )
 
@@ -559,133 +380,3 @@ def _side_meta(info: LoadInfo, s: Any) -> dict[str, Any]:
         "mask_token_id": s.mask_token_id, "embedding_scale": s.embedding_scale, "logit_scale": s.logit_scale,
         "final_logit_softcapping": s.final_logit_softcapping,
     }
-
-
-# ---------------------------------------------------------------------------------------------
-# Report
-# ---------------------------------------------------------------------------------------------
-
-_LOGIT_COLUMNS = [
-    Column("position", "pos"), Column("n", "n"), Column("top1", "top-1", "pct"), Column("top5", "top-5 overlap", "pct"),
-    Column("kl_mean", "KL mean", ".3g"), Column("kl_p99", "KL p99", ".3g"), Column("kl_max", "KL max", ".3g"),
-    Column("max_abs", "max |Δlogit|", ".3g"), Column("rms", "RMS |Δlogit|", ".3g"),
-]
-_HIDDEN_COLUMNS = [
-    Column("position", "pos"), Column("n", "n"), Column("rel_rms", "rel RMS", ".3g"), Column("max_abs", "max |Δ|", ".3g"),
-    Column("cosine", "cosine", ".6f"),
-]
-
-
-def _form(info: LoadInfo) -> str:
-    kind = "HF checkpoint" if info.kind == "hf" else f"GGUF ({info.dialect})"
-    types = ", ".join(f"{n} {t}" for t, n in sorted(info.tensor_types.items()))
-    return f"{info.path} — {kind}: {types}; {info.matmul}"
-
-
-def _build_report(r: ParityResult, threshold_top1: float | None, threshold_kl: float | None) -> Report:
-    failures = r.failures(threshold_top1, threshold_kl)
-    o = r.overall
-    if o is not None:
-        headline = (f"top-1 {o.top1:.2%}, top-5 {o.top5:.2%}, KL mean {o.kl_mean:.3g}, accepted prefix "
-                    f"{r.accepted_mean:.2f}/{r.block_size - 1} over {len(r.rounds)} round(s)")
-    else:
-        headline = (f"hidden-state rel RMS {r.hidden_overall.rel_rms:.3g}, cosine {r.hidden_overall.cosine:.6f} "
-                    "(no target head: no logits)")
-    status, level = verdict(failures, None, headline, "ok" if o is not None else "info")
-
-    w = r.weights
-    rel = w.rel_rms_summary() if w is not None else {}
-    summary = [
-        Field("reference", _form(r.reference), key="reference"),
-        Field("candidate", _form(r.candidate), key="candidate"),
-        Field("family", " / ".join(dict.fromkeys((r.reference.family_name, r.candidate.family_name))), key="family"),
-        Field("verification", VERIFY_MODE, key="verification"),
-        Field("inputs", MODES[r.mode], key="mode_text"),
-        Field("mode", r.mode, key="mode"),
-        Field("target", r.target, key="target"),
-        Field("device / dtype", f"{r.device} / {r.dtype}", key="device_dtype"),
-        Field("rounds", len(r.rounds), key="rounds"),
-        Field("seed", r.seed, key="seed"),
-    ]
-    if o is not None:
-        summary += [
-            Field("top-1 agreement", o.top1, "pct", key="top1"),
-            Field("top-5 overlap", o.top5, "pct", key="top5"),
-            Field("KL(ref‖cand) mean / p99 / max", (o.kl_mean, o.kl_p99, o.kl_max), ".3g", key="kl"),
-            Field("max / RMS |Δlogit|", (o.max_abs, o.rms), ".3g", key="dlogit"),
-            Field("accepted prefix (mean)", r.accepted_mean, ".3g", key="accepted_prefix_mean"),
-        ]
-    summary += [
-        Field("hidden rel RMS / cosine", (r.hidden_overall.rel_rms, r.hidden_overall.cosine), ".4g", key="hidden"),
-        Field("weights rel RMS median / max", (rel.get("median"), rel.get("max")) if w is not None else None,
-              ".4g", key="weights_rel_rms"),
-        Field("thresholds top-1 / KL", (threshold_top1, threshold_kl), ".4g", key="thresholds"),
-        Field("dump", r.dump, key="dump"),
-        Field("exit code", EXIT_FAILED if failures else EXIT_OK, key="exit_code"),
-    ]
-
-    sections: list[Any] = [_weights_section(r)]
-    if w is not None:
-        sections.append(_worst_tensors(w))
-    if o is not None:
-        rows = [{"position": p, **s.to_dict()} for p, s in r.per_position]
-        rows.append({"position": "all", **o.to_dict()})
-        flagged = set()
-        if threshold_top1 is not None:
-            flagged |= {i for i, (_, s) in enumerate(r.per_position) if s.top1 < threshold_top1}
-        if threshold_kl is not None:
-            flagged |= {i for i, (_, s) in enumerate(r.per_position) if s.kl_mean > threshold_kl}
-        sections.append(Table("Logit parity per block position", _LOGIT_COLUMNS, rows, id="logits", flagged=flagged,
-                              level="error" if failures else "info",
-                              note="block position 1 is the first drafted token; KL in nats, reference as truth"))
-    hrows = [{"position": p, **s.to_dict()} for p, s in r.hidden_per_position]
-    hrows.append({"position": "all", **r.hidden_overall.to_dict()})
-    sections.append(Table("Output hidden-state parity per block position", _HIDDEN_COLUMNS, hrows, id="hidden",
-                          note="the drafters' final-norm output; position 0 is the anchor"))
-    sections.append(Table(
-        "Rounds",
-        [Column("round", "round"), Column("start", "anchor pos"), Column("context", "new context"),
-         Column("candidate_accepted", "cand prefix = ref draft"), Column("reference_accepted", "ref accepted by target"),
-         Column("produced", "advanced by")],
-        [{"round": x.index, "start": x.start, "context": x.context, "candidate_accepted": x.candidate_accepted,
-          "reference_accepted": x.reference_accepted, "produced": x.produced,
-          "reference_tokens": x.reference_tokens, "candidate_tokens": x.candidate_tokens} for x in r.rounds],
-        id="rounds",
-        note="each round drafts from the cache of the previous ones, cropped to the context as dflash_generate does",
-    ))
-    notes = [MODES[r.mode]] + [f"reference: {n}" for n in r.reference.notes] + [f"candidate: {n}" for n in r.candidate.notes]
-    sections.append(Notes("Notes", notes, id="notes"))
-    title = f"dflash-parity: {Path(r.reference.path).name} vs {Path(r.candidate.path).name}"
-    return Report(title, status, level, summary, sections)
-
-
-def _weights_section(r: ParityResult) -> Table:
-    w = r.weights
-    columns = [Column("item", "weights"), Column("value", "value", ".4g")]
-    if w is None:
-        return Table("Weight parity", columns, [], empty="skipped", id="weights")
-    rel = w.rel_rms_summary()
-    worst = w.tensors[0].canonical if w.tensors else None
-    failures = w.failures()
-    rows = [
-        {"item": "tensors compared", "value": len(w.tensors)},
-        {"item": "identical tensors", "value": sum(t.stats.identical for t in w.tensors)},
-        {"item": "rel RMS median", "value": rel["median"]},
-        {"item": "rel RMS mean", "value": rel["mean"]},
-        {"item": "rel RMS max", "value": rel["max"]},
-        {"item": "worst tensor", "value": worst},
-        {"item": "bits per weight ref / cand", "value": (w.bits_per_weight("A"), w.bits_per_weight("B"))},
-        {"item": "diff verdict", "value": "; ".join(failures) if failures else "no missing tensors, same meaning"},
-    ]
-    for d in w.meaning_differences:
-        rows.append({"item": f"meaning differs: {d.field}", "value": f"{d.a} vs {d.b}"})
-    return Table("Weight parity", columns, rows, id="weights", level="warning" if failures else "info",
-                 note="the dflash-diff comparison, summarised (rel RMS = ‖ref−cand‖/‖ref‖ per tensor)")
-
-
-def _worst_tensors(w: Any, n: int = 8) -> Table:
-    rows = [{"tensor": t.canonical, "type_a": t.a.type_name, "type_b": t.b.type_name, "rel_rms": t.rel_rms,
-             "cosine": t.stats.cosine} for t in w.tensors[:n]]
-    return Table("Worst tensors", [Column("tensor", "tensor"), Column("type_a", "ref type"),
-                                   Column("type_b", "cand type"), Column("rel_rms", "rel RMS", ".4g"),
-                                   Column("cosine", "cosine", ".6f")], rows, id="worst_tensors")

@@ -189,9 +189,9 @@ def test_packed_weights_match_reference(drafters: dict[str, Path], family: str) 
 def test_packed_target_head_matches_transformers(targets: dict[int, dict[str, Path]], monkeypatch) -> None:
     """A packed GGUF head: embedding rows exactly transformers' rows, logits those of its lm_head
     (projected in row blocks: the block size is cut so that the 512-token vocabulary takes several)."""
-    from dflashkit.runtime import dflash as runtime_dflash
+    from dflashkit.runtime import linear as runtime_linear  # the packed-weight knobs, read where Linear runs
 
-    monkeypatch.setattr(runtime_dflash, "PACKED_BLOCK_BYTES", 100 * 64 * 4)
+    monkeypatch.setattr(runtime_linear, "PACKED_BLOCK_BYTES", 100 * 64 * 4)
     packed = load_target_head(targets[64]["gguf"], packed=True)
     runner = HFTarget(targets[64]["hf"]).head()
     assert packed.embed_tokens is None and packed.vocab_size == 512 and packed.hidden_size == 64
@@ -211,11 +211,11 @@ def test_packed_tiles_multiply_as_one_dense_matmul(monkeypatch, qtype, n_rows: i
     count, so the last bit is the machine's. The bound is the float-order one: each output element is a k-term
     f32 dot product, within k·eps·Σ|x||w| of the exact (f64) sum whatever the order. A wrong tile, a wrong row
     offset or a lost remainder is off by O(|x||w|), far outside it."""
-    from dflashkit.runtime import dflash as runtime_dflash
+    from dflashkit.runtime import linear as runtime_linear  # the packed-weight knobs, read where Linear runs
 
     rows, k = 5 * 32 + 13, 256
-    monkeypatch.setattr(runtime_dflash, "PACKED_TILE_BYTES", 32 * k * 4)
-    assert len(runtime_dflash.packed_tiles(rows, k)) == 5
+    monkeypatch.setattr(runtime_linear, "PACKED_TILE_BYTES", 32 * k * 4)
+    assert len(runtime_linear.packed_tiles(rows, k)) == 5
     w = np.random.default_rng(3).standard_normal((rows, k)).astype(np.float32)
     raw = (gguf.quants.quantize(w, qtype) if qtype != gguf.GGMLQuantizationType.BF16
            else torch.from_numpy(w).to(torch.bfloat16).view(torch.uint8).numpy().reshape(rows, 2 * k))

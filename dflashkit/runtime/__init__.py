@@ -7,10 +7,11 @@
     step = model.draft(target_hidden, block_ids, position_ids, cache, head)   # one round
     step.logits, step.tokens, step.hidden
 
-`dflash.py` holds the shared block every family builds on (attention, MLP, norms, RoPE, the draft round);
-a family's own block is ``runtime.py`` in its folder (`dflashkit.families`), found through `zoo.py`.
-`cache.py` holds the croppable KV cache, `load.py` the loaders, `target.py` the transformers target runner
-(tap features).
+`dflash.py` holds the shared drafter every family builds on (the model and its draft round), `blocks.py` its
+building blocks (attention, MLP, norms, RoPE, sampling), `linear.py` the linear layer with its dense, quantized
+or packed weights; a family's own block is ``runtime.py`` in its folder (`dflashkit.families`), found through
+`zoo.py`. `cache.py` holds the croppable KV cache, `load.py` the loaders, `target.py` the transformers target
+runner (tap features).
 """
 
 from .cache import DraftCache
