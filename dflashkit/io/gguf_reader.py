@@ -9,6 +9,10 @@ must lie inside the file. Tensor data is never read at open; :meth:`GGUFFile.raw
 The header is parsed from a read-only ``mmap`` of the file with ``struct`` (no per-element numpy
 views, unlike ``gguf.GGUFReader``), so a 150k-token vocabulary parses in a fraction of a second.
 
+This module holds the parsing (header, key-value pairs, tensor infos, the tensors' placement in the data) and
+the `GGUFFile` it builds; the limits, value-type tables and bounded reads it parses with are ``gguf_bounds``
+(its public names are importable from here too).
+
 Layout (little-endian; versions 2 and 3 are identical on disk)::
 
     "GGUF" | u32 version | u64 n_tensors | u64 n_kv
@@ -24,10 +28,9 @@ import math
 import os
 import stat
 import struct
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType
@@ -35,7 +38,11 @@ from gguf import GGMLQuantizationType, GGUFValueType
 from dflashkit.codecs import tensor_nbytes
 from dflashkit.quant_types import KNOWN_TYPES, sizes
 from dflashkit.quant_types import block_size as quant_block_size
-from dflashkit.errors import FormatError
+
+from .gguf_bounds import (
+    FIX_REDOWNLOAD, HEADER_SIZE, INT64_MAX, MAX_ARRAY_NESTING, MAX_DIMS, MAX_INNER_ARRAYS, MAX_NAME_LEN, MIN_KV_SIZE,
+    MIN_TENSOR_INFO_SIZE, BoundedCursor, GGUFFormatError, NumericArray,
+)
 
 __all__ = [
     "GGUFFormatError",
@@ -50,40 +57,13 @@ __all__ = [
     "DEFAULT_ALIGNMENT",
     "MAX_DIMS",
     "MAX_NAME_LEN",
+    "MAX_INNER_ARRAYS",
+    "MAX_ARRAY_NESTING",
 ]
 
 MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
-MAX_DIMS = 4  # GGML_MAX_DIMS: llama.cpp refuses tensors with more dimensions
-MAX_NAME_LEN = 63  # GGML_MAX_NAME is 64 including the terminating NUL
-HEADER_SIZE = 24  # magic + version + n_tensors + n_kv
-# Smallest possible encodings, used to bound the declared counts by the file size up front.
-MIN_KV_SIZE = 8 + 4 + 1  # key length, value type, 1-byte value
-MIN_TENSOR_INFO_SIZE = 8 + 4 + 4 + 8  # name length, n_dims, ggml type, offset
-MAX_INNER_ARRAYS = 65536  # arrays in one array of arrays (llama.cpp loads none): bounded before Python lists
-MAX_ARRAY_NESTING = 32  # arrays of arrays: bounded so a crafted file cannot exhaust the stack
-INT64_MAX = 2**63 - 1
-
-_U32 = struct.Struct("<I")
-_U64 = struct.Struct("<Q")
-
-# Scalar value types: struct format and size. BOOL is an int8 on disk.
-_SCALAR_FORMATS: dict[GGUFValueType, str] = {
-    GGUFValueType.UINT8: "B",
-    GGUFValueType.INT8: "b",
-    GGUFValueType.UINT16: "H",
-    GGUFValueType.INT16: "h",
-    GGUFValueType.UINT32: "I",
-    GGUFValueType.INT32: "i",
-    GGUFValueType.FLOAT32: "f",
-    GGUFValueType.BOOL: "B",
-    GGUFValueType.UINT64: "Q",
-    GGUFValueType.INT64: "q",
-    GGUFValueType.FLOAT64: "d",
-}
-_SCALAR_STRUCTS = {t: struct.Struct("<" + f) for t, f in _SCALAR_FORMATS.items()}
-_VALUE_TYPES = {int(t): t for t in GGUFValueType}
 _GGML_TYPES = KNOWN_TYPES
 
 # Typed numpy views for unquantized ggml types (BF16 as raw uint16: callers convert).
@@ -97,54 +77,6 @@ _GGML_NUMPY_DTYPES: dict[GGMLQuantizationType, np.dtype] = {
     GGMLQuantizationType.I32: np.dtype("<i4"),
     GGMLQuantizationType.I64: np.dtype("<i8"),
 }
-
-_FIX_REDOWNLOAD = "re-download or re-convert the file"
-
-
-class NumericArray(Sequence):
-    """A GGUF numeric array, held as one read-only numpy copy of its bytes.
-
-    As Python ints / floats the same values cost ~10-18x their bytes (a 100 MB array would take
-    1-2 GB): this reads like a list of Python numbers (``len``, indexing, iteration, ``==`` with a list,
-    ``tolist()``) and converts only what is asked for.
-    """
-
-    __slots__ = ("array",)
-
-    def __init__(self, array: np.ndarray) -> None:
-        array.flags.writeable = False
-        self.array = array
-
-    def __len__(self) -> int:
-        return int(self.array.shape[0])
-
-    def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, slice):
-            return self.array[index].tolist()
-        return self.array[index].item()
-
-    def __iter__(self) -> Iterator[Any]:
-        for start in range(0, len(self), 4096):  # bounded chunks, never the whole list at once
-            yield from self.array[start : start + 4096].tolist()
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, NumericArray):
-            return self.array.shape == other.array.shape and bool(np.array_equal(self.array, other.array))
-        if isinstance(other, (list, tuple)):
-            return len(other) == len(self) and self.tolist() == list(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def tolist(self) -> list[Any]:
-        return self.array.tolist()
-
-    def __repr__(self) -> str:
-        return repr(self.tolist()) if len(self) <= 16 else f"[{len(self)} x {self.array.dtype}]"
-
-
-class GGUFFormatError(FormatError):
-    """A GGUF file is malformed. See `dflashkit.errors.FormatError`."""
 
 
 @dataclass(frozen=True)
@@ -222,7 +154,7 @@ class GGUFFile:
         if info.end > self.file_size:  # only reachable with strict=False
             raise self._error(
                 "gguf.truncated",
-                f"tensor {name!r} data ends at byte {info.end} but the file is {self.file_size} bytes — {_FIX_REDOWNLOAD}",
+                f"tensor {name!r} data ends at byte {info.end} but the file is {self.file_size} bytes — {FIX_REDOWNLOAD}",
                 tensor=name, end=info.end, file_size=self.file_size,
             )
         if info.nbytes == 0:
@@ -252,167 +184,7 @@ class GGUFFile:
         return raw.reshape(*info.shape[:-1], row_bytes)
 
 
-class _Parser:
-    """Cursor over the mapped file. Every read is checked against the bytes left."""
-
-    def __init__(self, buf: mmap.mmap, path: Path, size: int, strict: bool) -> None:
-        self.buf = buf
-        self.path = path
-        self.size = size
-        self.strict = strict
-        self.pos = 0
-        self.problems: list[GGUFFormatError] = []
-
-    # -- error reporting ------------------------------------------------------------------------
-    def fatal(self, check_id: str, message: str, **values: Any) -> NoReturn:
-        raise GGUFFormatError(self.path, check_id, message, **values)
-
-    def problem(self, check_id: str, message: str, **values: Any) -> None:
-        """A structural problem parsing can continue past: raised when strict, collected otherwise."""
-        err = GGUFFormatError(self.path, check_id, message, **values)
-        if self.strict:
-            raise err
-        self.problems.append(err)
-
-    def need(self, n: int, what: str) -> None:
-        if n > self.size - self.pos:
-            self.fatal(
-                "gguf.truncated",
-                f"file ends inside {what}: needs {n} bytes at offset {self.pos} but only "
-                f"{self.size - self.pos} are left (file is {self.size} bytes) — {_FIX_REDOWNLOAD}",
-                offset=self.pos, needed=n, left=self.size - self.pos, file_size=self.size,
-            )
-
-    # -- primitives -----------------------------------------------------------------------------
-    def u32(self, what: str) -> int:
-        self.need(4, what)
-        (v,) = _U32.unpack_from(self.buf, self.pos)
-        self.pos += 4
-        return v
-
-    def u64(self, what: str) -> int:
-        self.need(8, what)
-        (v,) = _U64.unpack_from(self.buf, self.pos)
-        self.pos += 8
-        return v
-
-    def string_bytes(self, what: str) -> bytes:
-        n = self.u64(f"the length of {what}")
-        if n > self.size - self.pos:
-            self.fatal(
-                "gguf.string_length",
-                f"{what} claims {n} bytes at offset {self.pos} but only {self.size - self.pos} are left "
-                f"(corrupt length or truncated file) — {_FIX_REDOWNLOAD}",
-                offset=self.pos, length=n, left=self.size - self.pos,
-            )
-        start = self.pos
-        self.pos += n
-        return self.buf[start : self.pos]
-
-    def decode(self, raw: bytes, what: str) -> str:
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            self.problem("gguf.utf8", f"{what} is not valid UTF-8 ({exc.reason} at byte {exc.start})", offset=self.pos)
-            return raw.decode("utf-8", errors="replace")
-
-    # -- values ---------------------------------------------------------------------------------
-    def value_type(self, what: str) -> GGUFValueType:
-        offset = self.pos
-        raw = self.u32(f"the value type of {what}")
-        vtype = _VALUE_TYPES.get(raw)
-        if vtype is None:
-            # Without a known type the value's size is unknown: parsing cannot continue.
-            self.fatal(
-                "gguf.kv_type",
-                f"{what} has unknown value type {raw} at offset {offset} (known: 0..{max(_VALUE_TYPES)})",
-                offset=offset, value_type=raw,
-            )
-        return vtype
-
-    def value(self, vtype: GGUFValueType, what: str, depth: int = 0) -> tuple[Any, GGUFValueType | None]:
-        if vtype is GGUFValueType.STRING:
-            return self.decode(self.string_bytes(f"the string value of {what}"), what), None
-        if vtype is GGUFValueType.ARRAY:
-            return self.array(what, depth)
-        st = _SCALAR_STRUCTS[vtype]
-        self.need(st.size, f"the value of {what}")
-        (v,) = st.unpack_from(self.buf, self.pos)
-        self.pos += st.size
-        return (v != 0 if vtype is GGUFValueType.BOOL else v), None
-
-    def array(self, what: str, depth: int) -> tuple[list[Any], GGUFValueType]:
-        sub = self.value_type(f"the array elements of {what}")
-        count_offset = self.pos
-        n = self.u64(f"the array length of {what}")
-        left = self.size - self.pos
-        # Smallest encoding of one element bounds the count before anything is allocated.
-        min_elem = {GGUFValueType.STRING: 8, GGUFValueType.ARRAY: 12}.get(sub) or _SCALAR_STRUCTS[sub].size
-        if n > left // min_elem:
-            self.fatal(
-                "gguf.array_length",
-                f"{what} claims {n} {sub.name} elements at offset {count_offset} but the {left} bytes left "
-                f"hold at most {left // min_elem} — {_FIX_REDOWNLOAD}",
-                offset=count_offset, length=n, left=left, element_type=sub.name,
-            )
-        if sub is GGUFValueType.STRING:
-            return self.string_array(n, what), sub
-        if sub is GGUFValueType.ARRAY:
-            if depth == 0:
-                self.problem("gguf.kv_type", f"{what} is an array of arrays, which llama.cpp cannot load")
-            if depth >= MAX_ARRAY_NESTING:
-                self.fatal("gguf.kv_type", f"{what} nests arrays deeper than {MAX_ARRAY_NESTING} levels")
-            if n > MAX_INNER_ARRAYS:  # 12 bytes each: 11M in 132 MB cost 2.5 GB of Python lists
-                self.fatal("gguf.array_length", f"{what} holds {n} arrays, over the cap of {MAX_INNER_ARRAYS} (no "
-                           "loader reads an array of arrays)", offset=count_offset, length=n)
-            return [self.array(what, depth + 1)[0] for _ in range(n)], sub
-        # Numeric arrays: one bounded copy of the bytes (no reference to the map), read lazily.
-        nbytes = n * _SCALAR_STRUCTS[sub].size
-        chunk = self.buf[self.pos : self.pos + nbytes]
-        self.pos += nbytes
-        if sub is GGUFValueType.BOOL:
-            return NumericArray(np.frombuffer(chunk, dtype=np.uint8) != 0), sub  # type: ignore[return-value]
-        return NumericArray(np.frombuffer(chunk, dtype="<" + _SCALAR_FORMATS[sub]).copy()), sub  # type: ignore[return-value]
-
-    def string_array(self, n: int, what: str) -> list[str]:
-        # Hot loop for tokenizer vocabularies and merges (~150k entries): locals only, no method calls.
-        buf, size, pos = self.buf, self.size, self.pos
-        unpack = _U64.unpack_from
-        raw: list[bytes] = []
-        append = raw.append
-        for i in range(n):
-            if size - pos < 8:
-                self.pos = pos
-                self.need(8, f"the length of element {i} of {what}")
-            (ln,) = unpack(buf, pos)
-            pos += 8
-            if ln > size - pos:
-                self.fatal(
-                    "gguf.string_length",
-                    f"element {i} of {what} claims {ln} bytes at offset {pos} but only {size - pos} are left "
-                    f"(corrupt length or truncated file) — {_FIX_REDOWNLOAD}",
-                    offset=pos, length=ln, left=size - pos, index=i,
-                )
-            append(buf[pos : pos + ln])
-            pos += ln
-        self.pos = pos
-        try:
-            return [b.decode("utf-8") for b in raw]
-        except UnicodeDecodeError:
-            bad = next(i for i, b in enumerate(raw) if not _is_utf8(b))
-            self.problem("gguf.utf8", f"element {bad} of {what} is not valid UTF-8", index=bad)
-            return [b.decode("utf-8", errors="replace") for b in raw]
-
-
-def _is_utf8(b: bytes) -> bool:
-    try:
-        b.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-def _check_version(p: _Parser) -> int:
+def _check_version(p: BoundedCursor) -> int:
     version = p.u32("the version")
     if version in SUPPORTED_VERSIONS:
         return version
@@ -433,10 +205,10 @@ def _check_version(p: _Parser) -> int:
     )
 
 
-def _check_counts(p: _Parser, n_tensors: int, n_kv: int) -> None:
+def _check_counts(p: BoundedCursor, n_tensors: int, n_kv: int) -> None:
     room = p.size - HEADER_SIZE
     max_tensors = room // MIN_TENSOR_INFO_SIZE
-    truncated = f"(corrupt header or truncated file) — {_FIX_REDOWNLOAD}"
+    truncated = f"(corrupt header or truncated file) — {FIX_REDOWNLOAD}"
     if n_tensors > max_tensors:
         p.fatal("gguf.tensor_count", f"header claims {n_tensors} tensors but a {p.size}-byte file holds at most "
                 f"{max_tensors} {truncated}", n_tensors=n_tensors, max_tensors=max_tensors, file_size=p.size)
@@ -446,7 +218,7 @@ def _check_counts(p: _Parser, n_tensors: int, n_kv: int) -> None:
                 f"tensors holds at most {max_kv} {truncated}", n_kv=n_kv, max_kv=max_kv, file_size=p.size)
 
 
-def _parse_kvs(p: _Parser, n_kv: int) -> dict[str, KV]:
+def _parse_kvs(p: BoundedCursor, n_kv: int) -> dict[str, KV]:
     kvs: dict[str, KV] = {}
     for i in range(n_kv):
         key_offset = p.pos
@@ -463,7 +235,7 @@ def _parse_kvs(p: _Parser, n_kv: int) -> dict[str, KV]:
     return kvs
 
 
-def _alignment(p: _Parser, kvs: dict[str, KV]) -> int:
+def _alignment(p: BoundedCursor, kvs: dict[str, KV]) -> int:
     kv = kvs.get("general.alignment")
     if kv is None:
         return DEFAULT_ALIGNMENT
@@ -488,7 +260,7 @@ class _RawTensor:
     valid: bool
 
 
-def _parse_tensor_infos(p: _Parser, n_tensors: int) -> list[_RawTensor]:
+def _parse_tensor_infos(p: BoundedCursor, n_tensors: int) -> list[_RawTensor]:
     out: list[_RawTensor] = []
     seen: set[str] = set()
     for i in range(n_tensors):
@@ -507,7 +279,7 @@ def _parse_tensor_infos(p: _Parser, n_tensors: int) -> list[_RawTensor]:
         if n_dims * 8 > p.size - p.pos:
             p.fatal(
                 "gguf.tensor_dims",
-                f"{what} claims {n_dims} dimensions but only {p.size - p.pos} bytes are left — {_FIX_REDOWNLOAD}",
+                f"{what} claims {n_dims} dimensions but only {p.size - p.pos} bytes are left — {FIX_REDOWNLOAD}",
                 tensor=name, n_dims=n_dims,
             )
         # Past MAX_DIMS the dims are skipped, not unpacked: a crafted count must not cost memory or time.
@@ -544,7 +316,7 @@ def _parse_tensor_infos(p: _Parser, n_tensors: int) -> list[_RawTensor]:
     return out
 
 
-def _place_tensors(p: _Parser, raw: list[_RawTensor], data_start: int, alignment: int) -> dict[str, TensorInfo]:
+def _place_tensors(p: BoundedCursor, raw: list[_RawTensor], data_start: int, alignment: int) -> dict[str, TensorInfo]:
     tensors: dict[str, TensorInfo] = {}
     for t in raw:
         if not t.valid:
@@ -565,7 +337,7 @@ def _place_tensors(p: _Parser, raw: list[_RawTensor], data_start: int, alignment
         p.problem(
             "gguf.truncated",
             f"tensor {last.name!r} data ends at byte {last.end} but the file is {p.size} bytes{more}: "
-            f"{last.end - p.size} bytes missing (truncated file or corrupt offset) — {_FIX_REDOWNLOAD}",
+            f"{last.end - p.size} bytes missing (truncated file or corrupt offset) — {FIX_REDOWNLOAD}",
             tensor=last.name, end=last.end, file_size=p.size, missing=last.end - p.size, tensors_past_end=len(past_end),
         )
 
@@ -620,7 +392,7 @@ def open_gguf(path: str | os.PathLike[str], *, strict: bool = True) -> GGUFFile:
 
 def _parse(buf: mmap.mmap, path: Path, size: int, strict: bool) -> GGUFFile:
     size = min(size, len(buf))
-    p = _Parser(buf, path, size, strict)
+    p = BoundedCursor(buf, path, size, strict)
     head = buf[:4]
     if head != MAGIC[: len(head)]:
         p.fatal("gguf.magic", f"not a GGUF file: starts with {head!r}, expected {MAGIC!r}", magic=head.hex())

@@ -1,0 +1,127 @@
+"""Numba kernels of the 32-value block types Q8_0, Q4_0, Q5_0 and Q5_1.
+
+Each is a statement-by-statement transcription of ggml's ``quantize_row_q8_0_ref`` / ``q4_0_ref`` / ``q5_0_ref``
+/ ``q5_1_ref``: a block's scale from its signed absmax (or its min and max), stored as fp16, then one C
+rounding per value and the type's packing. Kernels take ``x[n_blocks, 32]`` float32 and write
+``out[n_blocks, type_size]`` uint8. Q8_0's codec runs numpy and calls `q8_0_kernel` only for the passes
+holding blocks whose C behaviour numpy cannot reproduce (see ``legacy.q8_0_numpy``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._kernels_c_ops import (
+    _F0, _F1, _F_HALF, _JIT, as_int8, c_f32_to_i32, c_roundf, fp32_to_fp16, njit, put_u16, require_recorded_sha256,
+)
+
+#: sha256 of ``_kernels_c_ops.py``, whose helpers these kernels inline: numba's cache is keyed on this file's text,
+#: so a change there has to change this line (see ``_kernels_c_ops``)
+C_OPS_SHA256 = "581efe4a4c5fd66b17873b66a0951347cc6bb2f465d853d5cd1de2a2336d15fc"
+require_recorded_sha256(C_OPS_SHA256, __name__)
+
+
+@njit(**_JIT)
+def q8_0_kernel(x, out):  # type: ignore[no-untyped-def]
+    """quantize_row_q8_0_ref: d = amax/127 (fp16), q = roundf(x/d)."""
+    for b in range(x.shape[0]):
+        amax = _F0
+        for j in range(32):
+            av = abs(x[b, j])
+            amax = amax if amax > av else av  # MAX(amax, fabsf(v))
+        d = amax / np.float32(127)
+        idv = _F1 / d if d != _F0 else _F0
+        put_u16(out, b, 0, fp32_to_fp16(d))
+        for j in range(32):
+            out[b, 2 + j] = c_roundf(x[b, j] * idv) & 0xFF
+
+
+@njit(**_JIT)
+def _signed_absmax(x, b, n):  # type: ignore[no-untyped-def]
+    """The element of largest magnitude (first one on ties), as quantize_row_q4_0_ref / q5_0 find it."""
+    amax = _F0
+    mx = _F0
+    for j in range(n):
+        v = x[b, j]
+        if amax < abs(v):
+            amax = abs(v)
+            mx = v
+    return mx
+
+
+@njit(**_JIT)
+def _min_max(x, b, n):  # type: ignore[no-untyped-def]
+    """min / max from FLT_MAX / -FLT_MAX as quantize_row_q4_1_ref / q5_1 do."""
+    mn = np.float32(3.4028234663852886e38)
+    mx = -mn
+    for j in range(n):
+        v = x[b, j]
+        if v < mn:
+            mn = v
+        if v > mx:
+            mx = v
+    return mn, mx
+
+
+@njit(**_JIT)
+def _signed_scale(x, b, out, divisor):  # type: ignore[no-untyped-def]
+    """q4_0 / q5_0: d = the signed absmax / divisor, stored as fp16 at the block's start; returns 1/d (0 for 0)."""
+    d = _signed_absmax(x, b, 32) / divisor
+    put_u16(out, b, 0, fp32_to_fp16(d))
+    return _F1 / d if d != _F0 else _F0
+
+
+@njit(**_JIT)
+def q4_0_kernel(x, out):  # type: ignore[no-untyped-def]
+    """quantize_row_q4_0_ref: d = max/-8, q = MIN(15, (int8_t)(x/d + 8.5))."""
+    for b in range(x.shape[0]):
+        idv = _signed_scale(x, b, out, np.float32(-8))
+        for j in range(16):
+            xi0 = min(15, as_int8(c_f32_to_i32(x[b, j] * idv + np.float32(8.5)))) & 0xFF
+            xi1 = min(15, as_int8(c_f32_to_i32(x[b, j + 16] * idv + np.float32(8.5)))) & 0xFF
+            out[b, 2 + j] = (xi0 | (xi1 << 4)) & 0xFF
+
+
+@njit(**_JIT)
+def _pack_q5(out, b, pos_qh, pos_qs, j, xi0, xi1, qh):  # type: ignore[no-untyped-def]
+    """Shared q5_0 / q5_1 packing: low nibbles into qs, the 5th bits into qh (returned)."""
+    out[b, pos_qs + j] = (xi0 & 0x0F) | ((xi1 & 0x0F) << 4)
+    qh |= ((xi0 & 0x10) >> 4) << j
+    qh |= ((xi1 & 0x10) >> 4) << (j + 16)
+    return qh
+
+
+@njit(**_JIT)
+def _put_u32(out, b, pos, v):  # type: ignore[no-untyped-def]
+    for k in range(4):
+        out[b, pos + k] = (v >> (8 * k)) & 0xFF
+
+
+@njit(**_JIT)
+def q5_0_kernel(x, out):  # type: ignore[no-untyped-def]
+    """quantize_row_q5_0_ref: d = max/-16, q = MIN(31, (int8_t)(x/d + 16.5))."""
+    for b in range(x.shape[0]):
+        idv = _signed_scale(x, b, out, np.float32(-16))
+        qh = 0
+        for j in range(16):
+            xi0 = min(31, as_int8(c_f32_to_i32(x[b, j] * idv + np.float32(16.5)))) & 0xFF
+            xi1 = min(31, as_int8(c_f32_to_i32(x[b, j + 16] * idv + np.float32(16.5)))) & 0xFF
+            qh = _pack_q5(out, b, 2, 6, j, xi0, xi1, qh)
+        _put_u32(out, b, 2, qh)
+
+
+@njit(**_JIT)
+def q5_1_kernel(x, out):  # type: ignore[no-untyped-def]
+    """quantize_row_q5_1_ref: d = (max-min)/31, m = min, q = (uint8_t)((x-min)/d + 0.5)."""
+    for b in range(x.shape[0]):
+        mn, mx = _min_max(x, b, 32)
+        d = (mx - mn) / np.float32(31)
+        idv = _F1 / d if d != _F0 else _F0
+        put_u16(out, b, 0, fp32_to_fp16(d))
+        put_u16(out, b, 2, fp32_to_fp16(mn))
+        qh = 0
+        for j in range(16):
+            xi0 = c_f32_to_i32((x[b, j] - mn) * idv + _F_HALF) & 0xFF
+            xi1 = c_f32_to_i32((x[b, j + 16] - mn) * idv + _F_HALF) & 0xFF
+            qh = _pack_q5(out, b, 4, 8, j, xi0, xi1, qh)
+        _put_u32(out, b, 4, qh)
