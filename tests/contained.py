@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Iterable
 
 import hostile
+from standin_server import alive
 
 #: a bounded loop (template, pattern, llama.cpp timeout) that has not ended by then is a hang: counted from the
 #: command's start, so it also covers start-up on a busy machine; the bounds themselves are seconds
@@ -44,14 +45,6 @@ def fingerprint(paths: Iterable[Path]) -> dict[str, str]:
                     h.update(chunk)
             out[str(f)] = h.hexdigest()
     return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _session_members(sid: int) -> list[int]:
@@ -139,7 +132,7 @@ def run_contained(command: str, args: list[str], *, inputs: Iterable[Path], tmp:
     deadline = time.monotonic() + 10
     stand_ins = sorted(int(f.read_text()) for f in pid_folder.glob("*.pid")) if pid_folder else []
     while True:
-        left = sorted({*_session_members(proc.pid), *(p for p in stand_ins if _alive(p))})
+        left = sorted({*_session_members(proc.pid), *(p for p in stand_ins if alive(p))})
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.1)

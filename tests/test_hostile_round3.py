@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from contained import check_contained, run_contained
+from test_accept_prompts_hostile import _target_with as target_with_template
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINED = ROOT / "fixtures" / "trained"
@@ -69,14 +70,6 @@ def accept_args(pair: dict[str, Path], *extra: object, prompts: Path | None = No
                 drafter: Path | None = None) -> list[str]:
     return [str(drafter or pair["drafter"]), "--target", str(target or pair["target"]), "--prompts",
             str(prompts or pair["prompts"]), "--max-new-tokens", "8", "-q", *map(str, extra)]
-
-
-def target_with_template(tmp_path: Path, template: object) -> Path:
-    target = shutil.copytree(TRAINED / "target", tmp_path / "target")
-    config = json.loads((target / "tokenizer_config.json").read_text())
-    config["chat_template"] = template
-    (target / "tokenizer_config.json").write_text(json.dumps(config))
-    return target
 
 
 def chat_prompts(tmp_path: Path, *ids: str) -> Path:
