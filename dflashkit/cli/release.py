@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..bounds import escape_name
-from ..errors import DFlashError, UsageError
+from ..errors import UsageError
 from .common import _parse_fraction, user_errors
 
 
@@ -73,15 +73,12 @@ def release_command(paths: tuple[str, ...], target: str | None, types: str, prom
         raise UsageError("--target DIR is required: inspect, parity and τ run against the target")
     top1 = _parse_fraction(min_top1, "--min-top1")
     say = None if quiet else (lambda m: click.echo(escape_name(m, limit=600), err=True))
-    try:
-        result = release(paths[0], paths[1], target=target, types=types, prompts=prompts_file,
-                         max_prompts=max_prompts, max_new_tokens=max_new_tokens, seed=seed,
-                         parity_rounds=parity_rounds, min_top1=top1 if top1 is not None else 0.75, min_tau=min_tau,
-                         allow_failures=allow_failures, llama_cpp=llama_cpp, llama_server=llama_server,
-                         target_gguf=target_gguf, source_repo=source_repo, source_revision=source_revision,
-                         workers=workers, ray=ray_address, ray_gpus_per_job=ray_gpus_per_job, progress=say)
-    except DFlashError:
-        raise
+    result = release(paths[0], paths[1], target=target, types=types, prompts=prompts_file,
+                     max_prompts=max_prompts, max_new_tokens=max_new_tokens, seed=seed,
+                     parity_rounds=parity_rounds, min_top1=top1 if top1 is not None else 0.75, min_tau=min_tau,
+                     allow_failures=allow_failures, llama_cpp=llama_cpp, llama_server=llama_server,
+                     target_gguf=target_gguf, source_repo=source_repo, source_revision=source_revision,
+                     workers=workers, ray=ray_address, ray_gpus_per_job=ray_gpus_per_job, progress=say)
     rec = result.record
     best = rec.get("recommended")
     marked = [f"{t} ({g['gate']})" for t, g in result.failures]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,6 @@ class JobSpec:
     llama_server: str | None = None
     target_gguf: str | None = None
     llama_cpp_args: tuple[str, ...] = ()
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _figures_of_file(path: Path) -> dict[str, Any]:
@@ -91,10 +90,10 @@ def run_job(spec: JobSpec) -> dict[str, Any]:
 
         step = "diff"
         diff = diff_drafters(spec.checkpoint, out)
-        worst = max((t.stats.rel_rms for t in diff.tensors), default=0.0)
-        record["diff"] = {"tensors": len(diff.tensors), "worst_rel_rms": _finite(worst),
-                          "worst_tensor": diff.tensors[0].canonical if diff.tensors else None}
-        reasons = [r for r in diff.failures() if "over" not in r]  # structure and NaN, not an error size
+        worst = diff.tensors[0] if diff.tensors else None  # worst first
+        record["diff"] = {"tensors": len(diff.tensors), "worst_rel_rms": _finite(worst.rel_rms) if worst else 0.0,
+                          "worst_tensor": worst.canonical if worst else None}
+        reasons = diff.failures()  # no threshold: structure, NaN and integer tensors, never an error size
         if reasons:
             failed.append({"gate": GATE_DIFF, "why": "; ".join(reasons)})
 
@@ -137,6 +136,3 @@ def run_job(spec: JobSpec) -> dict[str, Any]:
     record["worker_pid"] = os.getpid()
     return record
 
-
-def spec_dict(spec: JobSpec) -> dict[str, Any]:
-    return asdict(spec)

@@ -186,10 +186,12 @@ def release(
     work.mkdir(exist_ok=True)
     base = work / "base-F32.gguf"
     started = time.time()
-    if not (same and base.is_file() and previous.get("base_sha256") == sha256_of(base)):
+    base_sha256 = sha256_of(base) if same and base.is_file() else None
+    if base_sha256 is None or previous.get("base_sha256") != base_sha256:
         say(f"converting {src} → F32 (shared by every type)")
         convert(src, base, outtype="f32", target=target, source_repo=source_repo, source_revision=source_revision,
                 force=True, progress=False, warn=say)
+        base_sha256 = sha256_of(base)
     with open_drafter(base) as d:
         family, block_size = d.family.name if d.family else "unknown", d.spec.block_size
     src_path = Path(src)
@@ -201,7 +203,7 @@ def release(
         "target": str(target), "target_gguf_name": Path(target_gguf).name if target_gguf else
         f"{Path(str(target)).name}.gguf", "dflashkit_version": __version__,
         "llama_cpp": str(llama_server or llama_cpp) if (llama_server or llama_cpp) else None,
-        "settings": settings, "base_sha256": sha256_of(base), "jobs": {}, "complete": False,
+        "settings": settings, "base_sha256": base_sha256, "jobs": {}, "complete": False,
     }
     timings: dict[str, Any] = {"jobs": {}}
     skipped = []
@@ -272,10 +274,9 @@ def release(
         t, g = failed[0]
         raise DFlashError(f"{t}: the {g['gate']} gate failed: {g['why']} — no card written (--allow-failures writes "
                           "it with the row marked)")
-    record["jobs"] = {t: record["jobs"][t] for t in type_names}
     record["recommended"] = recommended(record)
     record["complete"] = True
-    write_text_atomic(out / RECORD, dumps(record, indent=2) + "\n", force=True)
+    save()
     write_text_atomic(out / TIMINGS, dumps(timings, indent=2) + "\n", force=True)
     write_text_atomic(out / CARD, render_card(record), force=True)
     names = [files[t].name for t in type_names] + [CARD, RECORD]
