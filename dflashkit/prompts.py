@@ -9,6 +9,7 @@ not read until memory runs out) and split on ``\n`` only (JSON strings may hold 
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 from importlib import resources
@@ -116,7 +117,7 @@ def parse_template_kwargs(text: str | None) -> dict[str, Any]:
 
 def _finite_float(text: str) -> float:
     value = float(text)
-    if value != value or value in (float("inf"), float("-inf")):
+    if not math.isfinite(value):
         raise ValueError(f"the number {text[:40]} is out of range")
     return value
 
