@@ -229,13 +229,15 @@ def test_translate_counts_what_it_copies(poisoned: Path, tmp_path: Path) -> None
 
 @pytest.mark.parametrize("type_name, dtype", [("F32", np.float32), ("F16", np.float16), ("F64", np.float64),
                                               ("BF16", None)])
-def test_stored_bit_counts_agree_with_numpys_isfinite(type_name: str, dtype, tmp_path: Path) -> None:
-    # both ways of counting stored bits (numpy for inspect, the numba kernel beside a copy) against np.isfinite
+def test_stored_bit_counts_agree_with_numpys_isfinite(type_name: str, dtype, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # the stored-bit count (a window's magnitude max, then an exact count) against np.isfinite, with buffers that
+    # split the values across reads and windows that hold none, one or many of them
     from dflashkit.codecs.values import nonfinite_count
 
     rng = np.random.default_rng(11)
     x = rng.standard_normal(50_001).astype(np.float32) * 1e3
-    x[rng.choice(x.size, 700, replace=False)] = rng.choice([np.nan, np.inf, -np.inf], 700)
+    x[rng.choice(x.size, 700, replace=False)] = rng.choice([np.nan, -np.nan, np.inf, -np.inf], 700)
     if dtype is None:  # bfloat16: the top half of each float32 (NaN and ±inf keep their exponent)
         raw, finite = (x.view(np.uint32) >> 16).astype(np.uint16).tobytes(), np.isfinite(x)
     else:
@@ -246,5 +248,7 @@ def test_stored_bit_counts_agree_with_numpys_isfinite(type_name: str, dtype, tmp
     assert expected >= 700
     path = tmp_path / "t.bin"
     path.write_bytes(b"\0" * 3 + raw)
-    for compiled in (False, True):
-        assert nonfinite_count(path, 3, len(raw), type_name, bytearray(4096), compiled=compiled) == expected
+    for buffer_bytes in (8, 4096, 3 << 20):
+        assert nonfinite_count(path, 3, len(raw), type_name, bytearray(buffer_bytes)) == expected
+    monkeypatch.setattr("dflashkit.codecs.values.SCAN_BYTES", 256)  # windows of 32-128 values: clean ones too
+    assert nonfinite_count(path, 3, len(raw), type_name, bytearray(4096)) == expected

@@ -6,6 +6,11 @@ copy byte for byte (`StoredScan`: from the stored bits, on a thread beside the k
 tensor names, and under ``--strict`` refuse — before the output file is published. `dflash-inspect` counts every
 tensor of a file with the same `nonfinite_count`.
 
+Stored float bits are counted in windows that stay in the CPU cache (`SCAN_BYTES`): the magnitude (sign bit
+cleared) of a NaN or ±inf is at least its exponent mask, so one ``bitwise_and`` and one ``max`` per window clear a
+clean window — ~3 GB/s on one core, faster than numpy's masked compare (0.6 GB/s) and with no numba import (0.4 s
+and ~100 MB of LLVM beside a copy that takes half a second); only a window holding one is counted exactly.
+
 Block-quantized tensors are not dequantized: a block's values are its float scales times small integers, so they
 are non-finite exactly when a scale is, and then every value of that block is (``0 × inf`` is NaN). The scales'
 places in each block are ggml-common.h's ``block_*`` structs, which gguf-py does not expose; a test checks every
@@ -32,6 +37,8 @@ _FLOAT_BITS: dict[str, tuple[type, int]] = {
     "F32": (np.uint32, 0x7F800000), "F16": (np.uint16, 0x7C00), "BF16": (np.uint16, 0x7F80),
     "F64": (np.uint64, 0x7FF0000000000000),
 }
+#: element type → its bits with the sign cleared (the magnitude)
+_MAGNITUDE: dict[str, int] = {"F32": 0x7FFFFFFF, "F16": 0x7FFF, "BF16": 0x7FFF, "F64": 0x7FFFFFFFFFFFFFFF}
 _D, _DM = ((0, "F16"),), ((0, "F16"), (2, "F16"))
 #: block-quantized type → (byte offset in the block, width) of each float scale: `d`, and `m` / `dmin` where present
 _BLOCK_SCALES: dict[str, tuple[tuple[int, str], ...]] = {
@@ -42,7 +49,8 @@ _BLOCK_SCALES: dict[str, tuple[tuple[int, str], ...]] = {
 }
 SCANNED_TYPES = frozenset(_FLOAT_BITS) | frozenset(_BLOCK_SCALES)
 CHUNK_BYTES = 32 << 20
-COMPILED_SCAN_BYTES = 256 << 20
+#: the read window of a scan beside a copy: read and counted while it is still in the CPU's L2 cache
+SCAN_BYTES = 512 << 10
 
 
 def scan_buffer(tensor_bytes: Iterable[int], limit: int = CHUNK_BYTES) -> bytearray:
@@ -51,10 +59,9 @@ def scan_buffer(tensor_bytes: Iterable[int], limit: int = CHUNK_BYTES) -> bytear
 
 
 def nonfinite_count(path: str | os.PathLike, offset: int, nbytes: int, type_name: str, buffer: bytearray,
-                    stop: threading.Event | None = None, compiled: bool = False) -> int:
+                    stop: threading.Event | None = None) -> int:
     """NaN / ±inf values of one tensor of ``type_name`` (a `SCANNED_TYPES` member; GGUF or safetensors spelling)
-    at ``path[offset : offset + nbytes]``, read through ``buffer``; ``stop`` set: the count so far. ``compiled``:
-    count float bits with the numba kernel (for big scans; importing numba costs ~0.4 s)."""
+    at ``path[offset : offset + nbytes]``, read through ``buffer``; ``stop`` set: the count so far."""
     values, unit = stored_unit(type_name)
     step = len(buffer) - len(buffer) % unit
     count = 0
@@ -65,7 +72,7 @@ def nonfinite_count(path: str | os.PathLike, offset: int, nbytes: int, type_name
             if n < unit:
                 break  # truncated: the structure checks say so
             n -= n % unit
-            count += values * _nonfinite_units(np.frombuffer(buffer, np.uint8, count=n), type_name, unit, compiled)
+            count += values * _nonfinite_units(np.frombuffer(buffer, np.uint8, count=n), type_name, unit)
             done += n
     return count
 
@@ -77,15 +84,21 @@ def stored_unit(type_name: str) -> tuple[int, int]:
     return 1, np.dtype(_FLOAT_BITS[type_name][0]).itemsize
 
 
-def _nonfinite_units(data: np.ndarray, type_name: str, unit: int, compiled: bool = False) -> int:
+def _nonfinite_units(data: np.ndarray, type_name: str, unit: int) -> int:
     """Non-finite values (a plain float type) or blocks with a non-finite scale (a block type) in ``data``."""
     if type_name in _FLOAT_BITS:
         dtype, mask = _FLOAT_BITS[type_name]
-        if compiled:
-            from ._kernels import count_exponent_all_ones
-
-            return int(count_exponent_all_ones(data.view(dtype), dtype(mask)))
-        return int(np.count_nonzero((data.view(dtype) & dtype(mask)) == mask))
+        count = 0
+        step = SCAN_BYTES // np.dtype(dtype).itemsize
+        bits = data.view(dtype)
+        magnitude = np.empty(min(step, len(bits)), dtype)
+        for start in range(0, len(bits), step):
+            window = bits[start : start + step]
+            m = magnitude[: len(window)]
+            np.bitwise_and(window, dtype(_MAGNITUDE[type_name]), out=m)
+            if m.max() >= mask:  # rare: count exactly
+                count += int(np.count_nonzero(m >= mask))
+        return count
     blocks = data.reshape(-1, unit)
     bad = np.zeros(len(blocks), dtype=bool)
     for start, kind in _BLOCK_SCALES[type_name]:
@@ -178,15 +191,12 @@ class StoredScan:
 
     def _run(self) -> None:
         try:
-            # smaller than inspect's: its numpy temporaries (1.5× the buffer) add to the writer's peak
-            buffer = scan_buffer((t[3] for t in self._tensors), CHUNK_BYTES // 4)
-            # the numba kernel only where it pays for importing numba (~0.4 s; numpy counts ~0.9 GB/s): a few norms
-            # copied by a Q8_0 quantize must not start numba
-            compiled = sum(t[3] for t in self._tensors) >= COMPILED_SCAN_BYTES
+            # one cache-sized window: read and counted before it leaves the L2 cache, and nothing added to the peak
+            buffer = scan_buffer((t[3] for t in self._tensors), SCAN_BYTES)
             for name, path, offset, nbytes, type_name in self._tensors:
                 if self._stop.is_set():
                     return
-                self._found[name] = nonfinite_count(path, offset, nbytes, type_name, buffer, self._stop, compiled)
+                self._found[name] = nonfinite_count(path, offset, nbytes, type_name, buffer, self._stop)
         except BaseException as exc:  # reported by finish(), on the writer's thread
             self._error = exc
 
