@@ -171,6 +171,17 @@ def put_u16(out, b, pos, v):  # type: ignore[no-untyped-def]
     out[b, pos + 1] = (v >> 8) & 0xFF
 
 
+@njit(**_JIT)
+def put_d_dmin(out, b, max_scale, max_min):  # type: ignore[no-untyped-def]
+    """A Q4_K / Q5_K super-block's d and dmin (max / 63 as fp16) stored at out[b, 0:4]; returns them as float32,
+    the values get_scale_min_k4's decoding multiplies by (quantize_row_q4_K_ref / q5_K_ref)."""
+    d16 = fp32_to_fp16(max_scale / np.float32(63))
+    dmin16 = fp32_to_fp16(max_min / np.float32(63))
+    put_u16(out, b, 0, d16)
+    put_u16(out, b, 2, dmin16)
+    return fp16_to_fp32(d16), fp16_to_fp32(dmin16)
+
+
 # ----------------------------------------------------------------------------------------- the cache's dependency
 @functools.cache
 def _source_sha256() -> str | None:

@@ -18,12 +18,12 @@ import numpy as np
 
 from ._kernels_c_ops import (
     _F0, _F1, _F_TENTH, _GROUP_MAX_EPS, _JIT, as_int8, fp16_to_fp32, fp32_to_fp16, nearest_int, nearest_int_f, njit,
-    put_u16, require_recorded_sha256,
+    put_d_dmin, put_u16, require_recorded_sha256,
 )
 
 #: sha256 of ``_kernels_c_ops.py``, whose helpers these kernels inline: numba's cache is keyed on this file's text,
 #: so a change there has to change this line (see ``_kernels_c_ops``)
-C_OPS_SHA256 = "581efe4a4c5fd66b17873b66a0951347cc6bb2f465d853d5cd1de2a2336d15fc"
+C_OPS_SHA256 = "3ae4571ce3356b32579539874ba186e22eaff948548be3e20bd2bdf08d4d7816"
 require_recorded_sha256(C_OPS_SHA256, __name__)
 
 
@@ -189,12 +189,7 @@ def _qkx_tile(x, b0, ng, out, nmax, rmin, rdelta, nstep, xT, wT, L, Laux, st, vd
                 max_min = mins[8 * g + j]
         inv_scale = np.float32(63) / max_scale if max_scale > _F0 else _F0
         inv_min = np.float32(63) / max_min if max_min > _F0 else _F0
-        d16 = fp32_to_fp16(max_scale / np.float32(63))
-        dmin16 = fp32_to_fp16(max_min / np.float32(63))
-        put_u16(out, b, 0, d16)
-        put_u16(out, b, 2, dmin16)
-        dh = fp16_to_fp32(d16)
-        dminh = fp16_to_fp32(dmin16)
+        dh, dminh = put_d_dmin(out, b, max_scale, max_min)
         for k in range(12):
             out[b, 4 + k] = 0
         for j in range(8):

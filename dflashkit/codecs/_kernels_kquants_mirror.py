@@ -10,13 +10,13 @@ from __future__ import annotations
 import numpy as np
 
 from ._kernels_c_ops import (
-    _F0, _F1, _F_TENTH, _GROUP_MAX_EPS, _JIT, as_int8, fp16_to_fp32, fp32_to_fp16, nearest_int, njit, put_u16,
-    require_recorded_sha256,
+    _F0, _F1, _F_TENTH, _GROUP_MAX_EPS, _JIT, as_int8, fp16_to_fp32, fp32_to_fp16, nearest_int, njit, put_d_dmin,
+    put_u16, require_recorded_sha256,
 )
 
 #: sha256 of ``_kernels_c_ops.py``, whose helpers these kernels inline: numba's cache is keyed on this file's text,
 #: so a change there has to change this line (see ``_kernels_c_ops``)
-C_OPS_SHA256 = "581efe4a4c5fd66b17873b66a0951347cc6bb2f465d853d5cd1de2a2336d15fc"
+C_OPS_SHA256 = "3ae4571ce3356b32579539874ba186e22eaff948548be3e20bd2bdf08d4d7816"
 require_recorded_sha256(C_OPS_SHA256, __name__)
 
 
@@ -131,12 +131,7 @@ def _qkx_superblock(x, b, out, nmax, rmin, rdelta, nstep, L, Laux, weights, scal
             out[b, 4 + j + 4] = (s & 0xF) | ((m & 0xF) << 4)
             out[b, 4 + j - 4] |= (s >> 4) << 6
             out[b, 4 + j] |= (m >> 4) << 6
-    d16 = fp32_to_fp16(max_scale / np.float32(63))
-    dmin16 = fp32_to_fp16(max_min / np.float32(63))
-    put_u16(out, b, 0, d16)
-    put_u16(out, b, 2, dmin16)
-    dh = fp16_to_fp32(d16)
-    dminh = fp16_to_fp32(dmin16)
+    dh, dminh = put_d_dmin(out, b, max_scale, max_min)
     for j in range(8):  # get_scale_min_k4 would decode exactly ls[j], lm[j]
         d = dh * np.float32(ls[j])
         if d == _F0:

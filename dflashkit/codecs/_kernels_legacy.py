@@ -17,7 +17,7 @@ from ._kernels_c_ops import (
 
 #: sha256 of ``_kernels_c_ops.py``, whose helpers these kernels inline: numba's cache is keyed on this file's text,
 #: so a change there has to change this line (see ``_kernels_c_ops``)
-C_OPS_SHA256 = "581efe4a4c5fd66b17873b66a0951347cc6bb2f465d853d5cd1de2a2336d15fc"
+C_OPS_SHA256 = "3ae4571ce3356b32579539874ba186e22eaff948548be3e20bd2bdf08d4d7816"
 require_recorded_sha256(C_OPS_SHA256, __name__)
 
 

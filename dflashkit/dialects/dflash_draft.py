@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-from .shared_rows import (
-    _COMMON_HPARAMS,
-    _LLAMA_CPP_TENSORS,
-    _SHARED_EXTENSIONS,
-    LLAMA_CPP_ONLY_TENSORS,
-    _draft_keys,
-    _extension_keys,
-)
+from .shared_rows import (LLAMA_CPP_ONLY_TENSORS, _COMMON_HPARAMS, _LLAMA_CPP_TENSORS, _SHARED_EXTENSIONS,
+                          _draft_keys, _extension_keys)
 from .table import Dialect, KeySpec, T
 
 DFLASH_DRAFT = Dialect(

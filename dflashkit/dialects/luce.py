@@ -4,14 +4,8 @@ or Gemma-4 script, which also decides what ``dflash.n_target_layers`` holds)."""
 from __future__ import annotations
 
 from ..spec import DrafterSpec
-from .shared_rows import (
-    _COMMON_HPARAMS,
-    _LLAMA_CPP_TENSORS,
-    _SHARED_EXTENSIONS,
-    LLAMA_CPP_ONLY_TENSORS,
-    _draft_keys,
-    _extension_keys,
-)
+from .shared_rows import (LLAMA_CPP_ONLY_TENSORS, _COMMON_HPARAMS, _LLAMA_CPP_TENSORS, _SHARED_EXTENSIONS,
+                          _draft_keys, _extension_keys)
 from .table import Dialect, KeySpec, T
 
 LUCE = Dialect(

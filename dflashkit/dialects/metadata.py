@@ -126,31 +126,22 @@ def spec_from_gguf_metadata(kvs: Mapping[str, Any], dialect: Dialect, arch: str,
         context_length=int(fields_["context_length"]),
         block_size=int(fields_["block_size"]),
         target_layer_ids=tuple(fields_["target_layer_ids"]),
-        mask_token_id=fields_.get("mask_token_id"),
-        vocab_size=fields_.get("vocab_size"),
         num_target_layers=n_target_layers,
-        sliding_window=fields_.get("sliding_window"),
-        sliding_window_pattern=fields_.get("sliding_window_pattern"),
-        causal=fields_.get("causal"),
-        final_logit_softcapping=fields_.get("final_logit_softcapping"),
-        embedding_scale=fields_.get("embedding_scale"),
-        logit_scale=fields_.get("logit_scale"),
-        attention_value_scale=fields_.get("attention_value_scale"),
-        rope_dimension_count=fields_.get("rope_dimension_count"),
-        rope_dimension_sections=fields_.get("rope_dimension_sections"),
-        conv_kernel_size=fields_.get("conv_kernel_size"),
-        conv_group_size=fields_.get("conv_group_size"),
-        selector_rank=fields_.get("selector_rank"),
-        selector_top_k=fields_.get("selector_top_k"),
         name=name,
         rope_scaling=tuple((k.split(".", 1)[1], v) for k, v in fields_.items() if k.startswith("rope_scaling.")) or None,
-        # DSpark (heads and draft vocabulary come from the tensors: `DrafterFamily.refine_spec`)
-        sample_from_anchor=fields_.get("sample_from_anchor"),
-        has_confidence_head=fields_.get("has_confidence_head"),
-        attention_scale=fields_.get("attention_scale"),
-        hidden_act=fields_.get("hidden_act"),
+        **{f: fields_.get(f) for f in _OPTIONAL_FIELDS},
     )
     return spec
+
+
+#: spec fields a GGUF may leave out (None: the family's default), taken as the file stores them; DSpark's heads and
+#: draft vocabulary come from the tensors (`DrafterFamily.refine_spec`)
+_OPTIONAL_FIELDS = (
+    "mask_token_id", "vocab_size", "sliding_window", "sliding_window_pattern", "causal", "final_logit_softcapping",
+    "embedding_scale", "logit_scale", "attention_value_scale", "rope_dimension_count", "rope_dimension_sections",
+    "conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k", "sample_from_anchor",
+    "has_confidence_head", "attention_scale", "hidden_act",
+)
 
 
 def with_spec(spec: DrafterSpec, **changes: Any) -> DrafterSpec:

@@ -39,6 +39,7 @@ from dflashkit.codecs import tensor_nbytes
 from dflashkit.quant_types import KNOWN_TYPES, sizes
 from dflashkit.quant_types import block_size as quant_block_size
 
+from .extent import TensorExtent
 from .gguf_bounds import (
     FIX_REDOWNLOAD, HEADER_SIZE, INT64_MAX, MAX_ARRAY_NESTING, MAX_DIMS, MAX_INNER_ARRAYS, MAX_NAME_LEN, MIN_KV_SIZE,
     MIN_TENSOR_INFO_SIZE, BoundedCursor, GGUFFormatError, NumericArray,
@@ -88,7 +89,7 @@ class KV:
 
 
 @dataclass(frozen=True)
-class TensorInfo:
+class TensorInfo(TensorExtent):
     name: str
     dims: tuple[int, ...]  # GGUF order, ne0 first
     ggml_type: GGMLQuantizationType
@@ -103,10 +104,6 @@ class TensorInfo:
     @property
     def n_elements(self) -> int:
         return math.prod(self.dims)
-
-    @property
-    def end(self) -> int:
-        return self.offset + self.nbytes
 
 
 @dataclass(eq=False)  # holds memory maps: compare by identity

@@ -27,6 +27,8 @@ import numpy as np
 from dflashkit.errors import FormatError
 from dflashkit.files import MAX_JSON_CONTAINERS, json_container_count
 
+from .extent import TensorExtent
+
 __all__ = [
     "CheckpointFormatError",
     "SafetensorsCheckpoint",
@@ -75,7 +77,7 @@ class CheckpointFormatError(FormatError):
 
 
 @dataclass(frozen=True)
-class SafetensorsTensor:
+class SafetensorsTensor(TensorExtent):
     name: str
     dtype: str
     shape: tuple[int, ...]
@@ -86,10 +88,6 @@ class SafetensorsTensor:
     @property
     def n_elements(self) -> int:
         return math.prod(self.shape)
-
-    @property
-    def end(self) -> int:
-        return self.offset + self.nbytes
 
 
 @dataclass(frozen=True)
