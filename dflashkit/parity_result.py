@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .parity_stats import HiddenStats, LogitStats
-from .reporting import Column, Field, Notes, Report, Table, verdict
+from .reporting import Column, FieldSpec, NotesSpec, Report, ReportSpec, TableSpec, build, verdict
 from .runtime import LoadInfo
 from .runtime.load import VERIFY_MODE
 
@@ -101,7 +101,7 @@ class ParityResult:
 
 
 # ---------------------------------------------------------------------------------------------
-# Report
+# Report: declared (PARITY_REPORT), built by reporting.build against a _Parity context
 # ---------------------------------------------------------------------------------------------
 
 _LOGIT_COLUMNS = [
@@ -113,6 +113,35 @@ _HIDDEN_COLUMNS = [
     Column("position", "pos"), Column("n", "n"), Column("rel_rms", "rel RMS", ".3g"), Column("max_abs", "max |Δ|", ".3g"),
     Column("cosine", "cosine", ".6f"),
 ]
+_WEIGHT_COLUMNS = [Column("item", "weights"), Column("value", "value", ".4g")]
+_WORST_COLUMNS = [Column("tensor", "tensor"), Column("type_a", "ref type"), Column("type_b", "cand type"),
+                  Column("rel_rms", "rel RMS", ".4g"), Column("cosine", "cosine", ".6f")]
+_ROUND_COLUMNS = [Column("round", "round"), Column("start", "anchor pos"), Column("context", "new context"),
+                  Column("candidate_accepted", "cand prefix = ref draft"),
+                  Column("reference_accepted", "ref accepted by target"), Column("produced", "advanced by")]
+WORST_TENSORS = 8
+
+
+@dataclass(frozen=True)
+class _Parity:
+    """What the report reads: the result, the gates and their failures."""
+
+    r: ParityResult
+    top1: float | None
+    kl: float | None
+    failures: list[str]
+
+    @property
+    def o(self) -> LogitStats | None:
+        return self.r.overall
+
+    @property
+    def w(self) -> Any:
+        return self.r.weights
+
+
+def _build_report(r: ParityResult, threshold_top1: float | None, threshold_kl: float | None) -> Report:
+    return build(PARITY_REPORT, _Parity(r, threshold_top1, threshold_kl, r.failures(threshold_top1, threshold_kl)))
 
 
 def _form(info: LoadInfo) -> str:
@@ -121,90 +150,62 @@ def _form(info: LoadInfo) -> str:
     return f"{info.path} — {kind}: {types}; {info.matmul}"
 
 
-def _build_report(r: ParityResult, threshold_top1: float | None, threshold_kl: float | None) -> Report:
-    failures = r.failures(threshold_top1, threshold_kl)
-    o = r.overall
+def _status(c: _Parity) -> tuple[str, str]:
+    r, o = c.r, c.o
     if o is not None:
         headline = (f"top-1 {o.top1:.2%}, top-5 {o.top5:.2%}, KL mean {o.kl_mean:.3g}, accepted prefix "
                     f"{r.accepted_mean:.2f}/{r.block_size - 1} over {len(r.rounds)} round(s)")
     else:
         headline = (f"hidden-state rel RMS {r.hidden_overall.rel_rms:.3g}, cosine {r.hidden_overall.cosine:.6f} "
                     "(no target head: no logits)")
-    status, level = verdict(failures, None, headline, "ok" if o is not None else "info")
-
-    w = r.weights
-    rel = w.rel_rms_summary() if w is not None else {}
-    summary = [
-        Field("reference", _form(r.reference), key="reference"),
-        Field("candidate", _form(r.candidate), key="candidate"),
-        Field("family", " / ".join(dict.fromkeys((r.reference.family_name, r.candidate.family_name))), key="family"),
-        Field("verification", VERIFY_MODE, key="verification"),
-        Field("inputs", MODES[r.mode], key="mode_text"),
-        Field("mode", r.mode, key="mode"),
-        Field("target", r.target, key="target"),
-        Field("device / dtype", f"{r.device} / {r.dtype}", key="device_dtype"),
-        Field("rounds", len(r.rounds), key="rounds"),
-        Field("seed", r.seed, key="seed"),
-    ]
-    if o is not None:
-        summary += [
-            Field("top-1 agreement", o.top1, "pct", key="top1"),
-            Field("top-5 overlap", o.top5, "pct", key="top5"),
-            Field("KL(ref‖cand) mean / p99 / max", (o.kl_mean, o.kl_p99, o.kl_max), ".3g", key="kl"),
-            Field("max / RMS |Δlogit|", (o.max_abs, o.rms), ".3g", key="dlogit"),
-            Field("accepted prefix (mean)", r.accepted_mean, ".3g", key="accepted_prefix_mean"),
-        ]
-    summary += [
-        Field("hidden rel RMS / cosine", (r.hidden_overall.rel_rms, r.hidden_overall.cosine), ".4g", key="hidden"),
-        Field("weights rel RMS median / max", (rel.get("median"), rel.get("max")) if w is not None else None,
-              ".4g", key="weights_rel_rms"),
-        Field("thresholds top-1 / KL", (threshold_top1, threshold_kl), ".4g", key="thresholds"),
-        Field("dump", r.dump, key="dump"),
-        Field("exit code", EXIT_FAILED if failures else EXIT_OK, key="exit_code"),
-    ]
-
-    sections: list[Any] = [_weights_section(r)]
-    if w is not None:
-        sections.append(_worst_tensors(w))
-    if o is not None:
-        rows = [{"position": p, **s.to_dict()} for p, s in r.per_position]
-        rows.append({"position": "all", **o.to_dict()})
-        flagged = set()
-        if threshold_top1 is not None:
-            flagged |= {i for i, (_, s) in enumerate(r.per_position) if s.top1 < threshold_top1}
-        if threshold_kl is not None:
-            flagged |= {i for i, (_, s) in enumerate(r.per_position) if s.kl_mean > threshold_kl}
-        sections.append(Table("Logit parity per block position", _LOGIT_COLUMNS, rows, id="logits", flagged=flagged,
-                              level="error" if failures else "info",
-                              note="block position 1 is the first drafted token; KL in nats, reference as truth"))
-    hrows = [{"position": p, **s.to_dict()} for p, s in r.hidden_per_position]
-    hrows.append({"position": "all", **r.hidden_overall.to_dict()})
-    sections.append(Table("Output hidden-state parity per block position", _HIDDEN_COLUMNS, hrows, id="hidden",
-                          note="the drafters' final-norm output; position 0 is the anchor"))
-    sections.append(Table(
-        "Rounds",
-        [Column("round", "round"), Column("start", "anchor pos"), Column("context", "new context"),
-         Column("candidate_accepted", "cand prefix = ref draft"), Column("reference_accepted", "ref accepted by target"),
-         Column("produced", "advanced by")],
-        [{"round": x.index, "start": x.start, "context": x.context, "candidate_accepted": x.candidate_accepted,
-          "reference_accepted": x.reference_accepted, "produced": x.produced,
-          "reference_tokens": x.reference_tokens, "candidate_tokens": x.candidate_tokens} for x in r.rounds],
-        id="rounds",
-        note="each round drafts from the cache of the previous ones, cropped to the context as dflash_generate does",
-    ))
-    notes = [MODES[r.mode]] + [f"reference: {n}" for n in r.reference.notes] + [f"candidate: {n}" for n in r.candidate.notes]
-    sections.append(Notes("Notes", notes, id="notes"))
-    title = f"dflash-parity: {Path(r.reference.path).name} vs {Path(r.candidate.path).name}"
-    return Report(title, status, level, summary, sections)
+    return verdict(c.failures, None, headline, "ok" if o is not None else "info")
 
 
-def _weights_section(r: ParityResult) -> Table:
-    w = r.weights
-    columns = [Column("item", "weights"), Column("value", "value", ".4g")]
+def _weights_rel_rms(c: _Parity) -> tuple[float | None, float | None] | None:
+    if c.w is None:
+        return None
+    rel = c.w.rel_rms_summary()
+    return rel.get("median"), rel.get("max")
+
+
+def _has_logits(c: _Parity) -> bool:
+    return c.o is not None
+
+
+FIELDS = (
+    FieldSpec("reference", lambda c: _form(c.r.reference), key="reference"),
+    FieldSpec("candidate", lambda c: _form(c.r.candidate), key="candidate"),
+    FieldSpec("family", lambda c: " / ".join(dict.fromkeys((c.r.reference.family_name, c.r.candidate.family_name))),
+              key="family"),
+    FieldSpec("verification", lambda c: VERIFY_MODE, key="verification"),
+    FieldSpec("inputs", lambda c: MODES[c.r.mode], key="mode_text"),
+    FieldSpec("mode", lambda c: c.r.mode, key="mode"),
+    FieldSpec("target", lambda c: c.r.target, key="target"),
+    FieldSpec("device / dtype", lambda c: f"{c.r.device} / {c.r.dtype}", key="device_dtype"),
+    FieldSpec("rounds", lambda c: len(c.r.rounds), key="rounds"),
+    FieldSpec("seed", lambda c: c.r.seed, key="seed"),
+    FieldSpec("top-1 agreement", lambda c: c.o.top1, "pct", key="top1", when=_has_logits),
+    FieldSpec("top-5 overlap", lambda c: c.o.top5, "pct", key="top5", when=_has_logits),
+    FieldSpec("KL(ref‖cand) mean / p99 / max", lambda c: (c.o.kl_mean, c.o.kl_p99, c.o.kl_max), ".3g", key="kl",
+              when=_has_logits),
+    FieldSpec("max / RMS |Δlogit|", lambda c: (c.o.max_abs, c.o.rms), ".3g", key="dlogit", when=_has_logits),
+    FieldSpec("accepted prefix (mean)", lambda c: c.r.accepted_mean, ".3g", key="accepted_prefix_mean",
+              when=_has_logits),
+    FieldSpec("hidden rel RMS / cosine", lambda c: (c.r.hidden_overall.rel_rms, c.r.hidden_overall.cosine), ".4g",
+              key="hidden"),
+    FieldSpec("weights rel RMS median / max", _weights_rel_rms, ".4g", key="weights_rel_rms"),
+    FieldSpec("thresholds top-1 / KL", lambda c: (c.top1, c.kl), ".4g", key="thresholds"),
+    FieldSpec("dump", lambda c: c.r.dump, key="dump"),
+    FieldSpec("exit code", lambda c: EXIT_FAILED if c.failures else EXIT_OK, key="exit_code"),
+)
+
+
+def _weight_rows(c: _Parity) -> list[dict[str, Any]]:
+    """The dflash-diff comparison, summarised (none when it was skipped)."""
+    w = c.w
     if w is None:
-        return Table("Weight parity", columns, [], empty="skipped", id="weights")
+        return []
     rel = w.rel_rms_summary()
-    worst = w.tensors[0].canonical if w.tensors else None
     failures = w.failures()
     rows = [
         {"item": "tensors compared", "value": len(w.tensors)},
@@ -212,19 +213,70 @@ def _weights_section(r: ParityResult) -> Table:
         {"item": "rel RMS median", "value": rel["median"]},
         {"item": "rel RMS mean", "value": rel["mean"]},
         {"item": "rel RMS max", "value": rel["max"]},
-        {"item": "worst tensor", "value": worst},
+        {"item": "worst tensor", "value": w.tensors[0].canonical if w.tensors else None},
         {"item": "bits per weight ref / cand", "value": (w.bits_per_weight("A"), w.bits_per_weight("B"))},
         {"item": "diff verdict", "value": "; ".join(failures) if failures else "no missing tensors, same meaning"},
     ]
-    for d in w.meaning_differences:
-        rows.append({"item": f"meaning differs: {d.field}", "value": f"{d.a} vs {d.b}"})
-    return Table("Weight parity", columns, rows, id="weights", level="warning" if failures else "info",
-                 note="the dflash-diff comparison, summarised (rel RMS = ‖ref−cand‖/‖ref‖ per tensor)")
+    rows += [{"item": f"meaning differs: {d.field}", "value": f"{d.a} vs {d.b}"} for d in w.meaning_differences]
+    return rows
 
 
-def _worst_tensors(w: Any, n: int = 8) -> Table:
-    rows = [{"tensor": t.canonical, "type_a": t.a.type_name, "type_b": t.b.type_name, "rel_rms": t.rel_rms,
-             "cosine": t.stats.cosine} for t in w.tensors[:n]]
-    return Table("Worst tensors", [Column("tensor", "tensor"), Column("type_a", "ref type"),
-                                   Column("type_b", "cand type"), Column("rel_rms", "rel RMS", ".4g"),
-                                   Column("cosine", "cosine", ".6f")], rows, id="worst_tensors")
+def _worst_rows(c: _Parity) -> list[dict[str, Any]]:
+    return [{"tensor": t.canonical, "type_a": t.a.type_name, "type_b": t.b.type_name, "rel_rms": t.rel_rms,
+             "cosine": t.stats.cosine} for t in c.w.tensors[:WORST_TENSORS]]
+
+
+def _logit_rows(c: _Parity) -> list[dict[str, Any]]:
+    return [{"position": p, **s.to_dict()} for p, s in c.r.per_position] + [{"position": "all", **c.o.to_dict()}]
+
+
+def _logit_flagged(c: _Parity) -> set[int]:
+    """Positions under --threshold-top1 or over --threshold-kl."""
+    flagged = set()
+    if c.top1 is not None:
+        flagged |= {i for i, (_, s) in enumerate(c.r.per_position) if s.top1 < c.top1}
+    if c.kl is not None:
+        flagged |= {i for i, (_, s) in enumerate(c.r.per_position) if s.kl_mean > c.kl}
+    return flagged
+
+
+def _hidden_rows(c: _Parity) -> list[dict[str, Any]]:
+    r = c.r
+    return [{"position": p, **s.to_dict()} for p, s in r.hidden_per_position] + [
+        {"position": "all", **r.hidden_overall.to_dict()}]
+
+
+def _round_rows(c: _Parity) -> list[dict[str, Any]]:
+    return [{"round": x.index, "start": x.start, "context": x.context, "candidate_accepted": x.candidate_accepted,
+             "reference_accepted": x.reference_accepted, "produced": x.produced,
+             "reference_tokens": x.reference_tokens, "candidate_tokens": x.candidate_tokens} for x in c.r.rounds]
+
+
+def _notes(c: _Parity) -> list[str]:
+    r = c.r
+    return ([MODES[r.mode]] + [f"reference: {n}" for n in r.reference.notes]
+            + [f"candidate: {n}" for n in r.candidate.notes])
+
+
+PARITY_REPORT = ReportSpec(
+    title=lambda c: f"dflash-parity: {Path(c.r.reference.path).name} vs {Path(c.r.candidate.path).name}",
+    status=_status,
+    fields=FIELDS,
+    sections=(
+        TableSpec("Weight parity", _WEIGHT_COLUMNS, _weight_rows, id="weights",
+                  level=lambda c: "warning" if c.w is not None and c.w.failures() else "info",
+                  note=lambda c: "" if c.w is None else
+                  "the dflash-diff comparison, summarised (rel RMS = ‖ref−cand‖/‖ref‖ per tensor)",
+                  empty=lambda c: "skipped" if c.w is None else "none"),
+        TableSpec("Worst tensors", _WORST_COLUMNS, _worst_rows, id="worst_tensors", when=lambda c: c.w is not None),
+        TableSpec("Logit parity per block position", _LOGIT_COLUMNS, _logit_rows, id="logits", flagged=_logit_flagged,
+                  level=lambda c: "error" if c.failures else "info", when=_has_logits,
+                  note="block position 1 is the first drafted token; KL in nats, reference as truth"),
+        TableSpec("Output hidden-state parity per block position", _HIDDEN_COLUMNS, _hidden_rows, id="hidden",
+                  note="the drafters' final-norm output; position 0 is the anchor"),
+        TableSpec("Rounds", _ROUND_COLUMNS, _round_rows, id="rounds",
+                  note="each round drafts from the cache of the previous ones, cropped to the context as "
+                       "dflash_generate does"),
+        NotesSpec("Notes", _notes, id="notes"),
+    ),
+)

@@ -21,7 +21,8 @@ from typing import Any
 from ..dialects import LLAMA_CPP
 from ..errors import DFlashError
 from ..drafters import TensorRef
-from ..reporting import Bar, BarChart, BarGroup, Column, Field, Report, Table, verdict
+from ..reporting import (Bar, BarGroup, ChartSpec, Column, FieldSpec, Report, ReportSpec, TableSpec, build,
+                         verdict)
 from .specs import SpecDifference
 from .stats import TensorStats
 
@@ -192,7 +193,7 @@ class DiffResult:
 
 
 # --------------------------------------------------------------------------------------------
-# Report
+# Report: declared (DIFF_REPORT), built by reporting.build against a _Diff context
 # --------------------------------------------------------------------------------------------
 
 _LAYER = re.compile(r"^layers\.(\d+)\.")
@@ -203,13 +204,71 @@ _TENSOR_COLUMNS = [
     Column("rel_rms", "rel RMS", ".4g"), Column("max_abs_diff", "max |a-b|", ".4g"), Column("cosine", "cosine", ".6f"),
     Column("snr_db", "SNR dB", ".1f"), Column("range_a", "A range", ".3g"), Column("range_b", "B range", ".3g"),
 ]
+_MEANING_COLUMNS = [Column("field", "field"), Column("a", "A"), Column("b", "B"), Column("note", "note")]
+_MISSING_COLUMNS = [Column("tensor", "tensor"), Column("side", "only in"), Column("name", "stored name"),
+                    Column("shape", "shape", "shape"), Column("type", "type")]
+_UNMAPPED_COLUMNS = [Column("side", "side"), Column("name", "stored name")]
+_SHAPE_COLUMNS = [Column("tensor", "tensor"), Column("name_a", "A name"), Column("name_b", "B name"),
+                  Column("shape_a", "A shape", "shape"), Column("shape_b", "B shape", "shape"),
+                  Column("type_a", "A type"), Column("type_b", "B type")]
+_EXACT_COLUMNS = [Column("tensor", "tensor"), Column("name_a", "A name"), Column("name_b", "B name"),
+                  Column("n", "elements"), Column("different", "different"), Column("first", "first difference")]
+_UNREADABLE_COLUMNS = [Column("tensor", "tensor"), Column("error", "error")]
+_TYPE_COLUMNS = [Column("type_a", "A type"), Column("type_b", "B type"), Column("tensors", "tensors"),
+                 Column("n_elements", "weights"), Column("bpw_b", "B bpw", ".3g"),
+                 Column("rel_rms_mean", "mean rel RMS", ".4g"), Column("rel_rms_max", "max rel RMS", ".4g"),
+                 Column("worst", "worst tensor")]
+_INFO_COLUMNS = [Column("key", "key"), Column("a", "A"), Column("b", "B"), Column("note", "note")]
 
 
-def _tensor_columns(r: DiffResult) -> list[Column]:
+@dataclass(frozen=True)
+class _Diff:
+    """What the report reads: the result, the gate's options and its failures."""
+
+    r: DiffResult
+    threshold: float | None
+    allow_missing: bool
+    failures: list[str]
+
+    @property
+    def missing_level(self) -> str:
+        return "warning" if self.allow_missing else "error"
+
+
+def _build_report(r: DiffResult, threshold: float | None, allow_missing: bool) -> Report:
+    return build(DIFF_REPORT, _Diff(r, threshold, allow_missing, r.failures(threshold, allow_missing)))
+
+
+def _status(c: _Diff) -> tuple[str, str]:
+    r = c.r
+    relaxed = r._missing_phrases() if c.allow_missing else []
+    worst = r.tensors[0] if r.tensors else None
+    headline = (f"{len(r.tensors)} tensors, all identical" if worst is None or worst.stats.identical else
+                f"{len(r.tensors)} tensors, max relative RMS error {r.rel_rms_summary()['max']:.4g} "
+                f"({worst.canonical})")
+    return verdict(c.failures, f"passes with --allow-missing ({'; '.join(relaxed)})" if relaxed else None, headline)
+
+
+FIELDS = (
+    FieldSpec("A (reference)", lambda c: f"{c.r.a.path} — {c.r.a.form}", key="a"),
+    FieldSpec("B", lambda c: f"{c.r.b.path} — {c.r.b.form}", key="b"),
+    FieldSpec("tensors compared", lambda c: len(c.r.tensors), key="tensors_compared"),
+    FieldSpec("rel RMS median", lambda c: c.r.rel_rms_summary()["median"], ".4g", key="rel_rms_median"),
+    FieldSpec("rel RMS mean", lambda c: c.r.rel_rms_summary()["mean"], ".4g", key="rel_rms_mean"),
+    FieldSpec("rel RMS max", lambda c: c.r.rel_rms_summary()["max"], ".4g", key="rel_rms_max"),
+    FieldSpec("worst tensor", lambda c: c.r.tensors[0].canonical if c.r.tensors else None, key="worst_tensor"),
+    FieldSpec("bits per weight A / B", lambda c: (c.r.bits_per_weight("A"), c.r.bits_per_weight("B")), ".4g",
+              key="bits_per_weight"),
+    FieldSpec("threshold", lambda c: c.threshold, ".4g", key="threshold"),
+    FieldSpec("exit code", lambda c: EXIT_DIFFERENT if c.failures else EXIT_OK, key="exit_code"),
+)
+
+
+def _tensor_columns(c: _Diff) -> list[Column]:
     """All tensor columns, less a name column that only repeats the canonical id (an HF side)."""
     redundant = {key for key, side in (("name_a", "a"), ("name_b", "b"))
-                 if all(getattr(t, side).name == t.canonical for t in r.tensors)}
-    return [c for c in _TENSOR_COLUMNS if c.key not in redundant]
+                 if all(getattr(t, side).name == t.canonical for t in c.r.tensors)}
+    return [col for col in _TENSOR_COLUMNS if col.key not in redundant]
 
 
 def _tensor_row(t: TensorDiff, threshold: float | None) -> dict[str, Any]:
@@ -236,9 +295,9 @@ def _tensor_row(t: TensorDiff, threshold: float | None) -> dict[str, Any]:
     }
 
 
-def _type_rows(r: DiffResult) -> list[dict[str, Any]]:
+def _type_rows(c: _Diff) -> list[dict[str, Any]]:
     groups: dict[tuple[str, str], list[TensorDiff]] = {}
-    for t in r.tensors:  # worst first, so the first of each group is its worst
+    for t in c.r.tensors:  # worst first, so the first of each group is its worst
         groups.setdefault((t.a.type_name, t.b.type_name), []).append(t)
     rows = []
     for (ta, tb), ts in sorted(groups.items()):
@@ -263,24 +322,17 @@ def _short_kind(canonical: str) -> str:
     return name[: -len(".weight")] if name.endswith(".weight") else name
 
 
-def _chart(r: DiffResult, threshold: float | None) -> BarChart:
-    by_name = {t.canonical: t for t in r.tensors}
+def _chart_groups(c: _Diff) -> list[BarGroup]:
+    by_name = {t.canonical: t for t in c.r.tensors}
     groups: dict[str, list[Bar]] = {}
-    for canonical in sorted(r.file_order, key=lambda c: _layer_key(c)):
+    for canonical in sorted(c.r.file_order, key=lambda name: _layer_key(name)):
         t = by_name[canonical]
         m = _LAYER.match(canonical)
         group = f"layer {m.group(1)}" if m else "global"
         label = f"{canonical} ({t.a.type_name} → {t.b.type_name})"
-        groups.setdefault(group, []).append(Bar(label, t.rel_rms, _short_kind(canonical), t.over(threshold),
+        groups.setdefault(group, []).append(Bar(label, t.rel_rms, _short_kind(canonical), t.over(c.threshold),
                                                 tag=t.b.type_name))
-    return BarChart(
-        "Relative RMS error per tensor, by layer",
-        [BarGroup(g, bars) for g, bars in groups.items()],
-        value_label="‖a−b‖ / ‖a‖",
-        reference=threshold,
-        reference_label=f"threshold {threshold:g}" if threshold is not None else "",
-        id="chart",
-    )
+    return [BarGroup(g, bars) for g, bars in groups.items()]
 
 
 def _layer_key(canonical: str) -> tuple[int, int]:
@@ -288,106 +340,62 @@ def _layer_key(canonical: str) -> tuple[int, int]:
     return (1, int(m.group(1))) if m else (0, 0)  # stable sort keeps file order within a layer
 
 
-def _build_report(r: DiffResult, threshold: float | None, allow_missing: bool) -> Report:
-    failures = r.failures(threshold, allow_missing)
-    relaxed = r._missing_phrases() if allow_missing else []
-    rel = r.rel_rms_summary()
-    worst = r.tensors[0] if r.tensors else None
-    headline = (f"{len(r.tensors)} tensors, all identical" if worst is None or worst.stats.identical else
-                f"{len(r.tensors)} tensors, max relative RMS error {rel['max']:.4g} ({worst.canonical})")
-    status, level = verdict(failures, f"passes with --allow-missing ({'; '.join(relaxed)})" if relaxed else None,
-                            headline)
+def _exact_first(e: ExactDiff) -> str:
+    return f"[{e.first[0]}]: {e.first[1]} vs {e.first[2]}" if e.first else "-"
 
-    missing_level = "warning" if allow_missing else "error"
-    summary = [
-        Field("A (reference)", f"{r.a.path} — {r.a.form}", key="a"),
-        Field("B", f"{r.b.path} — {r.b.form}", key="b"),
-        Field("tensors compared", len(r.tensors), key="tensors_compared"),
-        Field("rel RMS median", rel["median"], ".4g", key="rel_rms_median"),
-        Field("rel RMS mean", rel["mean"], ".4g", key="rel_rms_mean"),
-        Field("rel RMS max", rel["max"], ".4g", key="rel_rms_max"),
-        Field("worst tensor", worst.canonical if worst else None, key="worst_tensor"),
-        Field("bits per weight A / B", (r.bits_per_weight("A"), r.bits_per_weight("B")), ".4g", key="bits_per_weight"),
-        Field("threshold", threshold, ".4g", key="threshold"),
-        Field("exit code", EXIT_DIFFERENT if failures else EXIT_OK, key="exit_code"),
-    ]
-    sections = [
-        _chart(r, threshold),  # first: the HTML page shows it without scrolling
-        Table(
-            "Differences in meaning",
-            [Column("field", "field"), Column("a", "A"), Column("b", "B"), Column("note", "note")],
-            [{"field": d.field, "a": d.a, "b": d.b, "note": d.note} for d in r.meaning_differences],
+
+def _info_rows(c: _Diff) -> list[dict[str, Any]]:
+    return ([{"key": i.key, "a": i.a, "b": i.b, "note": i.note} for i in c.r.info]
+            + [{"key": d.field, "a": d.a, "b": d.b, "note": d.note} for d in c.r.spec_differences if not d.meaningful])
+
+
+DIFF_REPORT = ReportSpec(
+    title=lambda c: f"dflash-diff: {Path(c.r.a.path).name} vs {Path(c.r.b.path).name}",
+    status=_status,
+    fields=FIELDS,
+    sections=(
+        ChartSpec(  # first: the HTML page shows it without scrolling
+            "Relative RMS error per tensor, by layer", _chart_groups, value_label="‖a−b‖ / ‖a‖",
+            reference=lambda c: c.threshold,
+            reference_label=lambda c: f"threshold {c.threshold:g}" if c.threshold is not None else "", id="chart"),
+        TableSpec(
+            "Differences in meaning", _MEANING_COLUMNS,
+            lambda c: [{"field": d.field, "a": d.a, "b": d.b, "note": d.note} for d in c.r.meaning_differences],
             level="error", id="meaning",
-            note="metadata that changes what the drafter does (dimensions, taps, mask id, block size, SWA, scales)",
-        ),
-        Table(
-            "Tensors only on one side",
-            [Column("tensor", "tensor"), Column("side", "only in"), Column("name", "stored name"),
-             Column("shape", "shape", "shape"), Column("type", "type")],
-            [{"tensor": o.canonical, "side": o.side, "name": o.ref.name, "shape": list(o.ref.shape),
-              "type": o.ref.type_name} for o in r.only_one_side],
-            level=missing_level, id="missing",
-        ),
-        Table(
-            "Unmapped tensor names",
-            [Column("side", "side"), Column("name", "stored name")],
-            [{"side": side, "name": name} for side, name in r.unmapped],
-            level=missing_level, id="unmapped",
-            note="names that no supported scheme (HF, llama.cpp, luce, dflash-draft) maps to a drafter tensor",
-        ),
-        Table(
-            "Shape mismatches",
-            [Column("tensor", "tensor"), Column("name_a", "A name"), Column("name_b", "B name"),
-             Column("shape_a", "A shape", "shape"), Column("shape_b", "B shape", "shape"),
-             Column("type_a", "A type"), Column("type_b", "B type")],
-            [{"tensor": m.canonical, "name_a": m.a.name, "name_b": m.b.name, "shape_a": list(m.a.shape),
-              "shape_b": list(m.b.shape), "type_a": m.a.type_name, "type_b": m.b.type_name}
-             for m in r.shape_mismatches],
-            level="error", id="shape_mismatches", note="shapes in numpy/HF order (GGUF dims reversed)",
-        ),
-        *([Table(
-            "Integer tensors (compared exactly)",
-            [Column("tensor", "tensor"), Column("name_a", "A name"), Column("name_b", "B name"),
-             Column("n", "elements"), Column("different", "different"), Column("first", "first difference")],
-            [{"tensor": e.canonical, "name_a": e.a.name, "name_b": e.b.name, "n": e.a.n_elements,
-              "different": e.n_different,
-              "first": f"[{e.first[0]}]: {e.first[1]} vs {e.first[2]}" if e.first else "-"} for e in r.exact],
-            level="error" if r.exact_differences else "info", id="exact",
+            note="metadata that changes what the drafter does (dimensions, taps, mask id, block size, SWA, scales)"),
+        TableSpec(
+            "Tensors only on one side", _MISSING_COLUMNS,
+            lambda c: [{"tensor": o.canonical, "side": o.side, "name": o.ref.name, "shape": list(o.ref.shape),
+                        "type": o.ref.type_name} for o in c.r.only_one_side],
+            level=lambda c: c.missing_level, id="missing"),
+        TableSpec(
+            "Unmapped tensor names", _UNMAPPED_COLUMNS,
+            lambda c: [{"side": side, "name": name} for side, name in c.r.unmapped],
+            level=lambda c: c.missing_level, id="unmapped",
+            note="names that no supported scheme (HF, llama.cpp, luce, dflash-draft) maps to a drafter tensor"),
+        TableSpec(
+            "Shape mismatches", _SHAPE_COLUMNS,
+            lambda c: [{"tensor": m.canonical, "name_a": m.a.name, "name_b": m.b.name, "shape_a": list(m.a.shape),
+                        "shape_b": list(m.b.shape), "type_a": m.a.type_name, "type_b": m.b.type_name}
+                       for m in c.r.shape_mismatches],
+            level="error", id="shape_mismatches", note="shapes in numpy/HF order (GGUF dims reversed)"),
+        TableSpec(  # only drafters with a d2t have integer tensors
+            "Integer tensors (compared exactly)", _EXACT_COLUMNS,
+            lambda c: [{"tensor": e.canonical, "name_a": e.a.name, "name_b": e.b.name, "n": e.a.n_elements,
+                        "different": e.n_different, "first": _exact_first(e)} for e in c.r.exact],
+            level=lambda c: "error" if c.r.exact_differences else "info", id="exact",
             note="token ids: any difference is an error (A's d2t offsets are made absolute first, as conversion does)",
-            empty="none",
-        )] if r.exact else []),  # only drafters with a d2t have integer tensors
-        Table(
-            "Unreadable tensors",
-            [Column("tensor", "tensor"), Column("error", "error")],
-            [{"tensor": u.canonical, "error": u.error} for u in r.unreadable],
-            level="error", id="unreadable",
-        ),
-        Table(
-            "Tensors, worst first",
-            _tensor_columns(r),
-            [_tensor_row(t, threshold) for t in r.tensors],
-            id="tensors",
-            flagged={i for i, t in enumerate(r.tensors) if t.over(threshold)},
+            when=lambda c: bool(c.r.exact)),
+        TableSpec(
+            "Unreadable tensors", _UNREADABLE_COLUMNS,
+            lambda c: [{"tensor": u.canonical, "error": u.error} for u in c.r.unreadable], level="error",
+            id="unreadable"),
+        TableSpec(
+            "Tensors, worst first", _tensor_columns, lambda c: [_tensor_row(t, c.threshold) for t in c.r.tensors],
+            id="tensors", flagged=lambda c: {i for i, t in enumerate(c.r.tensors) if t.over(c.threshold)},
             note="rel RMS = ‖a−b‖/‖a‖ with A as the reference; SNR = 10·log10(‖a‖²/‖a−b‖²)",
-            empty="no tensor in common",
-        ),
-        Table(
-            "Totals per type",
-            [Column("type_a", "A type"), Column("type_b", "B type"), Column("tensors", "tensors"),
-             Column("n_elements", "weights"), Column("bpw_b", "B bpw", ".3g"),
-             Column("rel_rms_mean", "mean rel RMS", ".4g"), Column("rel_rms_max", "max rel RMS", ".4g"),
-             Column("worst", "worst tensor")],
-            _type_rows(r),
-            id="types",
-        ),
-        Table(
-            "Information (not compared)",
-            [Column("key", "key"), Column("a", "A"), Column("b", "B"), Column("note", "note")],
-            [{"key": i.key, "a": i.a, "b": i.b, "note": i.note} for i in r.info]
-            + [{"key": d.field, "a": d.a, "b": d.b, "note": d.note}
-               for d in r.spec_differences if not d.meaningful],
-            id="info",
-        ),
-    ]
-    title = f"dflash-diff: {Path(r.a.path).name} vs {Path(r.b.path).name}"
-    return Report(title, status, level, summary, sections)
+            empty="no tensor in common"),
+        TableSpec("Totals per type", _TYPE_COLUMNS, _type_rows, id="types"),
+        TableSpec("Information (not compared)", _INFO_COLUMNS, _info_rows, id="info"),
+    ),
+)

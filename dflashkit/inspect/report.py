@@ -2,7 +2,8 @@
 
 The JSON document (``to_dict`` / ``to_json``) is inspect's CI contract and keeps its own shape;
 text, Markdown and HTML are rendered by ``reporting.Report`` like every other command's output
-(:meth:`InspectReport.to_report`): one table of tensor types and one table of findings per file.
+(:meth:`InspectReport.to_report`, the declaration `INSPECT_REPORT` built by ``reporting.build``): one table of tensor
+types and one table of findings per file (`FILE_SECTIONS`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from typing import Any
 
 from dflashkit.bounds import dumps
 from dflashkit.inspect.findings import Finding, Severity
-from dflashkit.reporting import Column, Field, Report, Table, human_size
+from dflashkit.reporting import (Column, EachSpec, FieldSpec, Report, ReportSpec, Table, TableSpec, build,
+                                 build_sections, human_size)
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1  # any error (or, with --strict, any warning)
@@ -63,22 +65,8 @@ class FileReport:
         return f"{self.path}: {', '.join(head)}"
 
     def sections(self) -> list[Table]:
-        """The file's tensor types (when it has any) and its findings, worst first."""
-        out: list[Table] = []
-        mix = self.summary.get("quant_mix") or {}
-        if mix:
-            rows = [
-                {"type": t, "count": m["count"], "size": human_size(m["bytes"]), "bpw": _fmt_bpw(m["bpw"])}
-                for t, m in mix.items()
-            ]
-            out.append(Table(f"{self.heading()} — quant mix", _MIX_COLUMNS, rows,
-                             note=f"overall {_fmt_bpw(self.summary.get('bpw'))}"))
-        order = sorted(self.findings, key=lambda f: -f.severity.rank)
-        worst = order[0].severity.value if order else "ok"
-        title = f"{self.heading()} — findings" if mix else self.heading()
-        rows = [{"severity": f.severity.value, "id": f.id, "message": f.message} for f in order]
-        out.append(Table(title, _FINDING_COLUMNS, rows, level=worst, empty="ok: no findings"))
-        return out
+        """The file's tensor types (when it has any) and its findings, worst first (`FILE_SECTIONS`)."""
+        return build_sections(FILE_SECTIONS, self)  # type: ignore[return-value]
 
 
 @dataclass
@@ -114,13 +102,8 @@ class InspectReport:
         return f"{len(self.files)} file(s): {e} error(s), {w} warning(s), {i} info — exit {self.exit_code()}{strict}"
 
     def to_report(self) -> Report:
-        """The run as a ``reporting.Report`` (text, Markdown and HTML come from there)."""
-        level = "error" if self.exit_code() else "warning" if self.count(Severity.WARNING) else "ok"
-        e, w, i = (self.count(s) for s in (Severity.ERROR, Severity.WARNING, Severity.INFO))
-        summary = [Field("files", len(self.files)), Field("errors", e), Field("warnings", w), Field("info", i),
-                   Field("strict", self.strict), Field("exit code", self.exit_code())]
-        sections = [s for f in self.files for s in f.sections()]
-        return Report("dflash-inspect", self.status(), level, summary, sections)
+        """The run as a ``reporting.Report`` (text, Markdown and HTML come from there): `INSPECT_REPORT`, built."""
+        return build(INSPECT_REPORT, self)
 
     def render(self, fmt: str) -> str:
         """``json``: the CI document (:meth:`to_json`); ``text`` / ``markdown`` / ``html``: the Report."""
@@ -128,3 +111,56 @@ class InspectReport:
 
     def to_text(self) -> str:
         return self.to_report().to_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# The report, declared: per file its quant mix and its findings, built by reporting.build
+# ---------------------------------------------------------------------------------------------
+
+
+def _mix(f: FileReport) -> dict[str, Any]:
+    return f.summary.get("quant_mix") or {}
+
+
+def _worst_first(f: FileReport) -> list[Finding]:
+    return sorted(f.findings, key=lambda x: -x.severity.rank)
+
+
+def _mix_rows(f: FileReport) -> list[dict[str, Any]]:
+    return [{"type": t, "count": m["count"], "size": human_size(m["bytes"]), "bpw": _fmt_bpw(m["bpw"])}
+            for t, m in _mix(f).items()]
+
+
+def _finding_rows(f: FileReport) -> list[dict[str, Any]]:
+    return [{"severity": x.severity.value, "id": x.id, "message": x.message} for x in _worst_first(f)]
+
+
+def _worst(f: FileReport) -> str:
+    order = _worst_first(f)
+    return order[0].severity.value if order else "ok"
+
+
+def _level(ir: InspectReport) -> str:
+    return "error" if ir.exit_code() else "warning" if ir.count(Severity.WARNING) else "ok"
+
+
+FILE_SECTIONS = (
+    TableSpec(lambda f: f"{f.heading()} — quant mix", _MIX_COLUMNS, _mix_rows,
+              note=lambda f: f"overall {_fmt_bpw(f.summary.get('bpw'))}", when=lambda f: bool(_mix(f))),
+    TableSpec(lambda f: f"{f.heading()} — findings" if _mix(f) else f.heading(), _FINDING_COLUMNS,
+              _finding_rows, level=_worst, empty="ok: no findings"),
+)
+
+INSPECT_REPORT = ReportSpec(
+    title="dflash-inspect",
+    status=lambda ir: (ir.status(), _level(ir)),
+    fields=(
+        FieldSpec("files", lambda ir: len(ir.files)),
+        FieldSpec("errors", lambda ir: ir.count(Severity.ERROR)),
+        FieldSpec("warnings", lambda ir: ir.count(Severity.WARNING)),
+        FieldSpec("info", lambda ir: ir.count(Severity.INFO)),
+        FieldSpec("strict", lambda ir: ir.strict),
+        FieldSpec("exit code", lambda ir: ir.exit_code()),
+    ),
+    sections=(EachSpec(lambda ir: ir.files, FILE_SECTIONS),),
+)

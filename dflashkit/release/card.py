@@ -12,9 +12,9 @@ from __future__ import annotations
 import hashlib
 import math
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
-from ..reporting import Column, Table, markdown_section
+from ..reporting import Column, TableSpec, build_section, markdown_section
 from ..stats import CONFIDENCE, paired_bootstrap_ci, paired_comparison
 
 #: the recommendation, as the card states it
@@ -80,6 +80,42 @@ def card_data(release: dict[str, Any]) -> Any:
     return ModelCardData(**fields)
 
 
+class _Files(NamedTuple):
+    """What the card's table reads: the jobs' records, the types released (in order) and their derived figures."""
+
+    jobs: dict[str, Any]
+    types: list[str]
+    extra: dict[str, dict[str, Any]]
+
+
+def _file_row(c: _Files, t: str) -> dict[str, Any]:
+    j, d = c.jobs[t], c.extra[t]
+    top1 = j["parity"]["top1"]
+    speed = [s["speedup"] for s in j.get("serving", []) if s.get("speedup") is not None]
+    return {
+        "file": f"`{j['file']}`", "size": f"{j['size_bytes'] / 1e6:.2f} MB", "bpw": _fmt(j["bits_per_weight"], ".2f"),
+        "tau": _fmt(j["tau"]["mean"]),
+        "tau_ci": f"{d['tau_ci'][0]:.3f} – {d['tau_ci'][1]:.3f}" if d["tau_ci"] else "–",
+        "delta": "reference" if t == c.types[0] else _fmt(d["delta"], "+.3f"),
+        "delta_ci": f"{d['delta_ci'][0]:+.3f} – {d['delta_ci'][1]:+.3f}" if d["delta_ci"] else "–",
+        "top1": "–" if top1 is None else f"{top1:.2%}", "kl": _fmt(j["parity"]["kl_mean"], ".3g"),
+        "llama_cpp": _fmt(j["tau"].get("llama_cpp")), "speedup": _fmt(speed[0], ".2f") + "×" if speed else "–",
+        "gates": "; ".join(f"**FAILED {g['gate']}**: {g['why']}" for g in j["gates_failed"]) or "passed"}
+
+
+def _file_columns(c: _Files) -> list[Column]:
+    pct = f"{CONFIDENCE:.0%}"
+    return [Column("file", "file"), Column("size", "size"), Column("bpw", "bits/weight"), Column("tau", "τ"),
+            Column("tau_ci", f"τ {pct} CI"), Column("delta", f"Δτ vs {c.types[0] if c.types else '–'}"),
+            Column("delta_ci", f"Δτ {pct} CI"), Column("top1", "parity top-1"), Column("kl", "parity KL"),
+            Column("llama_cpp", "llama.cpp τ"), Column("speedup", "speed-up"), Column("gates", "gates")]
+
+
+#: the card's table: one row per type, a type that failed a gate flagged
+FILES_TABLE = TableSpec("Files", _file_columns, lambda c: [_file_row(c, t) for t in c.types], id="files",
+                        flagged=lambda c: {i for i, t in enumerate(c.types) if c.jobs[t]["gates_failed"]})
+
+
 def render_card(release: dict[str, Any]) -> str:
     """The card's full text (front matter + body) from ``release.json``'s content."""
     from huggingface_hub import ModelCard
@@ -96,29 +132,8 @@ def render_card(release: dict[str, Any]) -> str:
              "`dflash-diff` and `dflash-parity` against the checkpoint, and τ (mean accepted tokens per draft round, "
              "the bonus token included) measured beside the target.", "",
              ]
-    rows, flagged = [], set()
-    for i, t in enumerate(types):
-        j, d = jobs[t], extra[t]
-        top1 = j["parity"]["top1"]
-        speed = [s["speedup"] for s in j.get("serving", []) if s.get("speedup") is not None]
-        if j["gates_failed"]:
-            flagged.add(i)
-        rows.append({
-            "file": f"`{j['file']}`", "size": f"{j['size_bytes'] / 1e6:.2f} MB", "bpw": _fmt(j["bits_per_weight"], ".2f"),
-            "tau": _fmt(j["tau"]["mean"]),
-            "tau_ci": f"{d['tau_ci'][0]:.3f} – {d['tau_ci'][1]:.3f}" if d["tau_ci"] else "–",
-            "delta": "reference" if t == types[0] else _fmt(d["delta"], "+.3f"),
-            "delta_ci": f"{d['delta_ci'][0]:+.3f} – {d['delta_ci'][1]:+.3f}" if d["delta_ci"] else "–",
-            "top1": "–" if top1 is None else f"{top1:.2%}", "kl": _fmt(j["parity"]["kl_mean"], ".3g"),
-            "llama_cpp": _fmt(j["tau"].get("llama_cpp")), "speedup": _fmt(speed[0], ".2f") + "×" if speed else "–",
-            "gates": "; ".join(f"**FAILED {g['gate']}**: {g['why']}" for g in j["gates_failed"]) or "passed"})
-    ref = types[0] if types else "–"
-    columns = [Column("file", "file"), Column("size", "size"), Column("bpw", "bits/weight"), Column("tau", "τ"),
-               Column("tau_ci", f"τ {pct} CI"), Column("delta", f"Δτ vs {ref}"), Column("delta_ci", f"Δτ {pct} CI"),
-               Column("top1", "parity top-1"), Column("kl", "parity KL"), Column("llama_cpp", "llama.cpp τ"),
-               Column("speedup", "speed-up"), Column("gates", "gates")]
     # the one Markdown table renderer of every report (reporting): escaped cells, failed rows flagged
-    lines += markdown_section(Table("Files", columns, rows, flagged=flagged, id="files"))
+    lines += markdown_section(build_section(FILES_TABLE, _Files(jobs, types, extra)))
     lines += ["", "## Recommended", ""]
     if best is not None:
         lines.append(f"**{best}** (`{jobs[best]['file']}`): {RECOMMEND_RULE}.")

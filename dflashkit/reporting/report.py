@@ -8,7 +8,7 @@ import html
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..errors import DFlashError
 from .html_page import _CSS, _html_section
@@ -71,29 +71,13 @@ class Report:
         out = [_one_line(self.title), f"{_LEVEL_MARK[self.level]}{_one_line(self.status)}", ""]
         width = max((len(f.label) for f in self.summary), default=0)
         out += [f"  {f.label.ljust(width)}  {_one_line(format_value(f.value, f.fmt))}" for f in self.summary]
-        previous_empty = False
-        for s in self.sections:
-            lines = _text_section(s)
-            empty = len(lines) == 1  # "Title: none" — runs of them are kept together
-            if not (empty and previous_empty):
-                out.append("")
-            out.extend(lines)
-            previous_empty = empty
-        return "\n".join(out).rstrip() + "\n"
+        return _joined(out, self.sections, _text_section)
 
     # ---- Markdown ---------------------------------------------------------------------------
     def to_markdown(self) -> str:
         out = [f"## {_md(self.title)}", "", f"**{_md(self.status)}**", ""]
         out += [f"- **{_md(f.label)}**: {_md(format_value(f.value, f.fmt))}" for f in self.summary]
-        previous_empty = False
-        for s in self.sections:
-            lines = _md_section(s)
-            empty = len(lines) == 1
-            if not (empty and previous_empty):
-                out.append("")
-            out.extend(lines)
-            previous_empty = empty
-        return "\n".join(out).rstrip() + "\n"
+        return _joined(out, self.sections, _md_section)
 
     # ---- HTML -------------------------------------------------------------------------------
     def to_html(self) -> str:
@@ -116,6 +100,21 @@ class Report:
             parts.append(_html_section(s))
         parts.append("</body></html>")
         return "\n".join(parts) + "\n"
+
+
+def _joined(head: list[str], sections: Sequence[Section], render: Callable[[Section], list[str]]) -> str:
+    """``head`` and each section's lines, a blank line before each section except within a run of empty ones (one
+    line, "Title: none": kept together)."""
+    out = list(head)
+    previous_empty = False
+    for s in sections:
+        lines = render(s)
+        empty = len(lines) == 1
+        if not (empty and previous_empty):
+            out.append("")
+        out.extend(lines)
+        previous_empty = empty
+    return "\n".join(out).rstrip() + "\n"
 
 
 def _jsonable(value: Any) -> Any:
