@@ -37,7 +37,7 @@ from typing import Any, Callable, Sequence
 from ..errors import DFlashError
 from .process import (LlamaCppCrashed, check_extra_args, crash_message, executable, last_lines, popen,
                       spec_type_of, stop)
-from .speculative_simple import (LlamaCppDrafterRun, LlamaCppPromptRun, LlamaCppRefused, check_counts,
+from .speculative_simple import (LlamaCppDrafterRun, LlamaCppPromptRun, LlamaCppRefused, check_counts, CountedRounds,
                                  refusal_message)
 
 SERVER_BINARY = "llama-server"
@@ -51,7 +51,7 @@ TAIL_LINE_CHARS = 2000
 
 
 @dataclass(frozen=True)
-class Completion:
+class Completion(CountedRounds):
     """One greedy completion as the server reports it."""
 
     tokens: list[int]  # the generated token ids
@@ -68,14 +68,9 @@ class Completion:
         """Tokens committed after the first: what the decode forwards (and ``predicted_ms``) produced."""
         return max(self.predicted_n - 1, 0)
 
-    @property
-    def rounds(self) -> int:
-        """Target decode forwards: each commits its accepted draft tokens + 1."""
-        return self.decoded - self.draft_accepted
-
-    @property
-    def tau(self) -> float:
-        return self.decoded / self.rounds if self.rounds > 0 else math.nan
+    def committed_accepted(self) -> tuple[int, int]:
+        """What the decode forwards committed (the prefill's first token is not a round)."""
+        return self.decoded, self.draft_accepted
 
     @property
     def tokens_per_s(self) -> float:

@@ -62,8 +62,26 @@ def mean_tau(taus: Sequence[float]) -> float:
     return float(np.mean(finite)) if finite else math.nan
 
 
+class CountedRounds:
+    """``rounds`` and ``τ`` of one run from what it committed and how many draft tokens were accepted
+    (`committed_accepted`): every target forward commits its accepted draft tokens + 1."""
+
+    def committed_accepted(self) -> tuple[int, int]:
+        raise NotImplementedError
+
+    @property
+    def rounds(self) -> int:
+        committed, accepted = self.committed_accepted()
+        return committed - accepted
+
+    @property
+    def tau(self) -> float:
+        """Tokens committed per target forward (NaN without a forward)."""
+        return self.committed_accepted()[0] / self.rounds if self.rounds > 0 else math.nan
+
+
 @dataclass
-class LlamaCppPromptRun:
+class LlamaCppPromptRun(CountedRounds):
     """One prompt through llama-speculative-simple."""
 
     n_predict: int  # tokens committed
@@ -74,13 +92,8 @@ class LlamaCppPromptRun:
     drafted: list[int] | None = None
     attempts: int = 1
 
-    @property
-    def rounds(self) -> int:
-        return self.n_predict - self.n_accept
-
-    @property
-    def tau(self) -> float:
-        return self.n_predict / self.rounds if self.rounds > 0 else math.nan
+    def committed_accepted(self) -> tuple[int, int]:
+        return self.n_predict, self.n_accept
 
 
 class PerPromptTau:
