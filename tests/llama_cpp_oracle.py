@@ -13,16 +13,29 @@ wraps that method in the subprocess: the original runs first, and only when it r
 pre-tokenizer name given by the caller (``pre``, default ``"qwen2"``, the Split regex the fixtures
 use) returned instead. Nothing else in the converter is touched.
 
+The converter's imports (torch, its own gguf-py, the ``conversion`` package with every model class, transformers'
+tokenizers) take ~4 s, longer than converting a fixture. So each source tree gets one resident process (`_Zygote`)
+that imports them once and then forks one child per conversion: the child sets ``sys.argv`` and runs the script as
+``__main__`` exactly as the one-shot runner does, with its stdout and stderr in a log file, and its exit status is
+the conversion's. Every conversion still runs the converter's whole code in a fresh process; only the imports are
+shared (where fork is missing, each conversion is a subprocess of its own).
+
 Hand-written here rather than taken from gguf-py: ``compare_gguf`` (gguf-py reads a file but has no
 diff); reading itself goes through ``gguf.GGUFReader``.
 """
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
+import json
 import os
+import select
 import subprocess
 import sys
+import tempfile
+import threading
+import time
 from pathlib import Path
 from collections.abc import Collection
 from typing import Any
@@ -113,21 +126,168 @@ def run_oracle(
         raise ValueError(f"outtype {outtype!r} is not one of {OUTTYPES}")
     src = src or require_llama_cpp_src(build)
     out = Path(out)
-    cmd = [sys.executable, "-c", _RUNNER, str(src), pre, str(model_dir), "--outtype", outtype, "--outfile", str(out)]
+    args = [str(model_dir), "--outtype", outtype, "--outfile", str(out)]
     if target_dir is not None:
-        cmd += ["--target-model-dir", str(target_dir)]
-    cmd += list(extra_args)
+        args += ["--target-model-dir", str(target_dir)]
+    args += list(extra_args)
+    if hasattr(os, "fork"):
+        returncode, output = _zygote(src).convert(args, pre, timeout)
+    else:
+        proc = subprocess.run([sys.executable, "-c", _RUNNER, str(src), pre, *args], capture_output=True, text=True,
+                              env=_oracle_env(src), timeout=timeout)
+        returncode, output = proc.returncode, proc.stdout + proc.stderr
+    if returncode != 0:
+        lines = [line for line in output.splitlines() if line.strip()]
+        raise OracleError(lines[-1] if lines else f"exit {returncode}", output)
+    if not out.is_file():
+        raise OracleError(f"converter exited 0 but wrote no {out}", output)
+    return out
+
+
+def _oracle_env(src: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HF_HUB_OFFLINE")}
     env["PYTHONPATH"] = str(src / "gguf-py")
     env["HF_HUB_OFFLINE"] = "1"  # the converter must never reach the hub for a fixture
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
-    if proc.returncode != 0:
-        output = proc.stdout + proc.stderr
-        lines = [line for line in output.splitlines() if line.strip()]
-        raise OracleError(lines[-1] if lines else f"exit {proc.returncode}", output)
-    if not out.is_file():
-        raise OracleError(f"converter exited 0 but wrote no {out}", proc.stdout + proc.stderr)
-    return out
+    return env
+
+
+# The resident process: imports what the converter imports, then per request (a JSON line on stdin: the converter's
+# arguments, the pre-tokenizer answer, a log path) forks a child that runs convert_hf_to_gguf.py as __main__ the way
+# CONVERTER_RUNNER does, its fds 1 and 2 on the log; replies {"pid": …} at the fork and {"status": …} at its end.
+_ZYGOTE_SCRIPT = r"""
+import json, os, runpy, sys, traceback
+src = sys.argv[1]
+script = src + "/convert_hf_to_gguf.py"
+sys.path[:0] = [src + "/gguf-py", src]
+import torch, gguf  # noqa: F401  the converter's first imports
+pre = ["qwen2"]
+try:
+    from conversion import base  # llama.cpp trees with the conversion/ package (imports every model class)
+except ImportError:  # an older single-file converter: run it as it is
+    base = None
+if base is not None:
+    _original = base.TextModel.get_vocab_base_pre
+    def _get_vocab_base_pre(self, tokenizer):
+        try:
+            return _original(self, tokenizer)
+        except NotImplementedError:
+            return pre[0]
+    base.TextModel.get_vocab_base_pre = _get_vocab_base_pre
+try:
+    import transformers  # noqa: F401  the vocabulary step's AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer  # noqa: F401
+except ImportError:
+    pass
+reply = os.fdopen(os.dup(1), "w")
+for line in sys.stdin:
+    request = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        sys.stdin.close()
+        pre[0] = request["pre"]
+        sys.argv = [script] + request["args"]
+        code = 0
+        try:
+            runpy.run_path(script, run_name="__main__")
+        except SystemExit as exc:  # as the interpreter treats it at exit
+            if exc.code is None:
+                code = 0
+            elif isinstance(exc.code, int):
+                code = exc.code
+            else:
+                print(exc.code, file=sys.stderr)
+                code = 1
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        try:
+            import logging
+            logging.shutdown()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+    reply.write(json.dumps({"pid": pid}) + "\n")
+    reply.flush()
+    _, status = os.waitpid(pid, 0)
+    reply.write(json.dumps({"status": os.waitstatus_to_exitcode(status)}) + "\n")
+    reply.flush()
+"""
+
+
+class _Zygote:
+    """One resident converter process for a source tree (see the module docstring); one conversion at a time."""
+
+    def __init__(self, src: Path) -> None:
+        self._lock = threading.Lock()
+        self._src = src
+        self._proc: subprocess.Popen[str] | None = None
+
+    def _start(self) -> subprocess.Popen[str]:
+        if self._proc is None or self._proc.poll() is not None:
+            self._proc = subprocess.Popen([sys.executable, "-c", _ZYGOTE_SCRIPT, str(self._src)],
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                          env=_oracle_env(self._src))
+        return self._proc
+
+    def _reply(self, proc: subprocess.Popen[str], deadline: float | None) -> dict[str, Any]:
+        assert proc.stdout is not None
+        while True:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([proc.stdout], [], [], wait)
+            if not ready:
+                raise TimeoutError
+            line = proc.stdout.readline()
+            if not line:
+                raise OracleError("the resident converter process ended", "")
+            return json.loads(line)
+
+    def convert(self, args: list[str], pre: str, timeout: float) -> tuple[int, str]:
+        with self._lock, tempfile.TemporaryDirectory(prefix="oracle-") as tmp:
+            log = Path(tmp) / "log"
+            proc = self._start()
+            assert proc.stdin is not None
+            proc.stdin.write(json.dumps({"args": args, "pre": pre, "log": str(log)}) + "\n")
+            proc.stdin.flush()
+            pid = self._reply(proc, None)["pid"]
+            try:
+                status = self._reply(proc, time.monotonic() + timeout)["status"]
+            except TimeoutError:
+                os.kill(pid, 9)
+                self._reply(proc, None)
+                raise subprocess.TimeoutExpired(["convert_hf_to_gguf.py", *args], timeout) from None
+            return status, log.read_text(errors="replace") if log.exists() else ""
+
+    def close(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            assert self._proc.stdin is not None
+            self._proc.stdin.close()
+            try:
+                self._proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+
+
+_ZYGOTES: dict[Path, _Zygote] = {}
+_ZYGOTES_LOCK = threading.Lock()
+
+
+def _zygote(src: Path) -> _Zygote:
+    with _ZYGOTES_LOCK:
+        if src not in _ZYGOTES:
+            _ZYGOTES[src] = _Zygote(src)
+        return _ZYGOTES[src]
+
+
+@atexit.register
+def _close_zygotes() -> None:
+    for z in _ZYGOTES.values():
+        z.close()
 
 
 # --------------------------------------------------------------------------------------------
