@@ -5,6 +5,8 @@ Rows (``--rows`` picks some; default all):
 - ``f16``     bf16 HF checkpoint → f16 GGUF: llama.cpp's ``convert_hf_to_gguf.py`` (from the sdist) vs ``dflash-convert``
 - ``bf16``    bf16 HF checkpoint → bf16 GGUF (tensor bytes unchanged): ``cp -r`` of the checkpoint vs ``dflash-convert``,
               and ``copy_floor.py`` (Python start-up + the kernel copy alone: the floor of any Python converter)
+- ``bf16scan`` bf16 → bf16 again, against revision 5125974 (the converter before the NaN / inf scan of copied
+              tensors) and ``copy_floor.py``, same run: the scan must cost ≤ 10 % of its time and keep the peak ≤ 60 MB
 - ``q4km``    f16 GGUF → Q4_K_M: ``llama-quantize`` (2 threads) vs ``dflash-quantize``; the bytes must be identical
 - ``tensor``  one 8192 × 8192 f32 tensor, whole command, Q4_K / Q6_K / Q8_0: ``llama-quantize --pure`` on one
               thread (ggml's reference quantizer) vs ``dflash-quantize --pure``; bytes identical
@@ -28,7 +30,7 @@ reference's tokenizer step cheaper than with the real one.
 Environment: ``DFLASHKIT_LLAMA_CPP_SRC`` (llama.cpp source tree, default the llama-cpp-python 0.3.36 sdist's
 ``vendor/llama.cpp`` in ~/.cache/dflashkit), ``DFLASHKIT_LLAMA_CPP_BIN`` (folder with ``llama-quantize``).
 
-    python benchmarks/commands_vs_reference.py [--rows f16,bf16,q4km,tensor,parity,large] [--pairs 3] [--workdir DIR] [--keep]
+    python benchmarks/commands_vs_reference.py [--rows f16,bf16,bf16scan,q4km,tensor,parity,large] [--pairs 3] [--workdir DIR] [--keep]
 """
 
 from __future__ import annotations
@@ -299,6 +301,50 @@ def row_bf16(work: Path, pairs: int) -> None:
                f"{floor_s:.2f} s = {floor_s / cp_s:.2f}x cp)")
 
 
+#: the converter before the NaN / inf scan beside kernel copies came in (2cbb4be)
+BEFORE_SCAN = "5125974"
+
+
+def row_bf16scan(work: Path, pairs: int) -> None:
+    """bf16 → bf16 (warm page cache) with the scan beside the copy, against BEFORE_SCAN run from a git worktree
+    (PYTHONPATH puts it before the installed package) and the copy floor, interleaved pair by pair."""
+    src, tree = work / "drafter4b", work / f"rev-{BEFORE_SCAN}"
+    if not tree.exists():
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), BEFORE_SCAN], check=True,
+                       capture_output=True)
+    here = os.getcwd()
+    os.chdir(work)  # python -c puts the working directory first on sys.path: a checkout there would win
+    try:
+        found = subprocess.run([sys.executable, "-c", "import dflashkit; print(dflashkit.__file__)"], text=True,
+                               capture_output=True, env={**os.environ, "PYTHONPATH": str(tree)}).stdout.strip()
+        if not Path(found).is_relative_to(tree):
+            raise SystemExit(f"revision {BEFORE_SCAN} is not what PYTHONPATH={tree} imports ({found})")
+        before, our, floor = [], [], []
+        out = work / "bf16.gguf"
+        # no --target, as the issue measured it: the copy and its scan, not the target's 152 k-token vocabulary
+        # (whose parsing peaks at ~150 MB in every revision)
+        args = [str(src), str(out), "--outtype", "bf16", "-q", "--force"]
+        for _ in range(pairs):
+            warm_page_cache(src)
+            floor.append(run_external([sys.executable, str(HERE / "copy_floor.py"), str(src), str(work / "floor.bin")]))
+            (work / "floor.bin").unlink()
+            warm_page_cache(src)
+            before.append(ours("convert_command", args, {"PYTHONPATH": str(tree)}))
+            out.unlink()
+            warm_page_cache(src)
+            our.append(ours("convert_command", args))
+            out.unlink()
+    finally:
+        os.chdir(here)
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], capture_output=True)
+    ratio = statistics.median(x[0] for x in our) / statistics.median(x[0] for x in before)
+    peak = max(x[1] for x in our)
+    floor_s = statistics.median(x[0] for x in floor)
+    record("bf16 -> bf16 GGUF (4B dims), warm, NaN/inf scan beside the copy", f"revision {BEFORE_SCAN} (no scan)",
+           before, our, "<= 1.10x its time, <= 60 MB", ratio <= 1.10 and peak <= 60,
+           f"(time ratio {ratio:.2f}; copy floor, benchmarks/copy_floor.py: {floor_s:.2f} s)")
+
+
 def row_q4km(work: Path, pairs: int) -> None:
     f16 = work / "f16.gguf"
     if not f16.exists():
@@ -397,7 +443,7 @@ def machine() -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", default="f16,bf16,q4km,tensor,parity,large")
+    ap.add_argument("--rows", default="f16,bf16,bf16scan,q4km,tensor,parity,large")
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--keep", action="store_true")
@@ -409,13 +455,13 @@ def main() -> None:
     print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {machine()}; "
           f"load average {os.getloadavg()[0]:.1f}; {args.pairs} interleaved pairs per row, medians", flush=True)
     try:
-        if {"f16", "bf16", "q4km", "parity"} & set(rows) and not (work / "drafter4b" / "config.json").exists():
+        if {"f16", "bf16", "bf16scan", "q4km", "parity"} & set(rows) and not (work / "drafter4b" / "config.json").exists():
             print("writing a synthetic Qwen3-4B-DFlash-b16-size drafter ...", flush=True)
             write_checkpoint(work / "drafter4b", CONFIG_4B)
             write_hf_target(work / "target4b", CONFIG_4B)
             warm_page_cache(work / "drafter4b")
         for name in rows:
-            {"f16": row_f16, "bf16": row_bf16, "q4km": row_q4km, "tensor": row_tensor, "parity": row_parity,
+            {"f16": row_f16, "bf16": row_bf16, "bf16scan": row_bf16scan, "q4km": row_q4km, "tensor": row_tensor, "parity": row_parity,
              "large": row_large}[name](work, args.pairs)
     finally:
         if args.json:
