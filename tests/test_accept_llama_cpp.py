@@ -40,7 +40,8 @@ NEEDS_LLAMA = pytest.mark.skipif(
     not HAVE_LLAMA, reason=os.environ.get("DFLASHKIT_LLAMA_CPP_SKIP_REASON")
     or "set DFLASHKIT_LLAMA_CPP_BIN to a llama.cpp build with llama-speculative-simple and llama-quantize")
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+# slow: llama-speculative-simple runs on every prompt
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow]
 
 # What llama-speculative-simple prints at exit when stderr is not a terminal (timestamp, level letter).
 REAL_TAIL = """0.00.217.189 I encoded   12 tokens in    0.012 seconds, speed:  320.461 t/s

@@ -574,6 +574,7 @@ def _delays(seed: int, trials: int, longest: float) -> list[float]:
     return [0.0] + [float(x) for x in np.random.default_rng(seed).uniform(0.0, longest, trials - 1)]
 
 
+@pytest.mark.slow
 def test_sigint_at_random_points_of_a_quantize_write(big_f32_gguf: Path, tmp_path: Path) -> None:
     complete_path = tmp_path / "complete.gguf"
     assert CliRunner().invoke(quantize_command, [str(big_f32_gguf), str(complete_path), "Q6_K", "-q"]).exit_code == 0
@@ -638,6 +639,7 @@ _WORK = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(_WORK))
 def test_sigint_in_the_middle_of_the_work(name: str, trained_f32_gguf: Path, tmp_path: Path) -> None:
     # INT at a random point of the command's work (a tensor's values, a draft round, a prompt's generation):

@@ -22,6 +22,9 @@ import pytest
 from contained import check_contained, run_contained
 from test_accept_prompts_hostile import _target_with as target_with_template
 
+# slow: every test runs a whole command as a child under hostile input
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 TRAINED = ROOT / "fixtures" / "trained"
 

@@ -18,6 +18,9 @@ from click.testing import CliRunner
 from contained import check_contained, run_contained
 from test_hostile_round3 import TRAINED, accept_args, pair, stand_in  # noqa: F401  (pair: a fixture)
 
+# slow: every test runs a whole command as a child under hostile input
+pytestmark = pytest.mark.slow
+
 
 def test_the_built_in_prompts_are_an_input_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from dflashkit import prompts as prompts_module

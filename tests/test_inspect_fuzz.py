@@ -27,6 +27,9 @@ from test_safetensors_reader import write_checkpoint
 
 from dflashkit.inspect import InspectReport, inspect_paths
 
+# slow: thousands of mutated and truncated files through the readers
+pytestmark = pytest.mark.slow
+
 SEED = 20240611
 MUTATIONS_PER_BASE = 1000
 EXTREMES = [0, 1, 3, 31, 255, 2**16 - 1, 2**31, 2**32 - 1, 2**32, 2**40, 2**62, 2**63 - 1, 2**63, 2**64 - 1]

@@ -29,6 +29,9 @@ from dflashkit.errors import DFlashError, UsageError
 from dflashkit.io.gguf_reader import open_gguf
 from llama_cpp_oracle import OracleError, compare_gguf, require_llama_cpp_src, run_oracle
 
+# slow: both llama.cpp builds run on every fixture
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 TRAINED = ROOT / "fixtures" / "trained"
 

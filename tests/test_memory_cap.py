@@ -21,6 +21,9 @@ from gguf import GGUFValueType as V
 import hostile
 from dflashkit.converters.convert import convert
 
+# slow: every test runs a whole command as a child to measure its peak memory
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

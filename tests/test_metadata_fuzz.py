@@ -26,6 +26,9 @@ from dflashkit.errors import DFlashError
 from dflashkit.inspect import inspect_paths
 from dflashkit.runtime import load_drafter
 
+# slow: hypothesis fuzzing of the metadata through the loader, each example a file
+pytestmark = pytest.mark.slow
+
 PEAK_LIMIT = 64 * 2**20
 EXAMPLES = 60
 

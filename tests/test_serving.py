@@ -30,6 +30,9 @@ from dflashkit.serving import (VERDICT_CRASHED, VERDICT_DIFFERS, VERDICT_GAIN, V
                                draft_n_max_value, measure_serving, parse_list)
 from interrupting import DEFAULT_SIGNALS, HANG_SECONDS, ROOT, wait_or_kill
 
+# slow: real llama-server runs and server time-outs
+pytestmark = pytest.mark.slow
+
 TRAINED = ROOT / "fixtures" / "trained"
 TEXTS = ["the old king walks", "a river of glass", "seven small birds", "under the stone bridge"]
 NAMES = ["p0", "p1", "p2", "p3"]

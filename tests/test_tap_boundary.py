@@ -98,6 +98,7 @@ def test_parity(tapped: dict[int, Path], last: int, ok: bool) -> None:
             f"target layer id {last} is past" in r.output, r.output
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (BIN / "llama-speculative-simple").exists(),
                     reason=os.environ.get("DFLASHKIT_LLAMA_CPP_SKIP_REASON")
                     or "set DFLASHKIT_LLAMA_CPP_BIN to a llama.cpp build with llama-speculative-simple")

@@ -27,6 +27,9 @@ from gguf import GGUFValueType as V
 import make_target  # on sys.path via conftest
 from dflashkit.converters.tokenizer import tokenizer_from_hf_dir
 
+# slow: llama.cpp's tokenizer against ours over many strings
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_TARGET = ROOT / "fixtures" / "example" / "target"
 # tokenizer.* KVs llama.cpp's converter wrote for fixtures/example/target, as gguf-py's reader reads

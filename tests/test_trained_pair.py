@@ -89,6 +89,7 @@ def test_sizes_let_the_k_quants_proper_apply() -> None:
     assert json.loads((TRAINED / "drafter" / "config.json").read_text())["num_hidden_layers"] >= 2
 
 
+@pytest.mark.slow
 def test_prompts_only_is_seeded_and_never_the_committed_set(tmp_path: Path) -> None:
     a = fresh_prompts(tmp_path / "a.jsonl", seed=7, count=5).read_bytes()
     b = fresh_prompts(tmp_path / "b.jsonl", seed=7, count=5).read_bytes()
@@ -105,6 +106,7 @@ def test_prompts_only_usage_errors(tmp_path: Path) -> None:
     assert r.returncode == 2 and "--prompts-only needs --out FILE" in r.stderr
 
 
+@pytest.mark.slow
 def test_trained_drafter_reaches_tau_3_on_fresh_prompts(target: HFTarget, prompts: Path,
                                                          random_drafter: Path) -> None:
     result = run_acceptance(target, [TRAINED / "drafter", random_drafter], prompts, max_new_tokens=MAX_NEW)
@@ -194,6 +196,7 @@ def defect_run(target: HFTarget, prompts: Path, defects: dict[str, Path]) -> Any
                                  max_new_tokens=MAX_NEW)
 
 
+@pytest.mark.slow
 def test_each_planted_defect_gets_its_named_verdict(defect_run: Any) -> None:
     names, result = defect_run
     verdicts = dict(zip(["good", *names], result.verdicts()))
