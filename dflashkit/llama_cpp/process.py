@@ -26,10 +26,12 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import DFlashError, UsageError
+from ..files import signals_deferred
 from ..drafters import open_drafter
 from ..families.base import DrafterFamily
 
@@ -148,10 +150,31 @@ def spec_type_of(drafter_gguf: str | os.PathLike) -> str:
     return family.llama_cpp_spec_type if family is not None else DrafterFamily.llama_cpp_spec_type
 
 
+def poll_child(proc: subprocess.Popen) -> int | None:
+    """``proc.poll()`` that a signal cannot split. Popen's poll and wait take their waitpid lock with ``acquire()``
+    before the ``try`` that releases it (CPython bpo-29988): a TERM / HUP / Ctrl-C raised in between leaves the lock
+    held, and the next wait — `stop`'s own — blocks for ever (seen: a HUP while llama.cpp ran hung dflash-accept, one
+    run in eight on a busy machine). The signal is held back for the poll and raised right after it."""
+    with signals_deferred():
+        return proc.poll()
+
+
+def wait_child(proc: subprocess.Popen, timeout: float | None) -> int | None:
+    """``proc.wait(timeout)`` built on `poll_child`: the exit status, or None when ``timeout`` seconds passed."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    delay = 0.001
+    while (code := poll_child(proc)) is None:
+        if deadline is not None and time.monotonic() >= deadline:
+            return None
+        time.sleep(delay)  # a signal lands here (or in the poll's deferral), never inside Popen's lock
+        delay = min(delay * 2, 0.05)
+    return code
+
+
 def _signal_group(proc: subprocess.Popen, signum: int) -> None:
     """``signum`` to the child's process group (`child_setup` made it the leader); nothing left there is fine."""
     if os.name != "posix":
-        if proc.poll() is None:
+        if poll_child(proc) is None:
             proc.kill()
         return
     try:
@@ -165,13 +188,11 @@ def stop(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
     and left running in its group (a build that forks a helper, a hostile script) is killed too, also when the
     child itself has already ended. The group outlives its leader only while a member lives, so its id cannot
     name another process's group here."""
-    if proc.poll() is None:
+    if poll_child(proc) is None:
         _signal_group(proc, signal.SIGTERM)
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
+        if wait_child(proc, grace_s) is None:
             _signal_group(proc, signal.SIGKILL)
-            proc.wait()
+            wait_child(proc, None)
     _signal_group(proc, signal.SIGKILL)
 
 
@@ -215,7 +236,8 @@ def run_bounded(cmd: Sequence[str], *, timeout: float) -> tuple[int, str]:
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
-        proc.wait(timeout=timeout)
+        if wait_child(proc, timeout) is None:
+            raise subprocess.TimeoutExpired(list(cmd), timeout)
     finally:  # on a timeout, an error or a signal, and after a normal end (what it left running in its group)
         stop(proc)
         reader.join(timeout=5)

@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..errors import DFlashError
-from .process import (LlamaCppCrashed, check_extra_args, crash_message, executable, last_lines, popen,
-                      spec_type_of, stop)
+from .process import (LlamaCppCrashed, check_extra_args, crash_message, executable, last_lines, poll_child, popen,
+                      spec_type_of, stop, wait_child)
 from .speculative_simple import (LlamaCppDrafterRun, LlamaCppPromptRun, LlamaCppRefused, check_counts, CountedRounds,
                                  refusal_message)
 
@@ -297,7 +297,7 @@ class LlamaServer(_Client):
         assert self.proc is not None
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
-            code = self.proc.poll()
+            code = poll_child(self.proc)
             if code is not None:
                 if self._reader is not None:
                     self._reader.join(timeout=2)
@@ -323,10 +323,7 @@ class LlamaServer(_Client):
 
     def _failed(self, what: str) -> DFlashError:
         if self.proc is not None:
-            try:
-                code = self.proc.wait(timeout=2)
-            except subprocess.TimeoutExpired:
-                code = None
+            code = wait_child(self.proc, 2)
             if code is not None:
                 if self._reader is not None:
                     self._reader.join(timeout=2)
