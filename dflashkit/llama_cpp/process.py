@@ -211,10 +211,10 @@ HEAD_BYTES = 1 << 20
 TAIL_BYTES = 4 << 20
 
 
-def run_bounded(cmd: Sequence[str], *, timeout: float) -> tuple[int, str]:
-    """Run ``cmd`` to its end: (exit status, its stderr kept bounded — head and tail). stdout is not kept. On a
-    timeout, an error or a signal the child is stopped before the exception goes on."""
-    proc = popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+def run_bounded(cmd: Sequence[str], *, timeout: float, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """Run ``cmd`` (in ``env``) to its end: (exit status, its stderr kept bounded — head and tail). stdout is not
+    kept. On a timeout, an error or a signal the child is stopped before the exception goes on."""
+    proc = popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     head = bytearray()
     tail: collections.deque[bytes] = collections.deque()
     state = {"tail": 0, "dropped": False}

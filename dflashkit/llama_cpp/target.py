@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..converters.tokenizer import load_backend, pre_tokenizer_name
 from ..errors import DFlashError, UsageError
+from .process import run_bounded
 
 SRC_ENV = "DFLASHKIT_LLAMA_CPP_SRC"
 TIMEOUT_S = 600
@@ -77,14 +78,16 @@ def target_gguf_from_hf(hf_dir: str | os.PathLike, out: str | os.PathLike, src: 
     env["PYTHONPATH"] = str(src / "gguf-py")
     env["HF_HUB_OFFLINE"] = "1"
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, stdin=subprocess.DEVNULL)
+        # as llama.cpp's programs run: its own process group, stopped on a signal (a plain subprocess.run's wait
+        # can hang there: process.poll_child), stderr kept bounded (its errors and its last lines are there)
+        returncode, output = run_bounded(cmd, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         raise DFlashError(f"{hf_dir}: llama.cpp's convert_hf_to_gguf.py did not finish in {timeout:.0f} s — convert "
                           "the target once yourself and pass --target-gguf FILE") from None
-    if proc.returncode != 0 or not out.is_file():
-        lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+    if returncode != 0 or not out.is_file():
+        lines = [line for line in output.splitlines() if line.strip()]
         raise DFlashError(f"{hf_dir}: llama.cpp's convert_hf_to_gguf.py could not convert the target "
-                          f"({lines[-1] if lines else 'exit ' + str(proc.returncode)}) — pass --target-gguf FILE")
+                          f"({lines[-1] if lines else 'exit ' + str(returncode)}) — pass --target-gguf FILE")
     return out
 
 
