@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Iterable
 
 import hostile
+from interrupting import DEFAULT_SIGNALS
 from standin_server import alive
 
 #: a bounded loop (template, pattern, llama.cpp timeout) that has not ended by then is a hang: counted from the
@@ -87,6 +88,8 @@ def run_contained(command: str, args: list[str], *, inputs: Iterable[Path], tmp:
     tmp.mkdir()
     env = {**os.environ, "TMPDIR": str(tmp)}
     argv = hostile.cli(command) + [str(a) for a in args]
+    if signal_when is not None:  # from a terminal's dispositions, not the ignored ones a nohup'd run passes down
+        argv[2] = DEFAULT_SIGNALS + argv[2]
     start = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
     killed = False

@@ -16,9 +16,11 @@ import sys
 import time
 from pathlib import Path
 
+from interrupting import DEFAULT_SIGNALS  # a nohup'd run passes HUP down ignored: start from a terminal's
+
 ROOT = Path(__file__).resolve().parents[1]
 
-SCRIPT = r"""
+SCRIPT = DEFAULT_SIGNALS + r"""
 import subprocess, sys, threading, types
 from dflashkit.files import signals_unwind
 from dflashkit.llama_cpp.process import run_bounded
