@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dflashkit.llama_cpp import CONVERTER_RUNNER
+from dflashkit.llama_cpp.target import CONVERTER_RUNNER, CONVERTER_SETUP
 
 ENV_VAR = "DFLASHKIT_LLAMA_CPP_SRC"
 OUTTYPES = ("f32", "f16", "bf16", "q8_0")
@@ -158,21 +158,9 @@ _ZYGOTE_SCRIPT = r"""
 import json, os, runpy, sys, traceback
 src = sys.argv[1]
 script = src + "/convert_hf_to_gguf.py"
-sys.path[:0] = [src + "/gguf-py", src]
-import torch, gguf  # noqa: F401  the converter's first imports
 pre = ["qwen2"]
-try:
-    from conversion import base  # llama.cpp trees with the conversion/ package (imports every model class)
-except ImportError:  # an older single-file converter: run it as it is
-    base = None
-if base is not None:
-    _original = base.TextModel.get_vocab_base_pre
-    def _get_vocab_base_pre(self, tokenizer):
-        try:
-            return _original(self, tokenizer)
-        except NotImplementedError:
-            return pre[0]
-    base.TextModel.get_vocab_base_pre = _get_vocab_base_pre
+""" + CONVERTER_SETUP + r"""
+import torch, gguf  # noqa: F401  the converter's first imports (conversion, imported above, has every model class)
 try:
     import transformers  # noqa: F401  the vocabulary step's AutoTokenizer
     from transformers import AutoConfig, AutoTokenizer  # noqa: F401

@@ -24,12 +24,9 @@ SRC_ENV = "DFLASHKIT_LLAMA_CPP_SRC"
 TIMEOUT_S = 600
 
 
-# Runs convert_hf_to_gguf.py as __main__; only an unknown pre-tokenizer hash is answered with PRE (module doc).
-CONVERTER_RUNNER = r"""
-import runpy, sys
-src, pre = sys.argv[1], sys.argv[2]
-script = src + "/convert_hf_to_gguf.py"
-sys.argv = [script] + sys.argv[3:]
+# The converter's tree ``src`` first on sys.path, and only an unknown pre-tokenizer hash answered with ``pre[0]``
+# (module doc); the script that runs it defines ``src`` and ``pre`` (a list: a resident process changes it per run).
+CONVERTER_SETUP = r"""
 sys.path[:0] = [src + "/gguf-py", src]
 try:
     from conversion import base  # llama.cpp trees with the conversion/ package
@@ -41,8 +38,17 @@ if base is not None:
         try:
             return _original(self, tokenizer)
         except NotImplementedError:
-            return pre
+            return pre[0]
     base.TextModel.get_vocab_base_pre = _get_vocab_base_pre
+"""
+
+# Runs convert_hf_to_gguf.py as __main__: ``-c CONVERTER_RUNNER SRC PRE ARGS...``.
+CONVERTER_RUNNER = r"""
+import runpy, sys
+src, pre = sys.argv[1], [sys.argv[2]]
+script = src + "/convert_hf_to_gguf.py"
+sys.argv = [script] + sys.argv[3:]
+""" + CONVERTER_SETUP + r"""
 runpy.run_path(script, run_name="__main__")
 """
 
