@@ -12,7 +12,6 @@ refusal) and a summary; exit 1 when anything differs.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import subprocess
@@ -20,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from revision import ROOT, ref_and_now  # tools/ is on sys.path when a tool runs
 
 RUN = r'''
 import hashlib, json, sys
@@ -90,13 +89,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="dflash-compare-") as tmp:
         work = Path(tmp)
         build_fixtures(work / "in")
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(work / "ref"), args.ref],
-                       check=True)
-        try:
-            ref = outputs(work / "ref", work / "in", work / "out-ref")
-            now = outputs(ROOT, work / "in", work / "out-now")
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(work / "ref")], check=False)
+        ref, now = ref_and_now(args.ref, work, outputs)
     differ = sorted(k for k in ref.keys() | now.keys() if ref.get(k) != now.get(k))
     for k in differ:
         print(f"DIFFERS {k}\n  {args.ref}: {ref.get(k)}\n  working tree: {now.get(k)}")

@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from revision import ROOT, ref_and_now  # tools/ is on sys.path when a tool runs
 
 RUN = r'''
 import copy, json, sys
@@ -287,13 +287,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="dflash-reports-") as tmp:
         work = Path(args.keep).absolute() if args.keep else Path(tmp)
         build_inputs(work / "in")
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(work / "ref"), args.ref],
-                       check=True)
-        try:
-            ref = outputs(work / "ref", work / "in", work / "out-ref")
-            now = outputs(ROOT, work / "in", work / "out-now")
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(work / "ref")], check=False)
+        ref, now = ref_and_now(args.ref, work, outputs)
     differ = sorted(k for k in ref.keys() | now.keys() if ref.get(k) != now.get(k))
     for k in differ:
         print(f"DIFFERS {k}: {first_difference(ref.get(k), now.get(k))}")
