@@ -2,9 +2,9 @@
 
 ``Popen.wait`` / ``poll`` take ``_waitpid_lock`` with ``acquire()`` before the ``try`` that releases it; a TERM / HUP
 handler that raises right after the acquire (CPython checks for signals when the call returns) leaves the lock held,
-and the ``wait()`` in the unwinding ``stop`` then blocks for ever — a dflash-accept hung that way in CI, one HUP in
-a few thousand. The child below makes the race certain: Popen's lock sends the process a HUP the moment it has been
-acquired, inside ``run_bounded`` waiting for a llama.cpp stand-in that sleeps.
+and the ``wait()`` in the unwinding ``stop`` then blocks for ever — a dflash-accept hung that way in one of eight
+runs of the round-3 HUP test on a busy machine. The child below makes the race certain: Popen's lock sends the
+process a HUP the moment it has been acquired, inside ``run_bounded`` waiting for a llama.cpp stand-in that sleeps.
 """
 
 from __future__ import annotations

@@ -153,8 +153,8 @@ def spec_type_of(drafter_gguf: str | os.PathLike) -> str:
 def poll_child(proc: subprocess.Popen) -> int | None:
     """``proc.poll()`` that a signal cannot split. Popen's poll and wait take their waitpid lock with ``acquire()``
     before the ``try`` that releases it (CPython bpo-29988): a TERM / HUP / Ctrl-C raised in between leaves the lock
-    held, and the next wait — `stop`'s own — blocks for ever (seen: a HUP while llama.cpp ran hung dflash-accept, one
-    run in eight on a busy machine). The signal is held back for the poll and raised right after it."""
+    held, and the next wait — `stop`'s own — blocks for ever (seen: a HUP while llama.cpp ran hung dflash-accept in
+    one of eight runs of its test on a busy machine). The signal is held back for the poll and raised right after it."""
     with signals_deferred():
         return proc.poll()
 
