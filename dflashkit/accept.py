@@ -27,6 +27,7 @@ from .files import signals_unwind
 from .llama_cpp import (LlamaCppDrafterRun, check_extra_args, check_prompt_text, find_binary, run_drafter,
                         target_gguf_from_hf, temp_dir)
 from .llama_cpp.server import REQUEST_TIMEOUT_S as LLAMA_CPP_TIMEOUT_S
+from .llama_cpp.http import same_server
 from .llama_cpp.server import SERVER_BINARY, RemoteServer, find_server, has_server, run_drafter_server
 from .llama_cpp import llama_cpp_src as find_src
 from .prompts import (Prompt, builtin_prompts_path, load_prompts, parse_template_kwargs,  # noqa: F401
@@ -34,7 +35,7 @@ from .prompts import (Prompt, builtin_prompts_path, load_prompts, parse_template
 from .reporting import Report
 from .runtime import HFTarget, load_drafter
 from .runtime.speculative import check_pair, default_stop_ids, speculative_generate
-from .serving import ServingResult, check_serving_options, measure_serving
+from .serving import ServingResult, check_n_max_fits, check_serving_options, measure_serving
 from .stats import Comparison, paired_bootstrap_ci, paired_comparison  # noqa: F401
 
 
@@ -154,6 +155,7 @@ def run_acceptance(
         if temperature > 0:
             raise UsageError("--llama-server / --server-url measure greedy decoding: use them with --temperature 0")
         check_serving_options(llama_server, server_url, draft_n_max, draft_cache_types, max_new_tokens)
+        check_n_max_fits([(str(d), None, _block_size(d)) for d in drafters], draft_n_max)
         if llama_server is not None:
             find_server(llama_server)
         else:
@@ -161,9 +163,14 @@ def run_acceptance(
             if extra_args:
                 raise UsageError("--llama-cpp-arg goes to the llama.cpp processes dflashkit starts; --server-url "
                                  "asks a running server (pass the arguments where you start it)")
-            RemoteServer(server_url)  # before minutes of reference runs: a typo'd URL is said now
+            if baseline_url is not None and same_server(server_url, baseline_url):
+                raise UsageError(f"--baseline-url {baseline_url} is the server of --server-url {server_url}: the "
+                                 "target alone must be a second server, started without -md")
+            # before minutes of reference runs: a typo'd URL is said now
+            RemoteServer(server_url, request_timeout=float(llama_cpp_timeout))
             if baseline_url is not None:
-                RemoteServer(baseline_url, label=f"target alone {baseline_url}")
+                RemoteServer(baseline_url, label=f"target alone {baseline_url}",
+                             request_timeout=float(llama_cpp_timeout))
     if llama_cpp is not None and temperature > 0:
         raise UsageError("--llama-cpp measures greedy τ: use it with --temperature 0")
     if llama_cpp is not None or llama_server is not None:
@@ -266,7 +273,7 @@ def run_acceptance(
             threads, notes, say, ignore_eos, extra_args,
             dict(llama_server=llama_server, server_url=server_url, baseline_url=baseline_url,
                  draft_n_max=list(draft_n_max), draft_cache_types=list(draft_cache_types), seed=seed,
-                 timeout=float(llama_cpp_timeout)))
+                 timeout=float(llama_cpp_timeout), vocab=vocab))
     return AcceptResult(
         target=str(runner.path), prompts=prompt_list, prompt_source=source, prompt_ids=prompt_ids, drafters=runs,
         max_new_tokens=max_new_tokens, temperature=float(temperature), seed=seed, device=str(runner.device),
@@ -307,7 +314,8 @@ def _run_llama_cpp(binary: Path | None, runs: list[DrafterRun], texts: list[str]
             out = [runner_fn(dir_or_binary, ggufs[0], d.path, gguf_path, texts, n_predict=max_new_tokens,
                              draft_max=d.block_size - 1, threads=threads, progress=say,
                              prompt_tokens=[len(ids) for ids in prompt_ids], ignore_eos=ignore_eos,
-                             extra_args=extra_args, timeout=serving_options["timeout"])
+                             extra_args=extra_args, timeout=serving_options["timeout"],
+                             **({"vocab": serving_options["vocab"]} if via_server else {}))
                    for d, gguf_path in zip(runs, drafter_ggufs)]
             notes.append("llama.cpp τ measured with " + ("llama-server (counts from its JSON timings)"
                                                          if via_server else
@@ -328,6 +336,14 @@ def _run_llama_cpp(binary: Path | None, runs: list[DrafterRun], texts: list[str]
                 threads=threads, extra_args=extra_args, ignore_eos=ignore_eos, progress=say, **serving_options)
         kept = str(ggufs[0]) if ggufs else None
     return out, kept, serving
+
+
+def _block_size(drafter: str | os.PathLike) -> int:
+    """A drafter's block size from its config or metadata (no weights read): the bound of its n-max."""
+    from .drafters import open_drafter
+
+    with open_drafter(drafter) as d:
+        return int(d.spec.block_size)
 
 
 def _context_length(runner: HFTarget) -> int | None:

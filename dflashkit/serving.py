@@ -31,6 +31,7 @@ import numpy as np
 
 from .errors import DFlashError, UsageError
 from .llama_cpp.process import LlamaCppCrashed
+from .llama_cpp.http import same_server
 from .llama_cpp.server import REQUEST_TIMEOUT_S, Completion, LlamaServer, RemoteServer
 from .llama_cpp.speculative_simple import LlamaCppRefused, PerPromptTau
 from .reporting import Bar, BarGroup, ChartSpec, Column, NotesSpec, TableSpec, build_sections, distinct_labels
@@ -235,6 +236,16 @@ def check_serving_options(llama_server: Any, server_url: str | None, draft_n_max
                          "generate after the first — give at least 3")
 
 
+def check_n_max_fits(drafters: Sequence[tuple[str, Any, int]], draft_n_max: Sequence[int | None]) -> None:
+    """An n-max above what a drafter drafts a round (its block − 1) is a usage error: llama.cpp clamps it there, so
+    the figure would be labelled with an n-max that never ran."""
+    for n in draft_n_max:
+        for path, _, block in drafters:
+            if n is not None and n > block - 1:
+                raise UsageError(f"--draft-n-max {n}: {Path(path).name} drafts at most {block - 1} tokens a round "
+                                 f"(block size {block}; llama.cpp clamps n-max there) — give at most {block - 1}")
+
+
 def measure_serving(
     drafters: Sequence[tuple[str, str | os.PathLike, int]],
     texts: Sequence[str],
@@ -254,14 +265,23 @@ def measure_serving(
     ignore_eos: bool = False,
     progress: Callable[[str], None] | None = None,
     timeout: float = REQUEST_TIMEOUT_S,
+    vocab: int | None = None,
 ) -> ServingResult:
     """Every combination through llama-server (module doc). ``drafters``: (path as given, GGUF path, block size).
 
     With ``llama_server`` (a build's bin/ folder) dflashkit starts and stops the servers, one per combination and
     one target alone per target GGUF; with ``server_url`` it asks a running server (its drafter, cache and n-max
-    are the server's own) and ``baseline_url`` for the target alone."""
+    are the server's own) and ``baseline_url`` for the target alone. Every reply is checked against what its
+    request allows (``max_new_tokens``, the n-max set — or, for a running server, the drafter's block − 1, where
+    llama.cpp clamps it —, token ids below ``vocab``, its own wall time): an impossible one is refused."""
     say = progress or (lambda message: None)
     check_serving_options(llama_server, server_url, draft_n_max, draft_cache_types, max_new_tokens)
+    if not drafters:
+        raise UsageError("give at least one drafter to measure through llama-server")
+    check_n_max_fits(drafters, draft_n_max)
+    if server_url is not None and baseline_url is not None and same_server(server_url, baseline_url):
+        raise UsageError(f"--baseline-url {baseline_url} is the server of --server-url {server_url}: the target "
+                         "alone must be a second server, started without -md")
     if llama_server is not None and not target_ggufs:
         raise UsageError("--llama-server needs the target as a GGUF: pass --target-gguf FILE (repeat it to sweep "
                          "quantized targets)")
@@ -291,9 +311,10 @@ def measure_serving(
             say(f"llama-server {run.name}: prompt {i + 1}/{len(pairs)} ({name}): τ {run.on[-1].tau:.2f}{speed}")
 
     if server_url is not None:
-        spec = RemoteServer(server_url, request_timeout=timeout, expects_drafts=True)
-        base = (RemoteServer(baseline_url, label=f"target alone {baseline_url}", request_timeout=timeout)
-                if baseline_url else None)
+        spec = RemoteServer(server_url, request_timeout=timeout, expects_drafts=True,
+                            draft_max=max(b for _, _, b in drafters) - 1, vocab=vocab)
+        base = (RemoteServer(baseline_url, label=f"target alone {baseline_url}", request_timeout=timeout,
+                             vocab=vocab) if baseline_url else None)
         run = ServingRun(server_url, server_url, server_url, None, None, seed=seed)
         measure(run, spec, base)
         runs.append(run)
@@ -308,7 +329,7 @@ def measure_serving(
             ctx = longest + 2 * (max_new_tokens + max(blocks)) + 64
             say(f"llama-server: starting the target alone ({Path(target).name})")
             with LlamaServer(llama_server, target, ctx_size=ctx, threads=threads, extra_args=extra_args,
-                             startup_timeout=timeout, request_timeout=timeout) as base:
+                             startup_timeout=timeout, request_timeout=timeout, vocab=vocab) as base:
                 for path, gguf, block in drafters:
                     for cache in draft_cache_types:
                         for n_max in draft_n_max:
@@ -318,7 +339,8 @@ def measure_serving(
                             try:
                                 with LlamaServer(llama_server, target, gguf, draft_max=n, draft_cache_type=cache,
                                                  ctx_size=ctx, threads=threads, extra_args=extra_args,
-                                                 startup_timeout=timeout, request_timeout=timeout) as spec:
+                                                 startup_timeout=timeout, request_timeout=timeout,
+                                                 vocab=vocab) as spec:
                                     measure(run, spec, base)
                             except (LlamaCppRefused, LlamaCppCrashed) as exc:
                                 run.on, run.off = [], []

@@ -67,7 +67,11 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(500, {"error": {"code": 500, "message": "the draft context failed"}})
             return
         tokens = [7 + (i % 5) for i in range(n)]
-        timings = {"prompt_n": 12, "prompt_ms": 3.0, "predicted_n": n, "predicted_ms": (n - 1) * (1.0 if draft else 2.0)}
+        # 0.1 ms a token with the drafter, 0.2 without: a ×2 speed-up, and the reply takes the time it claims (a
+        # reply whose predicted_ms exceeds its own wall time is refused as impossible)
+        ms = (n - 1) * (0.1 if draft else 0.2)
+        time.sleep(ms / 1e3)
+        timings = {"prompt_n": 12, "prompt_ms": 3.0, "predicted_n": n, "predicted_ms": ms}
         if draft and mode != "no-draft":
             rounds = -(-(n - 1) // (n_max + 1))
             accepted = (n - 1) - rounds
@@ -97,7 +101,8 @@ def pids(folder: Path) -> list[int]:
 
 
 def argvs(folder: Path) -> list[list[str]]:
-    return [p.read_text().split("\n") for p in sorted(folder.glob("argv-*"))]
+    # in the order the servers started (a PID's digits do not sort, and PIDs wrap)
+    return [p.read_text().split("\n") for p in sorted(folder.glob("argv-*"), key=lambda p: p.stat().st_mtime_ns)]
 
 
 def alive(pid: int) -> bool:

@@ -24,7 +24,7 @@ import pytest
 import standin_server
 from dflashkit.errors import DFlashError, UsageError
 from dflashkit.llama_cpp import check_extra_args
-from dflashkit.llama_cpp.server import Completion, parse_completion
+from dflashkit.llama_cpp.server import Completion, Limits, parse_completion
 from dflashkit.serving import (VERDICT_CRASHED, VERDICT_DIFFERS, VERDICT_GAIN, VERDICT_LOSS, VERDICT_NO_GAIN,
                                VERDICT_REFUSED, VERDICT_UNMEASURED, ServingResult, ServingRun, cache_type_value,
                                draft_n_max_value, measure_serving, parse_list)
@@ -104,36 +104,59 @@ def _reply(**timings: object) -> bytes:
     return json.dumps({"tokens": [1, 2, 3, 4, 5], "timings": t}).encode()
 
 
+LIMITS = Limits(n_predict=5, draft_max=15)
+
+
 def test_a_reply_is_checked_before_it_counts() -> None:
-    c = parse_completion(_reply(), "srv", 15)
-    assert (c.decoded, c.rounds, c.tau, c.tokens_per_s) == (4, 1, 4.0, 1000.0)
+    c = parse_completion(_reply(), "srv", LIMITS)
+    assert (c.decoded, c.draft_n, c.draft_accepted, c.rounds, c.tau) == (4, 8, 3, 1, 4.0)
+    impossible = "llama-server reported impossible figures"
     cases = {
-        _reply(draft_n_accepted=9): "more draft tokens accepted than drafted",
-        _reply(draft_n=-1): "a negative count",
-        _reply(draft_n_accepted=4): "every committed token accepted from a draft",
-        _reply(predicted_n=7): "predicted_n 7 for 5 generated tokens",
-        _reply(predicted_ms=None): "no finite timings.predicted_ms",
-        _reply(draft_n="8"): "no integer timings.draft_n",
-        b"<html>": "the server's reply is not JSON",
-        json.dumps({"timings": {"predicted_n": 1, "predicted_ms": 1.0}}).encode(): "no generated token ids",
+        _reply(draft_n_accepted=9): (impossible, "more draft tokens accepted than drafted: drafted 8, accepted 9"),
+        _reply(draft_n=-1): (impossible, "a negative count: drafted -1, accepted 3"),
+        _reply(draft_n_accepted=4): (impossible, "every committed token accepted from a draft, no target round"),
+        _reply(predicted_n=7): (impossible, "predicted_n 7 for a request of n_predict 5"),
+        _reply(predicted_n=4): (impossible, "predicted_n 4 for 5 generated tokens"),
+        _reply(predicted_ms=None): ("no finite timings.predicted_ms", ""),
+        _reply(predicted_ms=1e-300): (impossible, "predicted_ms 1e-300 for 4 decoded tokens: under 1 µs a token"),
+        _reply(draft_n="8"): ("no integer timings.draft_n", ""),
+        _reply(draft_n=10**30): (impossible, f"{10**30} draft tokens in at most 1 round(s) of at most 15"),
+        b"<html>": ("the server's reply is not JSON", ""),
+        b"[]," * 20_000: ("the server's reply holds 20000 objects/arrays, over the 10000", ""),
+        json.dumps({"timings": {"predicted_n": 1, "predicted_ms": 1.0}}).encode(): ("no generated token ids", ""),
     }
-    for body, message in cases.items():
+    for body, (message, numbers) in cases.items():
         with pytest.raises(DFlashError, match="srv: ") as err:
-            parse_completion(body, "srv", 15)
-        assert message in str(err.value), body
-    with pytest.raises(DFlashError, match=r"τ 4\.00 above the block of 3 tokens"):
-        parse_completion(_reply(), "srv", 2)
+            parse_completion(body, "srv", LIMITS)
+        assert message in str(err.value) and numbers in str(err.value), (body[:80], str(err.value))
+    # τ 63 for a block-16 drafter: 62 accepted in one round cannot be drafted at n-max 15
+    tau63 = json.dumps({"tokens": list(range(64)), "timings": {"predicted_n": 64, "predicted_ms": 60.0, "draft_n": 62,
+                                                               "draft_n_accepted": 62}}).encode()
+    with pytest.raises(DFlashError, match=r"62 draft tokens in at most 1 round\(s\) of at most 15"):
+        parse_completion(tau63, "srv", Limits(64, 15))
+    with pytest.raises(DFlashError, match="token id 5 outside the target's vocabulary of 5"):
+        parse_completion(_reply(), "srv", Limits(5, 15, vocab=5))
+    with pytest.raises(DFlashError, match="predicted_ms 400 for a reply that took 1 ms to arrive"):
+        parse_completion(_reply(predicted_ms=400.0), "srv", Limits(5, 15, elapsed_ms=1.0))
+    parse_completion(_reply(predicted_ms=40.0), "srv", Limits(5, 15, elapsed_ms=1.0))  # within the clock's slack
+    with pytest.raises(DFlashError, match=r"draft counts \(draft_n 8\) from a server that runs no drafter"):
+        parse_completion(_reply(), "srv", Limits(5, None))
 
 
-def test_an_end_token_inside_an_accepted_draft_is_not_counted_twice() -> None:
+def test_an_end_token_inside_an_accepted_draft_leaves_that_prompt_without_a_tau() -> None:
     # the server counts a draft's accepted tokens before it stops at the end token inside them: 1 token after the
-    # first committed, 3 counted as accepted — at most what was committed counts, one round, never "impossible"
+    # first committed, 3 counted as accepted — which round over-counted is not in the reply, so no τ (never a
+    # "corrected" one); the counts stay bounded by what a round can carry
     body = json.dumps({"tokens": [5, 6], "stop_type": "eos",
                        "timings": {"predicted_n": 2, "predicted_ms": 1.0, "draft_n": 15, "draft_n_accepted": 3}})
-    c = parse_completion(body.encode(), "srv", 15)
-    assert (c.decoded, c.draft_accepted, c.rounds, c.tau) == (1, 0, 1, 1.0)
+    c = parse_completion(body.encode(), "srv", LIMITS)
+    assert (c.decoded, c.draft_accepted, c.tau_known) == (1, 3, False) and math.isnan(c.tau)
     with pytest.raises(DFlashError, match="more draft tokens accepted than drafted"):  # "limit": taken as it is
-        parse_completion(body.replace('"eos"', '"limit"').replace('"draft_n": 15', '"draft_n": 2').encode(), "srv", 15)
+        parse_completion(body.replace('"eos"', '"limit"').replace('"draft_n": 15', '"draft_n": 2').encode(), "srv",
+                         LIMITS)
+    with pytest.raises(DFlashError, match="every committed token accepted from a draft"):  # at most n-max over
+        parse_completion(body.replace('"draft_n_accepted": 3', '"draft_n_accepted": 15').encode(), "srv",
+                         Limits(5, 14))
 
 
 @pytest.mark.parametrize("arg, flag", [("-md", "-md"), ("--port=8081", "--port"), ("-m", "-m"),
@@ -212,10 +235,10 @@ def test_a_drafter_the_server_will_not_run(tmp_path: Path, mode: str, verdict: s
 
 def test_impossible_counts_and_a_server_error_stop_the_run(tmp_path: Path) -> None:
     folder = standin_server.make(tmp_path / "a", "impossible")
-    with pytest.raises(DFlashError, match=r"llama-server reported impossible counts \(more draft tokens accepted"):
+    with pytest.raises(DFlashError, match=r"llama-server reported impossible figures \(more draft tokens accepted"):
         _measure(folder, tmp_path)
     folder_b = standin_server.make(tmp_path / "b", "http-error")
-    with pytest.raises(DFlashError, match=r"answered HTTP 500: .*the draft context failed"):
+    with pytest.raises(DFlashError, match=r"answered HTTP 500 to /completion: .*the draft context failed"):
         _measure(folder_b, tmp_path)
     assert not any(standin_server.alive(p) for p in standin_server.pids(folder) + standin_server.pids(folder_b))
 
@@ -225,9 +248,12 @@ def test_server_url_without_a_running_server(tmp_path: Path) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(DFlashError, match=rf"http://127.0.0.1:{port}/health: no llama-server ready there"):
-        measure_serving([], TEXTS, NAMES, server_url=f"http://127.0.0.1:{port}")
+        measure_serving([("d.gguf", "d.gguf", 16)], TEXTS, NAMES, server_url=f"http://127.0.0.1:{port}")
     with pytest.raises(UsageError, match="are the running server's own"):
-        measure_serving([], TEXTS, NAMES, server_url="http://127.0.0.1:1", draft_n_max=[4])
+        measure_serving([("d.gguf", "d.gguf", 16)], TEXTS, NAMES, server_url="http://127.0.0.1:1", draft_n_max=[4])
+    with pytest.raises(UsageError, match="is the server of --server-url"):
+        measure_serving([("d.gguf", "d.gguf", 16)], TEXTS, NAMES, server_url=f"http://127.0.0.1:{port}",
+                        baseline_url=f"http://localhost:{port}/")
 
 
 def _accept_child(folder: Path, tmp_path: Path, drafter_gguf: Path, extra: list[str]) -> subprocess.Popen:

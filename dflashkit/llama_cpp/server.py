@@ -19,25 +19,22 @@ block on a full pipe); the tail is what a refusal or a crash quotes.
 from __future__ import annotations
 
 import collections
-import http.client
-import json
 import math
 import os
 import socket
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ..bounds import escape_name
 from ..errors import DFlashError
+from .http import ExchangeFailed, ExchangeTimeout, Reply, exchange, parse_json_reply, split_url
 from .process import (LlamaCppCrashed, check_extra_args, crash_message, executable, last_lines, poll_child, popen,
                       spec_type_of, stop, wait_child)
-from .speculative_simple import (LlamaCppDrafterRun, LlamaCppPromptRun, LlamaCppRefused, check_counts, CountedRounds,
+from .speculative_simple import (LlamaCppDrafterRun, LlamaCppPromptRun, LlamaCppRefused, CountedRounds,
                                  refusal_message)
 
 SERVER_BINARY = "llama-server"
@@ -73,6 +70,19 @@ class Completion(CountedRounds):
         return self.decoded, self.draft_accepted
 
     @property
+    def ended_early(self) -> bool:
+        """An end token or a stop word ended the generation before ``n_predict`` (`ENDED_EARLY`)."""
+        return self.stop_type in ENDED_EARLY
+
+    @property
+    def tau_known(self) -> bool:
+        """Whether τ of this reply is a measurement: a speculative reply that ended at an end token or a stop word
+        may count up to a round's draft as accepted that was never generated (both builds count a round's accepted
+        draft before they stop committing it), and which round it was is not in the reply — so its τ is left out
+        (NaN), never corrected."""
+        return not (self.ended_early and self.speculated and self.draft_accepted > 0)
+
+    @property
     def tokens_per_s(self) -> float:
         """Decode speed as the server computes it (``predicted_per_second``): tokens after the first per second."""
         return self.decoded / self.predicted_ms * 1e3 if self.predicted_ms > 0 and self.decoded else math.nan
@@ -84,12 +94,34 @@ def _int(value: Any, key: str, where: str) -> int:
     return value
 
 
-def parse_completion(body: bytes, where: str, draft_max: int | None) -> Completion:
-    """A ``/completion`` reply, checked: integer counts, a finite time, token ids — or a one-line error."""
-    try:
-        doc = json.loads(body)
-    except (ValueError, RecursionError):
-        raise DFlashError(f"{where}: the server's reply is not JSON ({body[:120]!r})") from None
+#: the fastest decode any reply may claim: 1 µs per generated token (a reply of 1e-300 ms is no measurement)
+MIN_MS_PER_TOKEN = 1e-3
+#: a reply's own time may exceed the wall time dflashkit waited for it by this much (clock granularity)
+WALL_SLACK_MS, WALL_SLACK_FRACTION = 50.0, 0.01
+#: how a reply ends when an end token or a stop word cut the generation (not the n_predict limit)
+ENDED_EARLY = ("eos", "word")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request allows a reply to say: its ``n_predict``, the most draft tokens a round can carry (None:
+    the server runs no drafter, so a reply with draft counts is impossible), the vocabulary (token ids below it)
+    and the wall time the exchange took (a reply cannot have generated for longer)."""
+
+    n_predict: int
+    draft_max: int | None
+    vocab: int | None = None
+    elapsed_ms: float | None = None
+
+
+def _impossible(where: str, what: str) -> DFlashError:
+    return DFlashError(f"{where}: llama-server reported impossible figures ({what}) — refused, not reported")
+
+
+def parse_completion(body: bytes, where: str, limits: Limits) -> Completion:
+    """A ``/completion`` reply, checked against what the request allows (`Limits`) — or a one-line error naming the
+    figure and the bound. Nothing is corrected: a figure that cannot be is refused."""
+    doc = parse_json_reply(body, where)
     if not isinstance(doc, dict) or not isinstance(doc.get("timings"), dict):
         raise DFlashError(f"{where}: the server's reply has no timings (is it llama-server?)")
     t = doc["timings"]
@@ -102,23 +134,56 @@ def parse_completion(body: bytes, where: str, draft_max: int | None) -> Completi
             or predicted_ms < 0:
         raise DFlashError(f"{where}: the server's reply has no finite timings.predicted_ms ({predicted_ms!r})")
     stop_type = doc.get("stop_type") if isinstance(doc.get("stop_type"), str) else None
+    speculated = "draft_n" in t or "draft_n_accepted" in t
     c = Completion(tokens=list(tokens), predicted_n=_int(t.get("predicted_n"), "timings.predicted_n", where),
                    predicted_ms=float(predicted_ms), draft_n=_int(t.get("draft_n", 0), "timings.draft_n", where),
                    draft_accepted=_int(t.get("draft_n_accepted", 0), "timings.draft_n_accepted", where),
                    prompt_n=t.get("prompt_n") if isinstance(t.get("prompt_n"), int) else None,
-                   speculated="draft_n" in t, stop_type=stop_type)
-    if stop_type not in (None, "limit") and 0 <= c.decoded <= c.draft_accepted <= c.draft_n:
-        # an end token inside an accepted draft: the server counted the whole draft as accepted before it stopped
-        # committing (both builds), so the last round's tokens after the end are counted, never generated —
-        # count accepted as at most what was committed (≥ 1 round): τ of that prompt is then exact but for its
-        # last round
-        c = replace(c, draft_accepted=max(c.decoded - 1, 0))
-    if c.predicted_n != len(c.tokens):
-        raise DFlashError(f"{where}: llama-server reported impossible counts (predicted_n {c.predicted_n} for "
-                          f"{len(c.tokens)} generated tokens) — refused, not reported")
-    check_counts(SERVER_BINARY, where, c.decoded, c.draft_n, c.draft_accepted,
-                 draft_max if draft_max is not None else max(c.predicted_n, 1))
+                   speculated=speculated, stop_type=stop_type)
+    check_completion(c, where, limits)
     return c
+
+
+def check_completion(c: Completion, where: str, limits: Limits) -> None:
+    """Every count and time of ``c`` against `Limits` (`parse_completion`)."""
+    if not 0 <= c.predicted_n <= limits.n_predict:
+        raise _impossible(where, f"predicted_n {c.predicted_n} for a request of n_predict {limits.n_predict}")
+    if c.predicted_n != len(c.tokens):
+        raise _impossible(where, f"predicted_n {c.predicted_n} for {len(c.tokens)} generated tokens")
+    if limits.vocab is not None:
+        outside = next((x for x in c.tokens if not 0 <= x < limits.vocab), None)
+        if outside is not None:
+            raise _impossible(where, f"token id {outside} outside the target's vocabulary of {limits.vocab}")
+    if c.decoded and c.predicted_ms < MIN_MS_PER_TOKEN * c.decoded:
+        raise _impossible(where, f"predicted_ms {c.predicted_ms:g} for {c.decoded} decoded tokens: under "
+                                 f"{MIN_MS_PER_TOKEN * 1e3:g} µs a token")
+    if limits.elapsed_ms is not None and \
+            c.predicted_ms > limits.elapsed_ms * (1 + WALL_SLACK_FRACTION) + WALL_SLACK_MS:
+        raise _impossible(where, f"predicted_ms {c.predicted_ms:g} for a reply that took {limits.elapsed_ms:.0f} ms "
+                                 "to arrive")
+    if limits.draft_max is None:
+        if c.speculated:
+            raise _impossible(where, f"draft counts (draft_n {c.draft_n}) from a server that runs no drafter")
+        return
+    if min(c.draft_n, c.draft_accepted) < 0:
+        raise _impossible(where, f"a negative count: drafted {c.draft_n}, accepted {c.draft_accepted}")
+    if c.draft_accepted > c.draft_n:
+        raise _impossible(where, f"more draft tokens accepted than drafted: drafted {c.draft_n}, accepted "
+                                 f"{c.draft_accepted}")
+    n_max = limits.draft_max
+    # an end token or a stop word inside an accepted draft: both builds count the whole draft as accepted before
+    # they stop committing, so the last round may count up to n_max tokens that were never generated
+    over = n_max if c.ended_early and c.speculated else 0
+    rounds_at_most = c.decoded - c.draft_accepted + over
+    if c.decoded and rounds_at_most < 1:
+        raise _impossible(where, f"every committed token accepted from a draft, no target round: {c.decoded} "
+                                 f"decoded, {c.draft_accepted} accepted")
+    if c.draft_n > max(rounds_at_most, 0) * n_max:
+        raise _impossible(where, f"{c.draft_n} draft tokens in at most {max(rounds_at_most, 0)} round(s) of at most "
+                                 f"{n_max}")
+    if not c.ended_early and c.decoded and c.tau > n_max + 1:
+        raise _impossible(where, f"τ {c.tau:.2f} above the {n_max + 1} tokens a round of n-max {n_max} commits: "
+                                 f"{c.decoded} decoded, {c.draft_accepted} accepted")
 
 
 def completion_request(prompt: str, n_predict: int, seed: int, ignore_eos: bool) -> dict[str, Any]:
@@ -127,65 +192,41 @@ def completion_request(prompt: str, n_predict: int, seed: int, ignore_eos: bool)
             "cache_prompt": False, "return_tokens": True, "stream": False, "ignore_eos": ignore_eos}
 
 
-_LOOPBACK = ("127.", "localhost", "[::1]", "::1")
-#: no proxy for a server on this machine (an http_proxy in the environment would take loopback requests too)
-_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-#: what a URL that is not an HTTP server on the other side raises, besides OSError
-_NOT_HTTP = (http.client.HTTPException, ValueError)
-
-
-def _open(url: str | urllib.request.Request, timeout: float) -> Any:
-    target = url.full_url if isinstance(url, urllib.request.Request) else url
-    host = urllib.parse.urlsplit(target).hostname or ""
-    opener = _DIRECT if host.startswith(_LOOPBACK) or host == "::1" else urllib.request.build_opener()
-    return opener.open(url, timeout=timeout)
-
-
 class _Client:
     url: str
     draft_max: int | None = None
+    vocab: int | None = None
     label: str = SERVER_BINARY
     #: the server runs a drafter: a reply without draft counts means it serves without one (`not_drafting`)
     expects_drafts: bool = False
-
-    def _post(self, path: str, payload: dict[str, Any], timeout: float) -> bytes:
-        request = urllib.request.Request(self.url + path, data=json.dumps(payload).encode("utf-8"),
-                                         headers={"Content-Type": "application/json"}, method="POST")
-        deadline = time.monotonic() + timeout  # the whole reply, not each read: a trickling server is bounded too
-        chunks: list[bytes] = []
-        size = 0
-        with _open(request, timeout) as reply:
-            while size <= MAX_REPLY_BYTES:
-                chunk = reply.read1(1 << 16)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-                if time.monotonic() > deadline:
-                    raise TimeoutError
-        body = b"".join(chunks)
-        if len(body) > MAX_REPLY_BYTES:
-            raise DFlashError(f"{self.label}: a reply over {MAX_REPLY_BYTES >> 20} MiB to one completion — refused")
-        return body
-
     request_timeout: float = REQUEST_TIMEOUT_S
+
+    def _exchange(self, path: str, payload: dict[str, Any] | None, timeout: float) -> Reply:
+        """One exchange under one deadline (`http.exchange`): a redirect or an HTTP error is a one-line error."""
+        try:
+            reply = exchange(self.url, path, deadline=time.monotonic() + timeout, payload=payload,
+                             max_bytes=MAX_REPLY_BYTES)
+        except ExchangeTimeout:
+            what = "a completion" if path == "/completion" else path
+            raise self._failed(f"did not answer {what} in {timeout:g} s (raise --llama-cpp-timeout for a slow "
+                               "machine or a big model)") from None
+        except ExchangeFailed as exc:
+            raise self._failed(f"did not answer {path} ({exc})") from None
+        if 300 <= reply.status < 400:
+            raise self._failed(f"answered {path} with a redirect (HTTP {reply.status} to "
+                               f"{escape_name(str(reply.location), limit=120)}): redirects are not followed — give "
+                               "the server's own URL")
+        if reply.status != 200:
+            detail = reply.body[:4000].decode("utf-8", "replace")
+            raise self._failed(f"answered HTTP {reply.status} to {path}: {escape_name(last_lines(detail, 1))}")
+        return reply
 
     def complete(self, prompt: str, n_predict: int, *, seed: int = 0, ignore_eos: bool = False,
                  timeout: float | None = None) -> Completion:
         timeout = self.request_timeout if timeout is None else timeout
-        try:
-            body = self._post("/completion", completion_request(prompt, n_predict, seed, ignore_eos), timeout)
-        except TimeoutError:
-            raise _Client._failed(self, f"did not answer a completion in {timeout:g} s (raise --llama-cpp-timeout "
-                                        "for a slow machine or a big model)") from None
-        except urllib.error.HTTPError as exc:
-            detail = exc.read(4000).decode("utf-8", "replace")
-            raise _Client._failed(self, f"answered HTTP {exc.code}: {last_lines(detail, 1)}") from None
-        except (urllib.error.URLError, OSError) as exc:
-            raise self._failed(f"did not answer ({getattr(exc, 'reason', exc)})") from None
-        except _NOT_HTTP as exc:
-            raise _Client._failed(self, f"answered with no HTTP a llama-server speaks ({type(exc).__name__})") from None
-        c = parse_completion(body, self.label, self.draft_max)
+        reply = self._exchange("/completion", completion_request(prompt, n_predict, seed, ignore_eos), timeout)
+        c = parse_completion(reply.body, self.label, Limits(n_predict, self.draft_max, self.vocab,
+                                                            reply.elapsed_s * 1e3))
         if self.expects_drafts and not c.speculated and c.decoded >= 2:  # one token leaves no room for a draft
             raise self.not_drafting()
         return c
@@ -200,21 +241,31 @@ class _Client:
 
 
 class RemoteServer(_Client):
-    """A server the user runs (``--server-url``): asked, never started or stopped."""
+    """A server the user runs (``--server-url``): asked, never started or stopped. ``draft_max``: the most draft
+    tokens a round of it can carry (the drafter's block − 1: llama.cpp clamps its n-max there), None for the target
+    alone (``--baseline-url``), whose replies must then carry no draft counts."""
 
-    def __init__(self, url: str, *, label: str | None = None, timeout: float = 30.0,
-                 request_timeout: float = REQUEST_TIMEOUT_S, expects_drafts: bool = False) -> None:
+    def __init__(self, url: str, *, label: str | None = None, request_timeout: float = REQUEST_TIMEOUT_S,
+                 expects_drafts: bool = False, draft_max: int | None = None, vocab: int | None = None) -> None:
         self.url = url.rstrip("/")
         self.request_timeout, self.expects_drafts = request_timeout, expects_drafts
+        self.draft_max, self.vocab = draft_max, vocab
         self.label = label or f"llama-server {self.url}"
         if not self.url.startswith(("http://", "https://")):
             raise DFlashError(f"--server-url {url}: give an http:// or https:// URL (e.g. http://127.0.0.1:8080)")
         try:
-            with _open(self.url + "/health", timeout) as reply:
-                reply.read(4096)
-        except (urllib.error.URLError, OSError, *_NOT_HTTP) as exc:
-            raise DFlashError(f"{self.url}/health: no llama-server ready there ({getattr(exc, 'reason', exc)}) — "
-                              "start it first, or pass --llama-server BIN_DIR to let dflashkit start one") from None
+            split_url(self.url)
+            reply = exchange(self.url, "/health", deadline=time.monotonic() + request_timeout, max_bytes=1 << 16)
+            why = None if reply.status == 200 else (
+                f"a redirect (HTTP {reply.status}), not followed" if 300 <= reply.status < 400 else
+                f"HTTP {reply.status}")
+        except ExchangeTimeout:
+            why = f"no answer in {request_timeout:g} s"
+        except (ExchangeFailed, DFlashError) as exc:
+            why = str(exc)
+        if why is not None:
+            raise DFlashError(f"{self.url}/health: no llama-server ready there ({escape_name(why, limit=200)}) — "
+                              "start it first, or pass --llama-server BIN_DIR to let dflashkit start one")
 
 
 def find_server(bin_dir: str | Path) -> Path:
@@ -240,10 +291,13 @@ class LlamaServer(_Client):
                  draft_max: int | None = None, draft_cache_type: str | None = None, ctx_size: int = 4096,
                  threads: int = 1, extra_args: Sequence[str] = (), startup_timeout: float = STARTUP_TIMEOUT_S,
                  option: str = "--llama-server", spec_type: str | None = None,
-                 request_timeout: float = REQUEST_TIMEOUT_S) -> None:
+                 request_timeout: float = REQUEST_TIMEOUT_S, vocab: int | None = None) -> None:
         self.binary = executable(bin_dir, SERVER_BINARY, option, SERVER_BINARY)
         self.target_gguf, self.drafter_gguf = str(target_gguf), None if drafter_gguf is None else str(drafter_gguf)
+        if drafter_gguf is not None and draft_max is None:
+            raise ValueError("a server with a drafter is started with its draft n-max (the bound of every reply)")
         self.draft_max = draft_max if drafter_gguf is not None else None
+        self.vocab = vocab
         self.expects_drafts = drafter_gguf is not None
         self.draft_cache_type, self.ctx_size, self.threads = draft_cache_type, ctx_size, threads
         self.spec_type = spec_type or (spec_type_of(self.drafter_gguf) if self.drafter_gguf else None)
@@ -304,11 +358,11 @@ class LlamaServer(_Client):
                 if code >= 0 and any("bind" in line.lower() and "port" in line.lower() for line in list(self._tail)):
                     return False
                 raise self._ended(code, "loading")
-            try:
-                with _open(self.url + "/health", 2) as reply:
-                    if reply.status == 200:
-                        return True
-            except (urllib.error.URLError, OSError, *_NOT_HTTP):
+            try:  # each poll bounded as a whole: a server that trickles /health cannot hold the start-up
+                reply = exchange(self.url, "/health", deadline=min(time.monotonic() + 2, deadline), max_bytes=1 << 16)
+                if reply.status == 200:
+                    return True
+            except (ExchangeTimeout, ExchangeFailed, DFlashError):
                 pass  # 503 while loading, or not listening yet
             time.sleep(0.05)
         raise DFlashError(f"{self.label}: not ready {self.startup_timeout:g} s after start (--llama-cpp-timeout) — "
@@ -355,7 +409,7 @@ def run_drafter_server(
     bin_dir: str | Path, target_gguf: str | Path, drafter_path: str, drafter_gguf: str | Path, texts: Sequence[str],
     *, n_predict: int, draft_max: int, threads: int = 1, progress: Callable[[str], None] | None = None,
     prompt_tokens: Sequence[int] | None = None, ignore_eos: bool = False, extra_args: Sequence[str] = (),
-    seed: int = 0, timeout: float = REQUEST_TIMEOUT_S,
+    seed: int = 0, timeout: float = REQUEST_TIMEOUT_S, vocab: int | None = None,
 ) -> LlamaCppDrafterRun:
     """τ in llama.cpp through one llama-server with the drafter: the counts of every prompt from its JSON (they
     cannot be lost, unlike ``llama-speculative-simple``'s log). A refusal or a crash ends the drafter's run (kept
@@ -366,11 +420,11 @@ def run_drafter_server(
     try:
         with LlamaServer(bin_dir, target_gguf, drafter_gguf, draft_max=draft_max, ctx_size=ctx, threads=threads,
                          extra_args=extra_args, option="--llama-cpp", startup_timeout=timeout,
-                         request_timeout=timeout) as server:
+                         request_timeout=timeout, vocab=vocab) as server:
             for i, text in enumerate(texts):
                 c = server.complete(text, n_predict, seed=seed + i, ignore_eos=ignore_eos)
                 out.runs.append(LlamaCppPromptRun(n_predict=c.decoded, n_drafted=c.draft_n, n_accept=c.draft_accepted,
-                                                  n_prompt_tokens=c.prompt_n))
+                                                  n_prompt_tokens=c.prompt_n, tau_known=c.tau_known))
                 say(f"llama-server {Path(drafter_path).name}: prompt {i + 1}/{len(texts)}: τ {c.tau:.2f} over "
                     f"{c.rounds} round(s)")
     except (LlamaCppRefused, LlamaCppCrashed) as exc:

@@ -66,6 +66,9 @@ class CountedRounds:
     """``rounds`` and ``τ`` of one run from what it committed and how many draft tokens were accepted
     (`committed_accepted`): every target forward commits its accepted draft tokens + 1."""
 
+    #: False where the counts are not a measurement of τ (a reply that ended inside a draft: `server.Completion`)
+    tau_known: bool = True
+
     def committed_accepted(self) -> tuple[int, int]:
         raise NotImplementedError
 
@@ -76,7 +79,9 @@ class CountedRounds:
 
     @property
     def tau(self) -> float:
-        """Tokens committed per target forward (NaN without a forward)."""
+        """Tokens committed per target forward (NaN without a forward, or where it is not known)."""
+        if not self.tau_known:
+            return math.nan
         return self.committed_accepted()[0] / self.rounds if self.rounds > 0 else math.nan
 
 
@@ -91,6 +96,7 @@ class LlamaCppPromptRun(CountedRounds):
     accepted: list[int] | None = None  # per round, when the verbose log kept every round
     drafted: list[int] | None = None
     attempts: int = 1
+    tau_known: bool = True
 
     def committed_accepted(self) -> tuple[int, int]:
         return self.n_predict, self.n_accept
