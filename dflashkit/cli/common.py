@@ -16,6 +16,7 @@ import click
 from ..bounds import MAX_LAYERS, dumps, escape_name
 from ..errors import DFlashError, UsageError
 from ..files import write_text_atomic
+from ..files.tempdirs import remove_stale
 
 MAX_PARITY_ROUNDS = 10_000  # each round keeps a block of logits for the report: 1e8 rounds asked for ~82 GB
 _REPORT_SUFFIXES = {".html": "html", ".htm": "html", ".json": "json", ".md": "markdown", ".markdown": "markdown"}
@@ -60,6 +61,7 @@ def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(func)
     def wrapper(*args: Any, debug: bool = False, **kwargs: Any) -> Any:
+        remove_stale()  # temp folders of dflashkit processes that were killed outright (files.tempdirs)
         try:
             try:
                 return func(*args, **kwargs)
@@ -73,8 +75,8 @@ def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
             if debug:
                 traceback.print_exc()
             _fail(str(exc), exc.exit_code)
-        except KeyboardInterrupt:
-            click.echo("interrupted (no output written)", err=True)
+        except KeyboardInterrupt as exc:  # a command that did keep something says what (dflash-release)
+            click.echo(f"interrupted: {exc}" if str(exc) else "interrupted (no output written)", err=True)
             _exit_interrupted()
         except MemoryError:
             _fail("out of memory", 1)

@@ -6,7 +6,8 @@ import click
 
 from ..bounds import escape_name
 from ..errors import UsageError
-from .common import _parse_fraction, user_errors
+from ..release.runners import DEFAULT_RAY_TIMEOUT_S
+from .common import FiniteFloat, _parse_fraction, user_errors
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]}, epilog="""\b
@@ -22,7 +23,7 @@ Examples:
 @click.option("--prompts", "prompts_file", metavar="FILE.jsonl", help="Prompts for τ (default: the built-in set).")
 @click.option("--max-prompts", type=click.IntRange(min=1), help="Use only the first N prompts.")
 @click.option("--max-new-tokens", type=click.IntRange(min=2), default=64, show_default=True)
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True)
 @click.option("--parity-rounds", type=click.IntRange(min=1, max=1000), default=4, show_default=True,
               help="Draft rounds compared with the checkpoint per type.")
 @click.option("--min-top1", default="75%", show_default=True, metavar="FRAC",
@@ -34,11 +35,16 @@ Examples:
 @click.option("--target-gguf", metavar="FILE", help="The target as a GGUF, for --llama-cpp / --llama-server.")
 @click.option("--source-repo", metavar="ID", help="The hub repo a local SRC came from (the card's base_model).")
 @click.option("--source-revision", metavar="REV", help="Its revision.")
+@click.option("--target-repo", metavar="ID", help="The hub repo of a local --target (how the card names it; "
+              "default: its hub id when it is in the Hugging Face cache, else its folder's name).")
 @click.option("--jobs", "workers", type=click.IntRange(min=1), help="Local worker processes (default: one per CPU, "
               "at most one per type; 1 runs in this process).")
 @click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
               help="Run the jobs as Ray tasks (a local cluster, or ADDRESS); needs pip install 'dflashkit[ray]'.")
-@click.option("--ray-gpus-per-job", type=click.FloatRange(min=0), default=0.0, help="GPUs Ray reserves per job.")
+@click.option("--ray-gpus-per-job", type=FiniteFloat(min=0), default=0.0, help="GPUs Ray reserves per job.")
+@click.option("--ray-timeout", type=FiniteFloat(min=0, min_open=True, max=86400), default=DEFAULT_RAY_TIMEOUT_S,
+              show_default=True, metavar="SECONDS", help="Bound on connecting to Ray and on its starting a task "
+              "with the jobs' resources (an address that does not answer, a request the cluster cannot meet).")
 @click.option("--check", "check", is_flag=True, help="Verify a release folder (OUTDIR alone): checksums, files, "
               "and that the card's figures are release.json's.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
@@ -47,8 +53,8 @@ def release_command(paths: tuple[str, ...], target: str | None, types: str, prom
                     max_prompts: int | None, max_new_tokens: int, seed: int, parity_rounds: int, min_top1: str,
                     min_tau: float | None, allow_failures: bool, llama_cpp: str | None, llama_server: str | None,
                     target_gguf: str | None, source_repo: str | None, source_revision: str | None,
-                    workers: int | None, ray_address: str | None, ray_gpus_per_job: float, check: bool,
-                    quiet: bool) -> None:
+                    target_repo: str | None, workers: int | None, ray_address: str | None, ray_gpus_per_job: float,
+                    ray_timeout: float, check: bool, quiet: bool) -> None:
     """Release SRC (an HF drafter folder or hub id) as GGUFs of every --types into OUTDIR, each checked (inspect
     --strict, diff and parity against the checkpoint, τ), with a model card (README.md), SHA256SUMS and
     release.json. Resumable: run it again after an interruption and the finished types are kept.
@@ -78,7 +84,8 @@ def release_command(paths: tuple[str, ...], target: str | None, types: str, prom
                      parity_rounds=parity_rounds, min_top1=top1 if top1 is not None else 0.75, min_tau=min_tau,
                      allow_failures=allow_failures, llama_cpp=llama_cpp, llama_server=llama_server,
                      target_gguf=target_gguf, source_repo=source_repo, source_revision=source_revision,
-                     workers=workers, ray=ray_address, ray_gpus_per_job=ray_gpus_per_job, progress=say)
+                     target_repo=target_repo, workers=workers, ray=ray_address, ray_gpus_per_job=ray_gpus_per_job,
+                     ray_timeout=ray_timeout, progress=say)
     rec = result.record
     best = rec.get("recommended")
     marked = [f"{t} ({g['gate']})" for t, g in result.failures]

@@ -9,15 +9,17 @@ handed to it instead.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
+from typing import Iterator
 
 from ..converters.tokenizer import load_backend, pre_tokenizer_name
 from ..errors import DFlashError, UsageError
+from ..files.tempdirs import make_temp_dir, remove_temp_dir
 from .process import run_bounded
 
 SRC_ENV = "DFLASHKIT_LLAMA_CPP_SRC"
@@ -97,5 +99,12 @@ def target_gguf_from_hf(hf_dir: str | os.PathLike, out: str | os.PathLike, src: 
     return out
 
 
-def temp_dir() -> tempfile.TemporaryDirectory:
-    return tempfile.TemporaryDirectory(prefix="dflashkit-llama-")
+@contextlib.contextmanager
+def temp_dir() -> Iterator[str]:
+    """A temporary folder for converted GGUFs, removed when the block ends; named with this PID, so the next
+    command removes it if this process is killed outright (`files.tempdirs`)."""
+    path = make_temp_dir("llama")
+    try:
+        yield path
+    finally:
+        remove_temp_dir(path)

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
+import shlex
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple
 
-from ..reporting import Column, TableSpec, build_section, markdown_section
+from ..reporting import Column, TableSpec, build_section, markdown_section, markdown_text
 from ..stats import CONFIDENCE, paired_bootstrap_ci, paired_comparison
 
 #: the recommendation, as the card states it
@@ -35,6 +37,26 @@ def sha256_of(path: Path) -> str:
 def sha256sums(folder: Path, names: Iterable[str]) -> str:
     """``sha256sum`` format (two spaces, then the name): ``sha256sum -c SHA256SUMS`` checks it."""
     return "".join(f"{sha256_of(folder / n)}  {n}\n" for n in names)
+
+
+_PLAIN_NAME = re.compile(r"^[A-Za-z0-9._/@:+=-]{1,200}$")
+
+
+def md_name(name: str) -> str:
+    """A name from input (a repo id, a file, a build) in the card's text: a code span where it is a plain name,
+    else escaped text — a backtick, a newline or HTML in a name cannot open a fence, a heading or an element."""
+    return f"`{name}`" if _PLAIN_NAME.match(name) else markdown_text(name).replace("`", "\\`")
+
+
+def shell_word(word: str) -> str:
+    """A word for the card's shell block: quoted for the shell, and on one line whatever it holds (bash's $'…' for
+    control characters) — a newline in a file name cannot end the code fence."""
+    if word.isprintable():
+        return shlex.quote(word)
+    escaped = "".join(c if c.isprintable() and c not in "\\'" else
+                      ("\\" + c if c in "\\'" else "".join(f"\\x{b:02x}" for b in c.encode("utf-8")))
+                      for c in word)
+    return f"$'{escaped}'"
 
 
 def _fmt(x: float | None, spec: str = ".3f") -> str:
@@ -125,12 +147,14 @@ def render_card(release: dict[str, Any]) -> str:
     extra = derived(release)
     best = recommended(release)
     pct = f"{CONFIDENCE:.0%}"
-    lines = [f"# {release['name']} — GGUF", "",
-             f"DFlash-family drafter (`{release['family']}`, block size {release['block_size']}) for speculative "
-             f"decoding, converted from `{source['repo']}` to GGUF and quantized with dflashkit "
-             f"{release['dflashkit_version']}. Every file was checked: `dflash-inspect --strict` with the target, "
-             "`dflash-diff` and `dflash-parity` against the checkpoint, and τ (mean accepted tokens per draft round, "
-             "the bonus token included) measured beside the target.", "",
+    source_repo, target = md_name(source["repo"]), md_name(release["target"])
+    target_gguf = release["target_gguf_name"]
+    lines = [f"# {markdown_text(release['name'])} — GGUF", "",
+             f"DFlash-family drafter ({md_name(release['family'])}, block size {release['block_size']}) for "
+             f"speculative decoding, converted from {source_repo} to GGUF and quantized with dflashkit "
+             f"{markdown_text(release['dflashkit_version'])}. Every file was checked: `dflash-inspect --strict` with "
+             "the target, `dflash-diff` and `dflash-parity` against the checkpoint, and τ (mean accepted tokens per "
+             "draft round, the bonus token included) measured beside the target.", "",
              ]
     # the one Markdown table renderer of every report (reporting): escaped cells, failed rows flagged
     lines += markdown_section(build_section(FILES_TABLE, _Files(jobs, types, extra)))
@@ -141,24 +165,26 @@ def render_card(release: dict[str, Any]) -> str:
         lines.append(f"None: no type meets the rule ({RECOMMEND_RULE}).")
     run_file = jobs[best]["file"] if best else (jobs[types[0]]["file"] if types else "DRAFTER.gguf")
     lines += ["", "## Run it beside its target", "", "```bash",
-              f"llama-server -m {release['target_gguf_name']} -md {run_file} --spec-type {release['spec_type']} "
-              f"--spec-draft-n-max {release['block_size'] - 1}", "```", "",
-              f"`{release['target_gguf_name']}`: the target model as a GGUF (`{release['target']}` converted with "
-              "llama.cpp's `convert_hf_to_gguf.py`), any quant type.", "",
+              f"llama-server -m {shell_word(target_gguf)} -md {shell_word(run_file)} --spec-type "
+              f"{shell_word(release['spec_type'])} --spec-draft-n-max {release['block_size'] - 1}", "```", "",
+              f"{md_name(target_gguf)}: the target model as a GGUF ({target} converted with llama.cpp's "
+              "`convert_hf_to_gguf.py`), any quant type.", "",
               "## How the figures were measured", "",
-              f"- Files: `dflash-convert {source['path']} BASE.gguf --outtype f32 --target {release['target']}`, then "
+              "- Files: `dflash-convert SRC BASE.gguf --outtype f32 --target TARGET`, then "
               "`dflash-quantize BASE.gguf FILE TYPE` per type (byte-identical to llama-quantize).",
               f"- τ: dflashkit's reference runtime, greedy, {settings['max_new_tokens']} new tokens per prompt, "
-              f"{jobs[types[0]]['tau']['prompts'] if types else 0} prompts from {settings['prompts']}, seed {settings['seed']}; {pct} "
-              "percentile bootstrap intervals over prompts (Δτ: paired, per-prompt differences).",
+              f"{jobs[types[0]]['tau']['prompts'] if types else 0} prompts from {md_name(settings['prompts'])}, seed "
+              f"{settings['seed']}; {pct} percentile bootstrap intervals over prompts (Δτ: paired, per-prompt "
+              "differences).",
               f"- Parity: {settings['parity_rounds']} draft rounds against the checkpoint on the target's hidden "
               f"states; gate: top-1 agreement ≥ {settings['min_top1']:.0%}"
               + (f"; τ gate: ≥ {settings['min_tau']:g}" if settings.get("min_tau") is not None else "") + ".",
               "", "## Provenance", "",
-              f"- Source: `{source['repo']}`" + (f" at revision `{source['revision']}`" if source.get("revision")
-                                                  else "") + f" (given as `{source['path']}`)",
-              f"- dflashkit {release['dflashkit_version']}",
-              f"- llama.cpp: {release['llama_cpp'] or 'not used (reference runtime only)'}",
+              f"- Source: {source_repo}" + (f" at revision {md_name(source['revision'])}" if source.get("revision")
+                                            else ""),
+              f"- Target: {target}",
+              f"- dflashkit {markdown_text(release['dflashkit_version'])}",
+              f"- llama.cpp: {md_name(release['llama_cpp']) if release['llama_cpp'] else 'not used (reference runtime only)'}",
               "- Checksums: `SHA256SUMS` (`sha256sum -c SHA256SUMS`); every figure: `release.json`; "
               "`dflash-release --check .` verifies both.", ""]
     content = f"---\n{card_data(release).to_yaml()}\n---\n\n" + "\n".join(lines)

@@ -1,78 +1,162 @@
 """``dflash-release --check OUTDIR``: the release folder is what its record says — a CI step for a model repository.
 
-Checked: ``release.json`` reads; the card is exactly the card its figures render (`card.render_card`), so an edited
-figure in either is found, named by its line; every file the record lists exists and has the recorded checksum;
-``SHA256SUMS`` lists them and matches every byte.
+Checked, reading nothing outside OUTDIR (`inside`: base names, no links, regular files, bounded reads):
+
+- ``release.json`` reads and fits the schema (`schema`): types, ranges, finite numbers, bounded lengths;
+- every figure that can be re-derived from the folder is: each file's size and checksum, its parameter count and
+  bits per weight (from the GGUF's header), τ's mean from its per-prompt values, the recommended type;
+- the card is exactly the card the record renders (`card.render_card`), so an edited figure in either is found,
+  named by its line;
+- ``SHA256SUMS`` lists exactly the release's files with their checksums: a line that ``sha256sum -c`` would fail
+  on — a missing or foreign file, a path (``../../etc/passwd``), a wrong sum, a malformed line — fails here too,
+  without reading what it names.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from ..errors import DFlashError
-from ..files import read_json
-from .card import render_card, sha256_of
-from .run import CARD, FORMAT, RECORD, SUMS
+from ..files import MAX_JSON_CONTAINERS, json_container_count
+from .card import recommended, render_card
+from .inside import NotInside, read_inside, sha256_inside
+from .run import CARD, RECORD, SUMS, release_types
+from .schema import RecordError, validate_record
 
-_SUM_LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
+_SUM_LINE = re.compile(r"^([0-9a-fA-F]{64}) [ *](.+)$")
+MAX_CARD_BYTES = 1 << 20
+MAX_SUMS_BYTES = 64 << 10
+MAX_RECORD_BYTES = 64 << 20
 
 
-def check_release(outdir: str | os.PathLike) -> list[str]:
-    """Every problem found, one line each (empty: the release checks out). A folder that holds no release at all is
-    a `DFlashError`."""
-    out = Path(outdir)
-    if not (out / RECORD).is_file():
-        raise DFlashError(f"{out}: no {RECORD} — not a dflashkit release folder")
-    record = read_json(out / RECORD)
-    if not isinstance(record, dict) or record.get("format") != FORMAT:
-        raise DFlashError(f"{out / RECORD}: not a dflashkit release record")
-    problems: list[str] = []
-    if not record.get("complete"):
-        problems.append(f"{out / RECORD}: the release did not finish (run dflash-release again to complete it)")
-    jobs = record.get("jobs", {})
-    for t in record.get("types", []):
-        job = jobs.get(t)
+def _read_record(out: Path) -> dict[str, Any]:
+    path = out / RECORD
+    try:
+        raw = read_inside(out, RECORD, MAX_RECORD_BYTES)
+    except NotInside as exc:
+        if str(exc) == "missing":
+            raise DFlashError(f"{out}: no {RECORD} — not a dflashkit release folder") from None
+        raise DFlashError(f"{path}: {exc}") from None
+    if json_container_count(raw) > MAX_JSON_CONTAINERS:
+        raise DFlashError(f"{path}: over {MAX_JSON_CONTAINERS} objects/arrays — not a release record")
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:
+        raise DFlashError(f"{path}: not a dflashkit release record ({(str(exc).splitlines() or [''])[0][:200]})") \
+            from None
+    try:
+        return validate_record(doc, str(path), release_types())
+    except RecordError as exc:
+        raise DFlashError(str(exc)) from None
+
+
+def _gguf_figures(path: Path) -> tuple[int, float | None] | str:
+    from ..io.gguf_reader import open_gguf
+
+    try:
+        with open_gguf(path) as g:
+            elements = sum(t.n_elements for t in g.tensors.values())
+            tensor_bytes = sum(t.nbytes for t in g.tensors.values())
+    except (DFlashError, OSError) as exc:
+        return f"does not read as a GGUF ({str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__})"
+    return elements, (round(8 * tensor_bytes / elements, 4) if elements else None)
+
+
+def _check_files(out: Path, record: dict[str, Any], problems: list[str]) -> None:
+    from ..llama_cpp.speculative_simple import mean_tau
+
+    for t in record["types"]:
+        job = record["jobs"].get(t)
         if job is None:
             problems.append(f"{out / RECORD}: no record of type {t}")
             continue
         path = out / job["file"]
-        if not path.is_file():
-            problems.append(f"{path}: missing (type {t})")
-        elif sha256_of(path) != job.get("sha256"):
-            problems.append(f"{path}: its bytes changed since the release (sha256 differs from {RECORD})")
-    card = out / CARD
-    if not card.is_file():
-        problems.append(f"{card}: missing")
-    else:
         try:
-            expected = render_card(record).splitlines()
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
-            raise DFlashError(f"{out / RECORD}: a figure is missing or of the wrong kind ({type(exc).__name__}: "
-                              f"{exc}) — the record was edited") from None
-        got = card.read_text(encoding="utf-8", errors="replace").splitlines()
-        for i, (a, b) in enumerate(zip(got, expected), 1):
-            if a != b:
-                problems.append(f"{card}:{i}: the card says {a[:160]!r}, {RECORD} gives {b[:160]!r}")
-                break
-        else:
-            if len(got) != len(expected):
-                problems.append(f"{card}: {len(got)} lines, the card {RECORD} renders has {len(expected)}")
+            if sha256_inside(out, job["file"], job["size_bytes"]) != job["sha256"]:
+                problems.append(f"{path}: its bytes changed since the release (sha256 differs from {RECORD})")
+                continue
+        except NotInside as exc:
+            problems.append(f"{path}: {exc} (type {t})")
+            continue
+        figures = _gguf_figures(path)
+        if isinstance(figures, str):
+            problems.append(f"{path}: {figures}")
+        elif figures != (job["parameters"], job["bits_per_weight"]):
+            problems.append(f"{out / RECORD}: jobs.{t}: {job['parameters']} parameters at {job['bits_per_weight']} "
+                            f"bits/weight recorded, the file has {figures[0]} at {figures[1]}")
+        taus = [math.nan if x is None else x for x in job["tau"]["per_prompt"]]
+        mean = mean_tau(taus)
+        if (job["tau"]["mean"] is None) != (not math.isfinite(mean)) or \
+                (job["tau"]["mean"] is not None and job["tau"]["mean"] != mean):
+            problems.append(f"{out / RECORD}: jobs.{t}.tau.mean is {job['tau']['mean']}, its per-prompt values give "
+                            f"{mean:.6g}")
+    if record["complete"] and record.get("recommended") != recommended(record):
+        problems.append(f"{out / RECORD}: recommended is {record.get('recommended')}, its figures give "
+                        f"{recommended(record)}")
+
+
+def _check_card(out: Path, record: dict[str, Any], problems: list[str]) -> None:
+    card = out / CARD
+    try:
+        got = read_inside(out, CARD, MAX_CARD_BYTES).decode("utf-8", errors="replace").splitlines()
+    except NotInside as exc:
+        problems.append(f"{card}: {exc}")
+        return
+    expected = render_card(record).splitlines()
+    for i, (a, b) in enumerate(zip(got, expected), 1):
+        if a != b:
+            problems.append(f"{card}:{i}: the card says {a[:160]!r}, {RECORD} gives {b[:160]!r}")
+            return
+    if len(got) != len(expected):
+        problems.append(f"{card}: {len(got)} lines, the card {RECORD} renders has {len(expected)}")
+
+
+def _check_sums(out: Path, record: dict[str, Any], problems: list[str]) -> None:
     sums = out / SUMS
-    if not sums.is_file():
-        problems.append(f"{sums}: missing")
-        return problems
-    listed = {}
-    for n, line in enumerate(sums.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+    try:
+        text = read_inside(out, SUMS, MAX_SUMS_BYTES).decode("utf-8", errors="replace")
+    except NotInside as exc:
+        problems.append(f"{sums}: {exc}")
+        return
+    own = [record["jobs"][t]["file"] for t in record["types"] if t in record["jobs"]] + [CARD, RECORD]
+    listed: dict[str, str] = {}
+    for n, line in enumerate(text.splitlines(), 1):
         m = _SUM_LINE.match(line)
         if not m:
             problems.append(f"{sums}:{n}: not a sha256sum line")
             continue
-        listed[m.group(2)] = m.group(1)
-    for name in [*(jobs[t]["file"] for t in record.get("types", []) if t in jobs), CARD, RECORD]:
+        name = m.group(2)
+        if name not in own:
+            problems.append(f"{sums}:{n}: lists {name[:120]!r}, not a file of this release (not read)")
+        elif name in listed:
+            problems.append(f"{sums}:{n}: lists {name} twice")
+        else:
+            listed[name] = m.group(1).lower()
+    for name in own:
         if name not in listed:
             problems.append(f"{sums}: does not list {name}")
-        elif (out / name).is_file() and sha256_of(out / name) != listed[name]:
-            problems.append(f"{out / name}: does not match its line in {SUMS}")
+            continue
+        try:
+            if sha256_inside(out, name) != listed[name]:
+                problems.append(f"{out / name}: does not match its line in {SUMS}")
+        except NotInside as exc:
+            problems.append(f"{out / name}: {exc}")
+
+
+def check_release(outdir: str | os.PathLike) -> list[str]:
+    """Every problem found, one line each (empty: the release checks out). A folder that holds no release record
+    at all, or one that does not fit the schema, is a `DFlashError`."""
+    out = Path(outdir)
+    record = _read_record(out)
+    problems: list[str] = []
+    if not record["complete"]:
+        problems.append(f"{out / RECORD}: the release did not finish (run dflash-release again to complete it)")
+    _check_files(out, record, problems)
+    _check_card(out, record, problems)
+    _check_sums(out, record, problems)
     return problems

@@ -1,19 +1,26 @@
 """``dflash-release``: a checkpoint → every quant type, each checked, a model card, checksums and ``release.json``.
 
 One shared F32 conversion, then one job per type (`jobs.run_job`), run in this process (``workers=1``), in a local
-process pool (the default, sized to the machine) or as Ray tasks (``ray``: an existing engine schedules them; the
-``dflashkit[ray]`` extra). ``release.json`` is rewritten after every finished job, so a release killed half-way and
-run again skips each job whose file still has the checksum recorded there. The card, ``SHA256SUMS`` and the final
-``release.json`` are written when every job is done and every gate passed (or ``allow_failures``).
+process pool (the default, sized to the machine) or as Ray tasks (``ray``: an existing engine schedules them;
+`runners`). OUTDIR is the release's alone (`outdir`: its own folder or nothing, never inside an input, one
+release at a time, a work folder it made). ``release.json`` is rewritten after every finished job; a release cut
+short and run again keeps each job whose record is sealed by this machine (`seal`) and whose file still has the
+recorded checksum, and redoes the rest. Whatever ends a run early — a failed job, Ctrl-C, TERM, HUP — the folder
+is left as ``release.json`` records it: a type file it does not record is removed. The card, ``SHA256SUMS`` and
+the final ``release.json`` are written when every job is done and every gate passed (or ``allow_failures``).
+
+Nothing private is published: inputs are named by hub id (``--source-repo``, ``--target-repo``, or the id of a
+folder in the Hugging Face cache) or by base name, never by a path of this machine; the record keeps only a
+digest of the paths (``inputs_digest``) to know a resume of the same inputs.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
-import multiprocessing
+import hashlib
+import json
+import math
 import os
 import re
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,16 +28,23 @@ from typing import Any, Callable, Sequence
 
 from ..bounds import dumps
 from ..errors import DFlashError, UsageError
-from ..files import check_output, read_json, write_text_atomic
+from ..files import (MAX_JSON_CONTAINERS, check_output, json_container_count, read_json, signals_unwind,
+                     write_text_atomic)
 from ..filetypes import ALL_FILE_TYPES
 from .card import recommended, render_card, sha256_of, sha256sums
-from .jobs import JobSpec, run_job
+from .inside import NotInside, sha256_inside
+from .jobs import JobSpec
+from .outdir import Claim, check_outside_inputs, claim, foreign_entry, remove_unrecorded
+from .runners import DEFAULT_RAY_TIMEOUT_S, run_in_process, run_pool, run_ray
+from .schema import FORMAT, MAX_RELEASE_PROMPTS, RecordError, validate_record
+from .seal import machine_key, seal, verify
 
 DEFAULT_TYPES = ("BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_K_M_DRAFT")
-FORMAT = "dflashkit-release/1"
-WORK_FOLDER = ".dflash-release"  # the shared conversion while a release runs; removed when it is complete
 CARD, SUMS, RECORD = "README.md", "SHA256SUMS", "release.json"
 TIMINGS = "timings.json"  # wall times and workers: the one file that differs between runners (not in SHA256SUMS)
+BASE = "base-F32.gguf"
+MAX_SEED = 2**63 - 1
+MAX_SOURCE_CARD_BYTES = 1 << 20
 
 
 @dataclass
@@ -45,17 +59,45 @@ class ReleaseResult:
         return [(t, g) for t, j in self.record["jobs"].items() for g in j["gates_failed"]]
 
 
-def parse_types(types: str | Sequence[str]) -> list[str]:
-    """``bf16,q8_0,…`` → llama.cpp's spellings, in order, each once; an unknown type is a usage error."""
+@dataclass(frozen=True)
+class Options:
+    """How the jobs measure and where they run: `release`'s keyword arguments, as one value."""
+
+    prompts: str | os.PathLike | None
+    max_prompts: int | None
+    max_new_tokens: int
+    seed: int
+    parity_rounds: int
+    min_top1: float
+    min_tau: float | None
+    allow_failures: bool
+    llama_cpp: str | os.PathLike | None
+    llama_server: str | os.PathLike | None
+    target_gguf: str | os.PathLike | None
+    source_repo: str | None
+    source_revision: str | None
+    target_repo: str | None
+    workers: int | None
+    ray: str | None
+    ray_gpus_per_job: float
+    ray_timeout: float
+
+
+def release_types() -> tuple[str, ...]:
     from ..quantize.policy import PRESETS
 
+    return tuple(t for t in [*ALL_FILE_TYPES, *PRESETS] if t != "F32")
+
+
+def parse_types(types: str | Sequence[str]) -> list[str]:
+    """``bf16,q8_0,…`` → llama.cpp's spellings, in order, each once; an unknown type is a usage error."""
     names = [t.strip() for t in (types.split(",") if isinstance(types, str) else types) if t.strip()]
+    known = release_types()
     out: list[str] = []
     for n in names:
         up = n.upper()
-        if up not in ALL_FILE_TYPES and up not in PRESETS or up == "F32":
-            raise UsageError(f"--types {n}: not a release type — choose from "
-                             f"{', '.join(t for t in [*ALL_FILE_TYPES, *PRESETS] if t != 'F32')}")
+        if up not in known:
+            raise UsageError(f"--types {n}: not a release type — choose from {', '.join(known)}")
         if up not in out:
             out.append(up)
     if not out:
@@ -63,73 +105,100 @@ def parse_types(types: str | Sequence[str]) -> list[str]:
     return out
 
 
-def _name_of(src: str, source_repo: str | None) -> str:
-    base = (source_repo or str(src)).rstrip("/").split("/")[-1] or "drafter"
-    return re.sub(r"[^A-Za-z0-9._-]", "-", base)
+def hub_id_of(path: str | os.PathLike) -> str | None:
+    """``org/name`` of a folder in the Hugging Face cache (``…/models--org--name/snapshots/<rev>``), else None."""
+    for part in Path(path).parts:
+        if part.startswith("models--") and part.count("--") >= 2:
+            return part[len("models--"):].replace("--", "/", 1)
+    return None
+
+
+def public_name(given: str | os.PathLike, repo: str | None) -> str:
+    """How a published file names an input: its hub id (given, or from the HF cache), a hub id given as SRC, or the
+    folder's base name — never a path of this machine."""
+    if repo:
+        return repo
+    text = str(given)
+    if not Path(text).exists() and not text.startswith(("/", ".", "~")) and text.count("/") == 1:
+        return text  # a hub id given as the input
+    return hub_id_of(text) or Path(os.path.abspath(text)).name or "model"
+
+
+def release_name(src: str | os.PathLike, source_repo: str | None) -> str:
+    base = public_name(src, source_repo).rstrip("/").split("/")[-1] or "drafter"
+    return re.sub(r"[^A-Za-z0-9._-]", "-", base)[:120] or "drafter"
 
 
 def _license_of(src: Path) -> str | None:
-    card = src / "README.md"
-    if not card.is_file():
-        return None
+    """The source card's ``license`` when it is one short string; a card that is no regular file, too big or
+    malformed only leaves the license out."""
+    from .inside import read_inside
+
     try:
+        text = read_inside(src, CARD, MAX_SOURCE_CARD_BYTES).decode("utf-8")
         from huggingface_hub import ModelCard
 
-        return ModelCard.load(card).data.license
-    except Exception:  # noqa: BLE001 - a source card we cannot read only leaves the license out
+        value = ModelCard(text).data.license
+    except (NotInside, UnicodeDecodeError, Exception):  # noqa: BLE001 - a card we cannot read leaves it out
         return None
+    return value if isinstance(value, str) and 0 < len(value) <= 100 and value.isprintable() else None
 
 
-def _load_previous(outdir: Path) -> dict[str, Any] | None:
-    path = outdir / RECORD
-    if not path.exists():
+def inputs_digest(src: str | os.PathLike, target: str | os.PathLike, prompts: str | os.PathLike | None,
+                  settings: dict[str, Any]) -> str:
+    """What makes two runs the same release, as a digest: the inputs' absolute paths stay on this machine."""
+    def where(p: str | os.PathLike | None) -> str | None:
+        return None if p is None else (str(Path(p).resolve()) if Path(p).exists() else str(p))
+    doc = {"source": where(src), "target": where(target), "prompts": where(prompts), "settings": settings}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _check_arguments(seed: int, workers: int | None, max_prompts: int | None, ray_timeout: float) -> None:
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise UsageError(f"--seed {seed}: give an integer from 0 to {MAX_SEED}")
+    if workers is not None and workers < 1:
+        raise UsageError(f"--jobs {workers}: give at least 1")
+    if max_prompts is not None and not 1 <= max_prompts <= MAX_RELEASE_PROMPTS:
+        raise UsageError(f"--max-prompts {max_prompts}: a release measures 1 to {MAX_RELEASE_PROMPTS} prompts")
+    if not (isinstance(ray_timeout, (int, float)) and math.isfinite(ray_timeout) and ray_timeout > 0):
+        raise UsageError(f"--ray-timeout {ray_timeout!r}: give a positive number of seconds")
+
+
+def _load_previous(out: Path, digest: str) -> dict[str, Any] | None:
+    """The release already in OUTDIR, validated, when it is one of the same inputs; None when there is none. A
+    record of other inputs, or one that is not a release's, is a usage error: OUTDIR is not this release's."""
+    path = out / RECORD
+    if not os.path.lexists(path):
         return None
-    record = read_json(path)
-    if not isinstance(record, dict) or record.get("format") != FORMAT:
-        raise DFlashError(f"{path}: not a dflashkit release record — give another OUTDIR or remove it")
+    from .inside import read_inside
+
+    try:
+        raw = read_inside(out, RECORD, 64 << 20)
+    except NotInside as exc:
+        raise UsageError(f"{path}: {exc} — OUTDIR holds no release of these inputs; give another OUTDIR") from None
+    try:
+        if json_container_count(raw) > MAX_JSON_CONTAINERS:
+            raise RecordError(f"over {MAX_JSON_CONTAINERS} objects/arrays")
+        record = validate_record(json.loads(raw), str(path), release_types())
+    except (ValueError, RecursionError, RecordError) as exc:
+        why = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+        raise UsageError(f"{path}: not a release record this version of dflashkit wrote ({why}) — give another "
+                         "OUTDIR") from None
+    if record["inputs_digest"] != digest:
+        raise UsageError(f"{out}: holds a release of other inputs or settings ({record['name']}, "
+                         f"{', '.join(record['types'])}) — give another OUTDIR")
     return record
 
 
-def _finished(previous: dict[str, Any] | None, outdir: Path, type_name: str, same_inputs: bool) -> dict | None:
-    """The previous run's record of ``type_name`` when its file is still the one recorded."""
-    if not previous or not same_inputs:
+def _kept_job(previous: dict[str, Any] | None, out: Path, t: str, digest: str, key: bytes | None) -> dict | None:
+    """The previous run's record of ``t`` when this machine sealed it and its file is still the one recorded."""
+    job = (previous or {}).get("jobs", {}).get(t)
+    if job is None or not verify(job, digest, key):
         return None
-    job = previous.get("jobs", {}).get(type_name)
-    if not isinstance(job, dict) or not (outdir / str(job.get("file", ""))).is_file():
+    try:
+        return job if sha256_inside(out, job["file"], job["size_bytes"]) == job["sha256"] else None
+    except NotInside:
         return None
-    return job if sha256_of(outdir / job["file"]) == job.get("sha256") else None
-
-
-def _pool(workers: int) -> concurrent.futures.Executor:
-    # spawn: a forked torch process can deadlock on the parent's thread pools
-    return concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
-
-
-def _run_ray(specs: list[JobSpec], address: str, gpus: float, done: Callable[[JobSpec, dict | BaseException], None]
-             ) -> None:
-    try:
-        import ray
-    except ImportError:
-        raise UsageError("--ray needs Ray: pip install 'dflashkit[ray]'") from None
-    if not ray.is_initialized():
-        ray.init(address=None if address in ("", "local") else address, include_dashboard=False,
-                 log_to_driver=False, configure_logging=False)
-    task = ray.remote(num_cpus=1, num_gpus=gpus, max_retries=0)(run_job)
-    pending = {task.remote(s): s for s in specs}
-    try:
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            spec = pending.pop(ready[0])
-            try:
-                done(spec, ray.get(ready[0]))
-            except ray.exceptions.RayTaskError as exc:  # the job's own error, never Ray's traceback
-                cause = exc.cause if isinstance(getattr(exc, "cause", None), BaseException) else exc
-                done(spec, cause if isinstance(cause, DFlashError) else
-                     DFlashError(f"{spec.type_name}: {type(cause).__name__}: {str(cause).splitlines()[0][:300]}"))
-    except BaseException:
-        for ref in pending:
-            ray.cancel(ref, force=True)
-        raise
 
 
 def release(
@@ -139,84 +208,126 @@ def release(
     min_top1: float = 0.75, min_tau: float | None = None, allow_failures: bool = False,
     llama_cpp: str | os.PathLike | None = None, llama_server: str | os.PathLike | None = None,
     target_gguf: str | os.PathLike | None = None, source_repo: str | None = None,
-    source_revision: str | None = None, workers: int | None = None, ray: str | None = None,
-    ray_gpus_per_job: float = 0.0, progress: Callable[[str], None] | None = None,
+    source_revision: str | None = None, target_repo: str | None = None, workers: int | None = None,
+    ray: str | None = None, ray_gpus_per_job: float = 0.0, ray_timeout: float = DEFAULT_RAY_TIMEOUT_S,
+    progress: Callable[[str], None] | None = None,
 ) -> ReleaseResult:
     """Release ``src`` into ``outdir`` (module doc). Raises `DFlashError` naming the type and the gate or step that
-    failed (gates: unless ``allow_failures``, which writes the card with those rows marked)."""
+    failed (gates: unless ``allow_failures``, which writes the card with those rows marked); KeyboardInterrupt
+    saying what the record holds when interrupted."""
+    say = progress or (lambda message: None)
+    _check_arguments(seed, workers, max_prompts, ray_timeout)
+    type_names = parse_types(types)
+    out = Path(outdir)
+    if os.path.lexists(out) and not out.is_dir():
+        raise UsageError(f"{out}: is not a folder — give the release's output folder")
+    if not out.parent.is_dir():
+        raise DFlashError(f"{out}: the folder {out.parent} does not exist")
+    check_outside_inputs(out, [src, target])
+    name = release_name(src, source_repo)
+    files = {t: f"{name}-{t}.gguf" for t in type_names}
+    settings = {"prompts": Path(prompts).name if prompts else "dflashkit's built-in set", "max_prompts": max_prompts,
+                "max_new_tokens": max_new_tokens, "seed": seed, "parity_rounds": parity_rounds,
+                "min_top1": min_top1, "min_tau": min_tau}
+    digest = inputs_digest(src, target, prompts, settings)
+    options = Options(prompts, max_prompts, max_new_tokens, seed, parity_rounds, min_top1, min_tau, allow_failures,
+                      llama_cpp, llama_server, target_gguf, source_repo, source_revision, target_repo, workers, ray,
+                      ray_gpus_per_job, ray_timeout)
+    with signals_unwind():  # TERM / HUP unwind like Ctrl-C: workers killed, OUTDIR left as its record says
+        claimed = claim(out)
+        try:
+            return _run(claimed, src, target, type_names, files, name, settings, digest, say, options)
+        except BaseException as exc:
+            recorded = _recorded(out)
+            remove_unrecorded(claimed, [f"{name}-{t}.gguf" for t in release_types()], recorded)
+            if claimed.created and not recorded:
+                claimed.remove_work_folder()
+                try:
+                    os.rmdir(out)  # nothing of this run is worth keeping in a folder it made
+                except OSError:
+                    pass
+            if isinstance(exc, KeyboardInterrupt):
+                raise KeyboardInterrupt(f"{len(recorded)} of {len(type_names)} type(s) finished and recorded in "
+                                        f"{out / RECORD}; run the same command again to finish") from None
+            raise
+        finally:
+            claimed.release()
+
+
+def _recorded(out: Path) -> set[str]:
+    """The type files ``release.json`` records now (nothing when it cannot be read)."""
+    try:
+        record = read_json(out / RECORD)
+        return {j["file"] for j in record["jobs"].values() if isinstance(j, dict) and isinstance(j.get("file"), str)}
+    except (DFlashError, KeyError, TypeError, AttributeError):
+        return set()
+
+
+def _run(claimed: Claim, src: Any, target: Any, type_names: list[str], files: dict[str, str], name: str,
+         settings: dict[str, Any], digest: str, say: Callable[[str], None], o: Options) -> ReleaseResult:
     from .. import __version__
     from ..converters.convert import convert
     from ..drafters import open_drafter
     from ..llama_cpp.process import spec_type_of
 
-    say = progress or (lambda message: None)
-    type_names = parse_types(types)
-    out = Path(outdir)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{out}: is not a folder — give the release's output folder")
-    if not out.parent.is_dir():
-        raise DFlashError(f"{out}: the folder {out.parent} does not exist")
-    if workers is not None and workers < 1:
-        raise UsageError(f"--jobs {workers}: give at least 1")
-    inputs = [src, target, prompts, target_gguf]
-    name = _name_of(str(src), source_repo)
-    files = {t: out / f"{name}-{t}.gguf" for t in type_names}
-    resolved = out.resolve()
-    for given in (src, target):
-        folder = Path(given)
-        if folder.is_dir() and (resolved == folder.resolve() or folder.resolve() in resolved.parents):
-            raise UsageError(f"{out}: is inside the input {given} — write the release to another folder (inputs are "
-                             "never modified)")
-    created = not out.exists()
-    out.mkdir(exist_ok=True)
-    try:
-        for f in [*files.values(), out / CARD, out / SUMS, out / RECORD, out / TIMINGS]:
-            check_output(f, inputs=[p for p in inputs if p is not None and Path(p).exists()], force=True)
-    except DFlashError:
-        if created:
-            out.rmdir()
-        raise
-    previous = _load_previous(out)
-    settings = {"prompts": str(prompts) if prompts else "dflashkit's built-in set", "max_prompts": max_prompts,
-                "max_new_tokens": max_new_tokens, "seed": seed, "parity_rounds": parity_rounds,
-                "min_top1": min_top1, "min_tau": min_tau}
-    inputs_key = {"source": str(src), "target": str(target), "settings": settings}
-    same = previous is not None and previous.get("inputs_key") == inputs_key
-    work = out / WORK_FOLDER
-    work.mkdir(exist_ok=True)
-    base = work / "base-F32.gguf"
+    out = claimed.out
+    previous = _load_previous(out, digest)
+    own = {CARD, SUMS, RECORD, TIMINGS}
+    pattern = re.compile(rf"^{re.escape(name)}-[A-Z0-9_]+\.gguf$")
+    foreign = foreign_entry(claimed, own, pattern, previous is not None)
+    if foreign is not None:
+        raise UsageError(f"{out / foreign}: not a file of this release — dflash-release writes only into an empty "
+                         "folder or a release of the same inputs; give another OUTDIR")
+    inputs = [p for p in (src, target, o.prompts, o.target_gguf) if p is not None and Path(p).exists()]
+    for f in [*files.values(), CARD, SUMS, RECORD, TIMINGS]:
+        check_output(out / f, inputs=inputs, force=True)
+    key = machine_key()
+    claimed.make_work_folder()
+    base = claimed.work_file(BASE)
     started = time.time()
-    base_sha256 = sha256_of(base) if same and base.is_file() else None
-    if base_sha256 is None or previous.get("base_sha256") != base_sha256:
-        say(f"converting {src} → F32 (shared by every type)")
-        convert(src, base, outtype="f32", target=target, source_repo=source_repo, source_revision=source_revision,
-                force=True, progress=False, warn=say)
-        base_sha256 = sha256_of(base)
+    base_sha256 = None
+    if previous is not None and verify({"base_sha256": previous["base_sha256"], "seal": previous.get("base_seal")},
+                                       digest, key):
+        try:
+            if sha256_inside(claimed.work, BASE) == previous["base_sha256"]:
+                base_sha256 = previous["base_sha256"]
+        except NotInside:
+            pass
+    if base_sha256 is None:
+        say(f"converting {public_name(src, o.source_repo)} → F32 (shared by every type)")
+        convert(src, base, outtype="f32", target=target, source_repo=o.source_repo,
+                source_revision=o.source_revision, force=True, progress=False, warn=say)
+        base_sha256 = sha256_of(claimed.work_file(BASE))
     with open_drafter(base) as d:
         family, block_size = d.family.name if d.family else "unknown", d.spec.block_size
     src_path = Path(src)
     record: dict[str, Any] = {
         "format": FORMAT, "name": name, "family": family, "block_size": block_size,
-        "spec_type": spec_type_of(base), "types": type_names, "inputs_key": inputs_key,
-        "source": {"path": str(src), "repo": source_repo or (str(src) if not src_path.exists() else src_path.name),
-                   "revision": source_revision, "license": _license_of(src_path) if src_path.is_dir() else None},
-        "target": str(target), "target_gguf_name": Path(target_gguf).name if target_gguf else
-        f"{Path(str(target)).name}.gguf", "dflashkit_version": __version__,
-        "llama_cpp": str(llama_server or llama_cpp) if (llama_server or llama_cpp) else None,
+        "spec_type": spec_type_of(base), "types": type_names, "inputs_digest": digest,
+        "source": {"repo": public_name(src, o.source_repo), "revision": o.source_revision,
+                   "license": _license_of(src_path) if src_path.is_dir() else None},
+        "target": public_name(target, o.target_repo),
+        "target_gguf_name": Path(o.target_gguf).name if o.target_gguf else
+        f"{public_name(target, o.target_repo).split('/')[-1]}.gguf", "dflashkit_version": __version__,
+        "llama_cpp": _build_name(o.llama_server or o.llama_cpp),
         "settings": settings, "base_sha256": base_sha256, "jobs": {}, "complete": False,
     }
+    record["base_seal"] = seal({"base_sha256": base_sha256}, digest, key)
     timings: dict[str, Any] = {"jobs": {}}
     skipped = []
     for t in type_names:
-        kept = _finished(previous, out, t, same)
+        kept = _kept_job(previous, out, t, digest, key)
         if kept is not None:
             record["jobs"][t] = kept
             skipped.append(t)
-            say(f"{t}: kept ({files[t].name} unchanged since the last run)")
-    specs = [JobSpec(t, str(base), str(files[t]), str(src), str(target), str(prompts) if prompts else None,
-                     max_prompts, max_new_tokens, seed, parity_rounds, min_top1, min_tau,
-                     str(llama_cpp) if llama_cpp else None, str(llama_server) if llama_server else None,
-                     str(target_gguf) if target_gguf else None) for t in type_names if t not in record["jobs"]]
+            say(f"{t}: kept ({files[t]} unchanged since the last run)")
+    specs = [JobSpec(t, str(base), str(out / files[t]), str(src), str(target),
+                     str(o.prompts) if o.prompts else None, o.max_prompts, o.max_new_tokens, o.seed,
+                     o.parity_rounds, o.min_top1, o.min_tau,
+                     str(o.llama_cpp) if o.llama_cpp else None,
+                     str(o.llama_server) if o.llama_server else None,
+                     str(o.target_gguf) if o.target_gguf else None)
+             for t in type_names if t not in record["jobs"]]
     errors: list[str] = []
 
     def save() -> None:
@@ -231,46 +342,27 @@ def release(
             return
         timings["jobs"][spec.type_name] = {"seconds": result.pop("seconds"), "worker_pid": result.pop("worker_pid")}
         result["sha256"] = sha256_of(Path(spec.out))
+        result["seal"] = seal(result, digest, key)
         record["jobs"][spec.type_name] = result
         save()
         gates = ", ".join(g["gate"] for g in result["gates_failed"]) or "all gates passed"
-        say(f"{spec.type_name}: done (τ {result['tau']['mean']:.3f}; {gates})")
+        tau = result["tau"]["mean"]
+        say(f"{spec.type_name}: done (τ {'–' if tau is None else f'{tau:.3f}'}; {gates})")
 
     save()
-    n = workers or min(len(specs), os.cpu_count() or 1) or 1
-    if specs and ray is not None:
-        for s in specs:
-            say(f"{s.type_name}: started (Ray task)")
-        _run_ray(specs, ray, ray_gpus_per_job, done)
+    n = o.workers or min(len(specs), os.cpu_count() or 1) or 1
+    if specs and o.ray is not None:
+        run_ray(specs, o.ray, o.ray_gpus_per_job, o.ray_timeout, done, say)
     elif specs and n == 1:
-        for s in specs:
-            say(f"{s.type_name}: started")
-            try:
-                result: dict | BaseException = run_job(s)
-            except DFlashError as exc:
-                result = exc
-            done(s, result)
+        run_in_process(specs, done, say)
     elif specs:
-        with _pool(n) as pool:
-            futures = {}
-            for s in specs:
-                say(f"{s.type_name}: started (process pool of {n})")
-                futures[pool.submit(run_job, s)] = s
-            try:
-                for fut in concurrent.futures.as_completed(futures):
-                    exc = fut.exception()
-                    done(futures[fut], exc if exc is not None else fut.result())
-            except BaseException:
-                pool.shutdown(wait=True, cancel_futures=True)
-                raise
+        run_pool(specs, n, done, say)
     timings["total_seconds"] = round(time.time() - started, 3)
-    timings["runner"] = "ray" if ray is not None else "in-process" if n == 1 else f"process pool of {n}"
+    timings["runner"] = "ray" if o.ray is not None else "in-process" if n == 1 else f"process pool of {n}"
     if errors:
-        save()
         raise DFlashError(errors[0] + (f" (and {len(errors) - 1} more job(s) failed)" if len(errors) > 1 else ""))
     failed = [(t, g) for t in type_names for g in record["jobs"][t]["gates_failed"]]
-    if failed and not allow_failures:
-        save()
+    if failed and not o.allow_failures:
         t, g = failed[0]
         raise DFlashError(f"{t}: the {g['gate']} gate failed: {g['why']} — no card written (--allow-failures writes "
                           "it with the row marked)")
@@ -279,7 +371,15 @@ def release(
     save()
     write_text_atomic(out / TIMINGS, dumps(timings, indent=2) + "\n", force=True)
     write_text_atomic(out / CARD, render_card(record), force=True)
-    names = [files[t].name for t in type_names] + [CARD, RECORD]
-    write_text_atomic(out / SUMS, sha256sums(out, names), force=True)
-    shutil.rmtree(work, ignore_errors=True)
+    write_text_atomic(out / SUMS, sha256sums(out, [files[t] for t in type_names] + [CARD, RECORD]), force=True)
+    claimed.remove_work_folder()
     return ReleaseResult(out, record, [s.type_name for s in specs], skipped)
+
+
+def _build_name(bin_dir: str | os.PathLike | None) -> str | None:
+    """A llama.cpp build as the card names it: its folder's name (``…/llama-build-b11549/bin`` → llama-build-b11549),
+    never its path on this machine."""
+    if bin_dir is None:
+        return None
+    p = Path(os.path.abspath(bin_dir))
+    return (p.parent.name if p.name == "bin" and p.parent.name else p.name) or "llama.cpp"

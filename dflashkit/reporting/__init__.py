@@ -20,7 +20,7 @@ from ..files import write_text_atomic  # re-exported: reports are written with t
 from .bar_chart import LOG_SPAN, PALETTE, ZERO_BAR_PX, bar_chart_svg
 from .declare import (ChartSpec, EachSpec, FieldSpec, NotesSpec, ReportSpec, TableSpec, build, build_fields,
                       build_section, build_sections)
-from .markdown import markdown_section
+from .markdown import markdown_section, markdown_text
 from .model import LEVELS, Bar, BarChart, BarGroup, Column, Field, Notes, Section, Table
 from .report import FORMATS, Report, verdict
 from .values import distinct_labels, format_value, human_size
@@ -55,6 +55,7 @@ __all__ = [
     "format_value",
     "human_size",
     "markdown_section",
+    "markdown_text",
     "verdict",
     "write_text_atomic",
 ]

@@ -23,6 +23,11 @@ def _md(text: str) -> str:
     return text
 
 
+def markdown_text(text: str) -> str:
+    """Any string from input as inert Markdown text on one line (`_md`): what a model card says of a name."""
+    return _md(text)
+
+
 def markdown_section(s: Section) -> list[str]:
     """One section as Markdown lines: the same rendering every report's Markdown uses (a model card's table too)."""
     return _md_section(s)

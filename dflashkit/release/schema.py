@@ -1,0 +1,219 @@
+"""``release.json`` is input, not truth: its schema, checked before resume or ``--check`` uses a value of it.
+
+A record is read bounded (`files.read_json`), then every value is checked against `RECORD` — its type, its range,
+finite numbers, string lengths, list lengths — and the lengths that follow from other values (``per_prompt`` as
+long as ``prompts``, at most ``settings.max_prompts``; a job per listed type, its file named as the release names
+it). A value that does not fit is one line naming the key and what it holds ("release.json: jobs.Q8_0.tau.mean:
+Infinity is not a finite number"), never an internal error. The schema is a small table of checkers here rather
+than a JSON-Schema dependency: it needs the cross-field bounds above and messages in the house style.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from ..errors import DFlashError
+
+FORMAT = "dflashkit-release/2"
+#: prompts one release measures τ over: its bootstraps and its card stay bounded whatever a record claims
+MAX_RELEASE_PROMPTS = 10_000
+MAX_TEXT = 2000  # characters of any free-text value (a gate's reason, a refusal)
+MAX_NAME = 200  # characters of a name (a file, a repo id, a tensor)
+SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")  # the release's own file names: `run.release_name`
+HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class RecordError(DFlashError):
+    """A value of ``release.json`` that is not what a release writes."""
+
+
+def _describe(value: Any) -> str:
+    text = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
+    return text if len(text) <= 60 else text[:57] + "…"
+
+
+Check = Callable[[Any, str], None]
+
+
+def _fail(where: str, value: Any, what: str) -> RecordError:
+    return RecordError(f"{where}: {_describe(value)} {what}")
+
+
+def integer(lo: int, hi: int, *, null: bool = False) -> Check:
+    def check(v: Any, where: str) -> None:
+        if v is None and null:
+            return
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            raise _fail(where, v, f"is not an integer from {lo} to {hi}")
+    return check
+
+
+def number(lo: float = -math.inf, hi: float = math.inf, *, null: bool = False) -> Check:
+    def check(v: Any, where: str) -> None:
+        if v is None and null:
+            return
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise _fail(where, v, "is not a finite number")
+        if not lo <= v <= hi:
+            raise _fail(where, v, f"is outside [{lo:g}, {hi:g}]")
+    return check
+
+
+def text(limit: int = MAX_TEXT, *, null: bool = False, pattern: re.Pattern[str] | None = None,
+         choices: tuple[str, ...] | None = None) -> Check:
+    def check(v: Any, where: str) -> None:
+        if v is None and null:
+            return
+        if not isinstance(v, str) or len(v) > limit or "\x00" in v:
+            raise _fail(where, v, f"is not a string of at most {limit} characters")
+        if pattern is not None and not pattern.match(v):
+            raise _fail(where, v, "is not a name a release writes")
+        if choices is not None and v not in choices:
+            raise _fail(where, v, f"is not one of {', '.join(choices)}")
+    return check
+
+
+def boolean() -> Check:
+    def check(v: Any, where: str) -> None:
+        if not isinstance(v, bool):
+            raise _fail(where, v, "is not true or false")
+    return check
+
+
+def listing(item: Check, max_len: int, *, null: bool = False, min_len: int = 0) -> Check:
+    def check(v: Any, where: str) -> None:
+        if v is None and null:
+            return
+        if not isinstance(v, list) or not min_len <= len(v) <= max_len:
+            raise _fail(where, v, f"is not a list of {min_len} to {max_len} values")
+        for i, x in enumerate(v):
+            item(x, f"{where}[{i}]")
+    return check
+
+
+@dataclass(frozen=True)
+class Obj:
+    """An object with these keys (``optional``: may be absent); unknown keys are refused."""
+
+    required: Mapping[str, Check]
+    optional: Mapping[str, Check] = None  # type: ignore[assignment]
+    null: bool = False
+
+    def __call__(self, v: Any, where: str) -> None:
+        if v is None and self.null:
+            return
+        if not isinstance(v, dict):
+            raise _fail(where, v, "is not an object")
+        optional = self.optional or {}
+        for key in v:
+            if key not in self.required and key not in optional:
+                raise _fail(f"{where}.{key}" if where else key, v[key], "is not a key a release writes")
+        for key, check in self.required.items():
+            if key not in v:
+                raise RecordError(f"{where + '.' if where else ''}{key}: missing")
+            check(v[key], f"{where}.{key}" if where else key)
+        for key, check in optional.items():
+            if key in v:
+                check(v[key], f"{where}.{key}" if where else key)
+
+
+def mapping(key: Check, value: Check, max_len: int) -> Check:
+    def check(v: Any, where: str) -> None:
+        if not isinstance(v, dict) or len(v) > max_len:
+            raise _fail(where, v, f"is not an object of at most {max_len} entries")
+        for k, x in v.items():
+            key(k, f"{where} key")
+            value(x, f"{where}.{k}")
+    return check
+
+
+FRACTION = number(0.0, 1.0, null=True)
+HASH = text(64, pattern=HEX64)
+COUNT = integer(0, 2**62)
+SEED = integer(0, 2**63 - 1)
+
+#: one type's serving figures (a llama-server combination)
+SERVING_RUN = Obj({
+    "target_gguf": text(MAX_NAME), "draft_n_max": integer(1, 256, null=True),
+    "draft_cache_type": text(16, null=True), "speedup": number(0.0, 1e6, null=True),
+    "speedup_ci": listing(number(0.0, 1e6), 2, null=True, min_len=2), "verdict": text(64),
+}, optional={
+    "build": text(MAX_NAME, null=True), "tau": number(1.0, 257.0, null=True),
+    "acceptance_rate": FRACTION, "drafted": COUNT, "accepted": COUNT, "tokens_per_s_off": number(0, 1e9, null=True),
+    "tokens_per_s_on": number(0, 1e9, null=True), "tau_unknown_prompts": COUNT,
+})
+
+
+def job_schema(max_prompts: int) -> Obj:
+    return Obj({
+        "type": text(32), "file": text(MAX_NAME, pattern=SAFE_NAME), "size_bytes": COUNT, "parameters": COUNT,
+        "bits_per_weight": number(0.0, 64.0, null=True),
+        "inspect": Obj({"errors": COUNT, "warnings": COUNT}),
+        "diff": Obj({"tensors": COUNT, "worst_rel_rms": number(0.0, null=True), "worst_tensor": text(MAX_NAME, null=True)}),
+        "parity": Obj({"top1": FRACTION, "kl_mean": number(0.0, null=True), "rounds": integer(1, 1000)}),
+        "tau": Obj({"mean": number(0.0, 4097.0, null=True),
+                    "per_prompt": listing(number(0.0, 4097.0, null=True), max_prompts),
+                    "nonfinite_rounds": COUNT, "prompts": integer(0, max_prompts), "max_new_tokens": integer(2, 1 << 20)},
+                   optional={"llama_cpp": number(0.0, 4097.0, null=True), "llama_cpp_refused": text(null=True)}),
+        "gates_failed": listing(Obj({"gate": text(32), "why": text()}), 16),
+        "sha256": HASH,
+    }, optional={"serving": listing(SERVING_RUN, 4096), "seal": HASH})
+
+
+SETTINGS = Obj({
+    "prompts": text(MAX_NAME), "max_prompts": integer(1, MAX_RELEASE_PROMPTS, null=True),
+    "max_new_tokens": integer(2, 1 << 20), "seed": SEED, "parity_rounds": integer(1, 1000),
+    "min_top1": number(0.0, 1.0), "min_tau": number(0.0, 4097.0, null=True),
+})
+
+
+def validate_record(record: Any, where: str, known_types: tuple[str, ...]) -> dict[str, Any]:
+    """``record`` checked whole (module doc); a `RecordError` prefixed with ``where`` otherwise."""
+    try:
+        _validate(record, known_types)
+    except RecordError as exc:
+        raise RecordError(f"{where}: {exc} — the record was edited or is not a release's") from None
+    return record
+
+
+def _validate(record: Any, known_types: tuple[str, ...]) -> None:
+    if not isinstance(record, dict):
+        raise _fail("the record", record, "is not an object")
+    if record.get("format") != FORMAT:
+        raise RecordError(f"format: {_describe(record.get('format'))} is not {FORMAT!r} (a record of another "
+                          "dflashkit version, or not a release's)")
+    SETTINGS(record.get("settings"), "settings")
+    settings = record["settings"]
+    max_prompts = min(settings["max_prompts"] or MAX_RELEASE_PROMPTS, MAX_RELEASE_PROMPTS)
+    job = job_schema(max_prompts)
+    type_name = text(32, choices=known_types)
+    Obj({
+        "format": text(64), "name": text(MAX_NAME, pattern=SAFE_NAME), "family": text(MAX_NAME),
+        "block_size": integer(2, 4096), "spec_type": text(64),
+        "types": listing(type_name, len(known_types), min_len=1), "inputs_digest": HASH,
+        "source": Obj({"repo": text(MAX_NAME), "revision": text(MAX_NAME, null=True), "license": text(MAX_NAME, null=True)}),
+        "target": text(MAX_NAME), "target_gguf_name": text(MAX_NAME), "dflashkit_version": text(64),
+        "llama_cpp": text(MAX_TEXT, null=True), "settings": SETTINGS, "base_sha256": HASH,
+        "jobs": mapping(type_name, job, len(known_types)), "complete": boolean(),
+    }, optional={"recommended": text(32, null=True, choices=known_types), "base_seal": text(64, null=True,
+                                                                                         pattern=HEX64)})(record, "")
+    types = record["types"]
+    if len(set(types)) != len(types):
+        raise RecordError(f"types: {types!r} lists a type twice")
+    for t, j in record["jobs"].items():
+        if t not in types:
+            raise RecordError(f"jobs.{t}: a job of a type the record does not list in types")
+        if j["type"] != t:
+            raise RecordError(f"jobs.{t}.type: {_describe(j['type'])} is not {t}")
+        if j["file"] != f"{record['name']}-{t}.gguf":
+            raise RecordError(f"jobs.{t}.file: {_describe(j['file'])} is not {record['name']}-{t}.gguf, the name "
+                              "the release gives it")
+        tau = j["tau"]
+        if len(tau["per_prompt"]) != tau["prompts"]:
+            raise RecordError(f"jobs.{t}.tau.per_prompt: {len(tau['per_prompt'])} values for {tau['prompts']} prompts")
+    if record["complete"] and any(t not in record["jobs"] for t in types):
+        missing = next(t for t in types if t not in record["jobs"])
+        raise RecordError(f"complete: true, but jobs has no {missing}")
