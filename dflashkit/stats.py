@@ -14,6 +14,7 @@ import numpy as np
 
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 10_000
+BOOTSTRAP_CHUNK = 1 << 21  # indices drawn at once (16 MiB of int64, as much again of values)
 
 
 def paired_bootstrap_ci(diffs: Sequence[float], *, seed: int = 0, resamples: int = BOOTSTRAP_RESAMPLES,
@@ -23,7 +24,11 @@ def paired_bootstrap_ci(diffs: Sequence[float], *, seed: int = 0, resamples: int
     if d.size < 2:
         return None
     rng = np.random.default_rng(seed)
-    means = d[rng.integers(0, d.size, size=(resamples, d.size))].mean(axis=1)
+    # resamples drawn in chunks of at most BOOTSTRAP_CHUNK indices: the same stream of draws (a Generator fills
+    # an array element by element, so consecutive row blocks are the rows of one draw), bounded memory at any n
+    rows = max(1, BOOTSTRAP_CHUNK // d.size)
+    means = np.concatenate([d[rng.integers(0, d.size, size=(min(rows, resamples - start), d.size))].mean(axis=1)
+                            for start in range(0, resamples, rows)])
     alpha = (1 - confidence) / 2
     lo, hi = np.quantile(means, [alpha, 1 - alpha])
     return float(lo), float(hi)

@@ -364,7 +364,7 @@ def test_llama_cpp_arg_reaches_the_command_line(tmp_path: Path) -> None:
     assert argv[-3:] == ["--no-repack", "-fa", "on"]
     res = CliRunner().invoke(accept_command, [str(TRAINED / "drafter"), "--target", str(TRAINED / "target"),
                                               "--llama-cpp", str(binary.parent), "--llama-cpp-arg=-md", "-q"])
-    assert res.exit_code == 2 and "error: --llama-cpp-arg -md: dflashkit sets -md itself" in res.output
+    assert res.exit_code == 2 and "error: --llama-cpp-arg -md: -md loads a model — dflashkit sets the models" in res.output
 
 
 @pytest.mark.parametrize("tail, problem", [

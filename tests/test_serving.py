@@ -159,12 +159,16 @@ def test_an_end_token_inside_an_accepted_draft_leaves_that_prompt_without_a_tau(
                          Limits(5, 14))
 
 
-@pytest.mark.parametrize("arg, flag", [("-md", "-md"), ("--port=8081", "--port"), ("-m", "-m"),
-                                       ("--spec-draft-n-max", "--spec-draft-n-max"), ("-ctkd", "-ctkd"),
-                                       ("--spec_draft_n_max=4", "--spec-draft-n-max"),
-                                       ("--spec-draft-model", "--spec-draft-model"), ("-t", "-t")])
-def test_an_argument_dflashkit_sets_is_a_usage_error(arg: str, flag: str) -> None:
-    with pytest.raises(UsageError, match=f"--llama-cpp-arg {re.escape(arg)}: dflashkit sets {flag} itself"):
+@pytest.mark.parametrize("arg, flag, why", [
+    ("-md", "-md", "loads a model"), ("--port=8081", "--port", "sets the port or host"),
+    ("-m", "-m", "loads a model"), ("--spec-draft-n-max", "--spec-draft-n-max", "changes the speculative settings"),
+    ("-ctkd", "-ctkd", "changes the speculative settings"),
+    ("--spec_draft_n_max=4", "--spec-draft-n-max", "changes the speculative settings"),
+    ("--spec-draft-model", "--spec-draft-model", "loads a model"), ("-t", "-t", "sets the threads"),
+    ("--fim-qwen-7b-spec", "--fim-qwen-7b-spec", "loads a model"), ("-dr", "-dr", "loads a model"),
+    ("-hfd", "-hfd", "loads a model"), ("--host", "--host", "sets the port or host")])
+def test_an_argument_dflashkit_sets_is_a_usage_error(arg: str, flag: str, why: str) -> None:
+    with pytest.raises(UsageError, match=f"--llama-cpp-arg {re.escape(arg)}: {flag} {why}"):
         check_extra_args(["--no-repack", arg])
     assert check_extra_args(["--no-repack", "-fa", "on"]) == ["--no-repack", "-fa", "on"]
 

@@ -394,8 +394,11 @@ class LlamaServer(_Client):
         if self.proc is not None:
             stop(self.proc)
             if self._reader is not None:
-                self._reader.join(timeout=5)
-            if self.proc.stdout is not None:
+                # a grandchild that left the group (setsid) may hold the pipe open: the reader then never sees its
+                # end, and closing the pipe under it would block on its buffer's lock — leave both to the daemon
+                # thread (the descriptor goes with the process) rather than wait for that grandchild
+                self._reader.join(timeout=2)
+            if self.proc.stdout is not None and (self._reader is None or not self._reader.is_alive()):
                 self.proc.stdout.close()
 
     def __enter__(self) -> "LlamaServer":
