@@ -23,7 +23,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 import hostile
 from interrupting import DEFAULT_SIGNALS
@@ -81,12 +81,16 @@ class Contained:
 
 
 def run_contained(command: str, args: list[str], *, inputs: Iterable[Path], tmp: Path,
-                  pid_folder: Path | None = None, signal_when: tuple[Path, int] | None = None) -> Contained:
-    """Run ``dflashkit.cli.<command> args`` contained (module doc); ``tmp`` must not exist yet."""
+                  pid_folder: Path | None = None,
+                  signal_when: tuple[Path | Callable[[], bool], int] | None = None, group: bool = False,
+                  env: dict[str, str] | None = None) -> Contained:
+    """Run ``dflashkit.cli.<command> args`` contained (module doc); ``tmp`` must not exist yet. ``signal_when``:
+    (a file that appears, or a condition, and the signal) — sent to the child, or with ``group`` to its whole
+    process group, as a terminal's Ctrl-C is; ``extra["signalled_at"]`` is when, on the run's clock."""
     inputs = list(inputs)
     before = fingerprint(inputs)
     tmp.mkdir()
-    env = {**os.environ, "TMPDIR": str(tmp)}
+    env = {**os.environ, "TMPDIR": str(tmp), **(env or {})}
     argv = hostile.cli(command) + [str(a) for a in args]
     if signal_when is not None:  # from a terminal's dispositions, not the ignored ones a nohup'd run passes down
         argv[2] = DEFAULT_SIGNALS + argv[2]
@@ -94,15 +98,22 @@ def run_contained(command: str, args: list[str], *, inputs: Iterable[Path], tmp:
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
     killed = False
     sampled = [0]
+    signalled: list[float | None] = [None]
     done = threading.Event()
 
     def watch() -> None:  # the memory cap's watchdog and the signal at the busy step
         nonlocal killed
         sent = signal_when is None
         while not done.wait(0.05):
-            if not sent and signal_when[0].exists():
-                proc.send_signal(signal_when[1])
-                sent = True
+            if not sent:
+                when = signal_when[0]
+                if when() if callable(when) else when.exists():
+                    if group:
+                        os.killpg(proc.pid, signal_when[1])
+                    else:
+                        proc.send_signal(signal_when[1])
+                    signalled[0] = time.monotonic() - start
+                    sent = True
             try:
                 rss = next(int(line.split()[1]) * 1024 for line in Path(f"/proc/{proc.pid}/status").read_text()
                            .splitlines() if line.startswith("VmRSS:"))
@@ -147,7 +158,7 @@ def run_contained(command: str, args: list[str], *, inputs: Iterable[Path], tmp:
     changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
     return Contained(argv, proc.returncode, b"".join(chunks["out"]).decode(errors="replace"), stderr,
                      hwm[-1] if hwm else sampled[0], killed, elapsed, changed, left,
-                     left_in_tmp, {"stand_ins": stand_ins})
+                     left_in_tmp, {"stand_ins": stand_ins, "signalled_at": signalled[0]})
 
 
 def check_contained(run: Contained, code: int, message: str | None = None, *, bounded: bool = False) -> None:

@@ -25,6 +25,11 @@ with open(here / "pids", "a") as f:
     f.write(f"{os.getpid()}\n")
 (here / f"argv-{os.getpid()}").write_text("\n".join(argv))
 draft = "-md" in argv
+if mode == "setsid-grandchild":  # a grandchild that leaves the group and keeps the server's output pipe open
+    import subprocess
+    escaped = subprocess.Popen(["setsid", "sleep", "3600"], stdout=sys.stderr, stderr=sys.stderr)
+    with open(here / "escaped-pids.txt", "a") as f:
+        f.write(f"{escaped.pid}\n")
 n_max = int(argv[argv.index("--spec-draft-n-max") + 1]) if "--spec-draft-n-max" in argv else 3
 sys.stderr.write("main: loading model\n")
 sys.stderr.flush()
@@ -103,6 +108,19 @@ def pids(folder: Path) -> list[int]:
 def argvs(folder: Path) -> list[list[str]]:
     # in the order the servers started (a PID's digits do not sort, and PIDs wrap)
     return [p.read_text().split("\n") for p in sorted(folder.glob("argv-*"), key=lambda p: p.stat().st_mtime_ns)]
+
+
+def kill_escaped(folder: Path) -> None:
+    """Kill the grandchildren a ``setsid-grandchild`` stand-in left (no process group reaches them)."""
+    import os
+    import signal
+
+    f = folder / "escaped-pids.txt"
+    for pid in (int(x) for x in f.read_text().split()) if f.exists() else []:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def alive(pid: int) -> bool:

@@ -22,15 +22,16 @@ does, so `_llama_cpp_sampling_fallback` restores that one fallback.
 from __future__ import annotations
 
 import re
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-from gguf import GGUFType, GGUFWriter, Metadata, size_label
+from gguf import GGUFType, GGUFValueType, GGUFWriter, Metadata, size_label
 
 from ..errors import DFlashError
-from ..bounds import escape_name
+from ..bounds import _kind, escape_name
 from ..files import read_json, side_file
 from ..io.gguf_writer import MetadataEntry
 
@@ -149,7 +150,23 @@ def general_metadata(
 
     writer = GGUFWriter(path=None, arch="dflash")
     writer.add_type(GGUFType.MODEL)
-    metadata.set_gguf_meta_model(writer)
+    try:
+        metadata.set_gguf_meta_model(writer)
+    except (ValueError, TypeError) as exc:  # a list of mappings where gguf-py wants strings, …
+        raise DFlashError(f"{directory / 'README.md'}: the model card's front matter holds a value a GGUF key cannot "
+                          f"take ({escape_name(str(exc), limit=120)}) — fix it") from None
+    for key, v in writer.kv_data[0].items():  # a card's front matter can hold any YAML: gguf-py writes it unchecked
+        items = v.value if v.type == GGUFValueType.ARRAY and isinstance(v.value, list) else [v.value]
+        want = v.sub_type if v.type == GGUFValueType.ARRAY else v.type
+        if want == GGUFValueType.STRING and not all(isinstance(x, str) for x in items):
+            bad = next(x for x in items if not isinstance(x, str))
+            raise DFlashError(f"{directory / 'README.md'}: the model card gives {key} as {_kind(bad)}, not text — "
+                              "fix its front matter (llama.cpp's converter stops there too)")
+        try:  # what the writer would do with it at the end, done now: a mixed list, an out-of-range number
+            writer._pack_val(v.value, v.type, add_vtype=True, sub_type=v.sub_type)
+        except (ValueError, TypeError, OverflowError, struct.error) as exc:
+            raise DFlashError(f"{directory / 'README.md'}: the model card's {key} cannot be written to a GGUF "
+                              f"({escape_name(str(exc), limit=120)}) — fix its front matter") from None
     return [
         MetadataEntry(key, v.value, v.type, v.sub_type)
         for key, v in writer.kv_data[0].items()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +72,7 @@ class Claim:
     work_fd: int | None = None
     work_ident: tuple[int, int] | None = None
     closed: bool = field(default=False)
+    owned: bool = False  # OUTDIR was found to hold nothing but this release's files (`foreign_entry`)
 
     @property
     def work(self) -> Path:
@@ -190,7 +192,7 @@ def claim(out: Path) -> Claim:
     return Claim(out, fd, created)
 
 
-def foreign_entry(claimed: Claim, own_names: set[str], own_pattern: "re.Pattern[str]", has_record: bool) -> str | None:
+def foreign_entry(claimed: Claim, own_names: set[str], own_pattern: re.Pattern[str], has_record: bool) -> str | None:
     """The first entry of OUTDIR that is not a release's (``own_names``, or a type file of ``own_pattern``), None
     when there is none. Without a release record of the same inputs only the work folder may be there."""
     names = []
@@ -227,5 +229,3 @@ def remove_unrecorded(claimed: Claim, type_files: Iterable[str], recorded: set[s
                 pass
     return removed
 
-
-import re  # noqa: E402  (for the annotation above)

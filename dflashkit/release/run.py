@@ -35,7 +35,7 @@ from .card import recommended, render_card, sha256_of, sha256sums
 from .inside import NotInside, sha256_inside
 from .jobs import JobSpec
 from .outdir import Claim, check_outside_inputs, claim, foreign_entry, remove_unrecorded
-from .runners import DEFAULT_RAY_TIMEOUT_S, run_in_process, run_pool, run_ray
+from .runners import DEFAULT_RAY_TIMEOUT_S, connect_ray, disconnect_ray, run_in_process, run_pool, run_ray
 from .schema import FORMAT, MAX_RELEASE_PROMPTS, RecordError, validate_record
 from .seal import machine_key, seal, verify
 
@@ -238,12 +238,13 @@ def release(
         try:
             return _run(claimed, src, target, type_names, files, name, settings, digest, say, options)
         except BaseException as exc:
+            if claimed.owned:  # only in a folder that is the release's: a user's files are never touched
+                remove_unrecorded(claimed, [f"{name}-{t}.gguf" for t in release_types()], _recorded(out))
             recorded = _recorded(out)
-            remove_unrecorded(claimed, [f"{name}-{t}.gguf" for t in release_types()], recorded)
-            if claimed.created and not recorded:
-                claimed.remove_work_folder()
+            if claimed.created and not os.path.lexists(out / RECORD):
+                claimed.remove_work_folder()  # stopped before it wrote anything: the folder it made goes too
                 try:
-                    os.rmdir(out)  # nothing of this run is worth keeping in a folder it made
+                    os.rmdir(out)
                 except OSError:
                     pass
             if isinstance(exc, KeyboardInterrupt):
@@ -265,11 +266,6 @@ def _recorded(out: Path) -> set[str]:
 
 def _run(claimed: Claim, src: Any, target: Any, type_names: list[str], files: dict[str, str], name: str,
          settings: dict[str, Any], digest: str, say: Callable[[str], None], o: Options) -> ReleaseResult:
-    from .. import __version__
-    from ..converters.convert import convert
-    from ..drafters import open_drafter
-    from ..llama_cpp.process import spec_type_of
-
     out = claimed.out
     previous = _load_previous(out, digest)
     own = {CARD, SUMS, RECORD, TIMINGS}
@@ -278,9 +274,28 @@ def _run(claimed: Claim, src: Any, target: Any, type_names: list[str], files: di
     if foreign is not None:
         raise UsageError(f"{out / foreign}: not a file of this release — dflash-release writes only into an empty "
                          "folder or a release of the same inputs; give another OUTDIR")
+    claimed.owned = True  # from here on, what OUTDIR holds is this release's
     inputs = [p for p in (src, target, o.prompts, o.target_gguf) if p is not None and Path(p).exists()]
     for f in [*files.values(), CARD, SUMS, RECORD, TIMINGS]:
         check_output(out / f, inputs=inputs, force=True)
+    # Ray first: an address that does not answer or a cluster that cannot run a job is said before minutes of work
+    ray = connect_ray(o.ray, o.ray_gpus_per_job, o.ray_timeout) if o.ray is not None else None
+    try:
+        return _run_connected(claimed, src, target, type_names, files, name, settings, digest, say, o, previous, ray)
+    finally:
+        if ray is not None:
+            disconnect_ray(ray[1])
+
+
+def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str], files: dict[str, str], name: str,
+                   settings: dict[str, Any], digest: str, say: Callable[[str], None], o: Options,
+                   previous: dict[str, Any] | None, ray: tuple[Any, str | None] | None) -> ReleaseResult:
+    from .. import __version__
+    from ..converters.convert import convert
+    from ..drafters import open_drafter
+    from ..llama_cpp.process import spec_type_of
+
+    out = claimed.out
     key = machine_key()
     claimed.make_work_folder()
     base = claimed.work_file(BASE)
@@ -351,8 +366,8 @@ def _run(claimed: Claim, src: Any, target: Any, type_names: list[str], files: di
 
     save()
     n = o.workers or min(len(specs), os.cpu_count() or 1) or 1
-    if specs and o.ray is not None:
-        run_ray(specs, o.ray, o.ray_gpus_per_job, o.ray_timeout, done, say)
+    if specs and ray is not None:
+        run_ray(specs, ray, o.ray_gpus_per_job, done, say)
     elif specs and n == 1:
         run_in_process(specs, done, say)
     elif specs:

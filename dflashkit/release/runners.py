@@ -30,7 +30,8 @@ from .jobs import JobSpec, run_job
 Done = Callable[[JobSpec, "dict | BaseException"], None]
 DEFAULT_RAY_TIMEOUT_S = 180.0
 #: Ray's longest socket path under its temp folder: ``/session_<date>_<time>_<usec>_<pid>/sockets/plasma_store``
-_RAY_SOCKET_TAIL = 80
+#: (``session_2026-11-27_03-38-43_325341_1179300`` is 42 characters with a 7-digit PID)
+_RAY_SOCKET_TAIL = 64
 _UNIX_PATH_MAX = 107
 
 
@@ -68,7 +69,25 @@ def run_in_process(specs: Sequence[JobSpec], done: Done, say: Callable[[str], No
         done(s, result)
 
 
+def _quiet_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker with its stderr on /dev/null. After an interrupt the main process
+    exits at once (`cli.common`), before the pool's queues are collected; the tracker then unlinks their semaphores
+    itself — and would print a multi-line "leaked semaphore objects" warning on the user's terminal about it."""
+    from multiprocessing import resource_tracker
+
+    saved = os.dup(2)
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+        resource_tracker.ensure_running()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def run_pool(specs: Sequence[JobSpec], workers: int, done: Done, say: Callable[[str], None]) -> None:
+    _quiet_resource_tracker()
     # spawn: a forked torch process can deadlock on the parent's thread pools
     pool = concurrent.futures.ProcessPoolExecutor(max_workers=workers, initializer=_worker_init,
                                                   mp_context=multiprocessing.get_context("spawn"))
@@ -82,7 +101,9 @@ def run_pool(specs: Sequence[JobSpec], workers: int, done: Done, say: Callable[[
             done(futures[fut], exc if exc is not None else fut.result())
     except BaseException:
         kill_workers()  # at once: waiting for running jobs took 18 s after a Ctrl-C
-        pool.shutdown(wait=False, cancel_futures=True)
+        # with the workers gone this returns at once, and drops the pool's queues: their semaphores are unlinked
+        # here, not reported as leaked by multiprocessing's resource tracker after we exit
+        pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
 
@@ -168,31 +189,29 @@ def disconnect_ray(temp_dir: str | None) -> None:
             remove_temp_dir(temp_dir)
 
 
-def run_ray(specs: Sequence[JobSpec], address: str, gpus: float, timeout: float, done: Done,
+def run_ray(specs: Sequence[JobSpec], connection: tuple[Any, str | None], gpus: float, done: Done,
             say: Callable[[str], None]) -> None:
-    ray, temp_dir = connect_ray(address, gpus, timeout)
+    """The jobs as Ray tasks on a `connect_ray` connection (its owner ends it)."""
+    ray, _ = connection
+    task = ray.remote(num_cpus=1, num_gpus=gpus, max_retries=0)(run_job)
+    pending = {}
+    for s in specs:
+        say(f"{s.type_name}: started (Ray task)")
+        pending[task.remote(s)] = s
     try:
-        task = ray.remote(num_cpus=1, num_gpus=gpus, max_retries=0)(run_job)
-        pending = {}
-        for s in specs:
-            say(f"{s.type_name}: started (Ray task)")
-            pending[task.remote(s)] = s
-        try:
-            while pending:
-                ready, _ = ray.wait(list(pending), num_returns=1)
-                spec = pending.pop(ready[0])
-                try:
-                    done(spec, ray.get(ready[0]))
-                except ray.exceptions.RayTaskError as exc:  # the job's own error, never Ray's traceback
-                    cause = exc.cause if isinstance(getattr(exc, "cause", None), BaseException) else exc
-                    done(spec, cause if isinstance(cause, DFlashError) else
-                         DFlashError(f"{spec.type_name}: {type(cause).__name__}: {str(cause).splitlines()[0][:300]}"))
-                except ray.exceptions.RayError as exc:  # a worker lost, the cluster gone: one line
-                    done(spec, DFlashError(f"{spec.type_name}: Ray: {type(exc).__name__}: "
-                                           f"{(str(exc).splitlines() or [''])[0][:300]}"))
-        except BaseException:
-            for ref in pending:
-                ray.cancel(ref, force=True)
-            raise
-    finally:
-        disconnect_ray(temp_dir)
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            spec = pending.pop(ready[0])
+            try:
+                done(spec, ray.get(ready[0]))
+            except ray.exceptions.RayTaskError as exc:  # the job's own error, never Ray's traceback
+                cause = exc.cause if isinstance(getattr(exc, "cause", None), BaseException) else exc
+                done(spec, cause if isinstance(cause, DFlashError) else
+                     DFlashError(f"{spec.type_name}: {type(cause).__name__}: {str(cause).splitlines()[0][:300]}"))
+            except ray.exceptions.RayError as exc:  # a worker lost, the cluster gone: one line
+                done(spec, DFlashError(f"{spec.type_name}: Ray: {type(exc).__name__}: "
+                                       f"{(str(exc).splitlines() or [''])[0][:300]}"))
+    except BaseException:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        raise
