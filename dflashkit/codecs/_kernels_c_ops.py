@@ -184,24 +184,25 @@ def put_d_dmin(out, b, max_scale, max_min):  # type: ignore[no-untyped-def]
 
 # ----------------------------------------------------------------------------------------- the cache's dependency
 @functools.cache
-def _source_sha256() -> str | None:
-    """sha256 of this file's text (line ends as \\n, whatever a checkout made them), or None where there is no
+def file_sha256(path: str) -> str | None:
+    """sha256 of a kernel module's text (line ends as \\n, whatever a checkout made them), or None where there is no
     source to read (numba caches nothing then)."""
-    if not __file__.endswith(".py"):
+    if not path.endswith(".py"):
         return None
     try:
-        with open(__file__, "rb") as f:
+        with open(path, "rb") as f:
             return hashlib.sha256(f.read().replace(b"\r\n", b"\n")).hexdigest()
     except OSError:
         return None
 
 
-def require_recorded_sha256(recorded: str, module: str) -> None:
-    """Refuse to load ``module``'s kernels when the sha256 it records for this file is not this file's: its
-    cached kernels may still run the helpers as they were (see the module docstring)."""
-    current = _source_sha256()
+def require_recorded_sha256(recorded: str, module: str, path: str = __file__) -> None:
+    """Refuse to load ``module``'s kernels when the sha256 it records for the helper file ``path`` (this one by
+    default) is not that file's: its cached kernels may still run the helpers as they were (module docstring)."""
+    current = file_sha256(path)
     if current is not None and recorded != current:
+        name = path.replace("\\", "/").rsplit("/", 1)[-1]
         raise RuntimeError(
-            f"{module}: C_OPS_SHA256 does not match dflashkit/codecs/_kernels_c_ops.py, whose helpers its numba "
-            f"kernels inline; set C_OPS_SHA256 = {current!r} in every _kernels_* module so numba recompiles them"
+            f"{module}: the sha256 it records for dflashkit/codecs/{name}, whose helpers its numba kernels inline, "
+            f"does not match; set it to {current!r} so numba recompiles them"
         )

@@ -16,7 +16,7 @@ from ._kernels_c_ops import (
 
 #: sha256 of ``_kernels_c_ops.py``, whose helpers these kernels inline: numba's cache is keyed on this file's text,
 #: so a change there has to change this line (see ``_kernels_c_ops``)
-C_OPS_SHA256 = "3ae4571ce3356b32579539874ba186e22eaff948548be3e20bd2bdf08d4d7816"
+C_OPS_SHA256 = "7b23dae62d456d5e0b8c1772218738daa90cff1db2a739219283c3ae8a2c3ea2"
 require_recorded_sha256(C_OPS_SHA256, __name__)
 
 

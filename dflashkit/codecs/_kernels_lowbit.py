@@ -1,0 +1,296 @@
+"""Numba kernels of Q4_1, Q2_K, Q3_K, IQ4_NL and IQ4_XS as ``ggml_quantize_chunk`` runs them without an importance
+matrix: ``quantize_row_q4_1_ref``, ``quantize_row_q2_K_ref``, ``quantize_row_q3_K_ref``, and for the IQ4 types
+``quantize_iq4_nl`` / ``quantize_iq4_xs`` (``quantize_row_iq4_nl_impl`` with 7 trial scales: what
+llama-quantize writes; ``quantize_row_iq4_nl_ref``'s single pass is not). The per-block bodies take a 1-D input
+and output with offsets (C's pointers), so `_kernels_weighted`'s row kernels run the same bodies with weights.
+
+Block kernels take ``x[n_blocks, block]`` float32 and write ``out[n_blocks, type_size]`` uint8.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._kernels_c_ops import (
+    _F0, _F1, _F_HALF, _F_TENTH, _JIT, as_int8, c_f32_to_i32, fp16_to_fp32, fp32_to_fp16, nearest_int, njit,
+    require_recorded_sha256,
+)
+from ._kernels_make import best_index_int8, make_q3_quants, make_qkx2_quants
+from . import _kernels_make
+
+#: sha256 of ``_kernels_c_ops.py`` and ``_kernels_make.py``, whose helpers these kernels inline (numba's cache is
+#: keyed on this file's text only)
+C_OPS_SHA256 = "7b23dae62d456d5e0b8c1772218738daa90cff1db2a739219283c3ae8a2c3ea2"
+MAKE_SHA256 = "b104fe4e951eed907b577077da6b9e246210dabbb26b9a8ec500aba836794942"
+require_recorded_sha256(C_OPS_SHA256, __name__)
+require_recorded_sha256(MAKE_SHA256, __name__, _kernels_make.__file__)
+
+KVALUES_IQ4NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.int8)
+_F15 = np.float32(15.0)
+
+
+@njit(**_JIT)
+def put16(o, pos, v):  # type: ignore[no-untyped-def]
+    """A little-endian uint16 (fp16 bits) at o[pos:pos+2]."""
+    o[pos] = v & 0xFF
+    o[pos + 1] = (v >> 8) & 0xFF
+
+
+@njit(**_JIT)
+def pack_2bit(L, o, pos):  # type: ignore[no-untyped-def]
+    """Q2_K / Q3_K qs: ``qs[j/4 + l] = L[j+l] | L[j+l+32] << 2 | L[j+l+64] << 4 | L[j+l+96] << 6``."""
+    for j in range(0, 256, 128):
+        for l in range(32):
+            o[pos + j // 4 + l] = (L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6)) & 0xFF
+
+
+@njit(**_JIT)
+def q4_1_kernel(x, out):  # type: ignore[no-untyped-def]
+    """quantize_row_q4_1_ref: d = (max-min)/15, m = min, q = MIN(15, (int8_t)((x-min)/d + 0.5))."""
+    for b in range(x.shape[0]):
+        mn = np.float32(3.4028234663852886e38)
+        mx = -mn
+        for j in range(32):
+            v = x[b, j]
+            if v < mn:
+                mn = v
+            if v > mx:
+                mx = v
+        d = (mx - mn) / _F15
+        idv = _F1 / d if d != _F0 else _F0
+        put16(out[b], 0, fp32_to_fp16(d))
+        put16(out[b], 2, fp32_to_fp16(mn))
+        for j in range(16):
+            xi0 = min(15, as_int8(c_f32_to_i32((x[b, j] - mn) * idv + _F_HALF))) & 0xFF
+            xi1 = min(15, as_int8(c_f32_to_i32((x[b, j + 16] - mn) * idv + _F_HALF))) & 0xFF
+            out[b, 4 + j] = (xi0 | (xi1 << 4)) & 0xFF
+
+
+@njit(**_JIT)
+def q2_k_ref_block(x, off, o, pos, L, Laux, weights, scales, mins):  # type: ignore[no-untyped-def]
+    """quantize_row_q2_K_ref on one super-block x[off:off+256] into o[pos:pos+84] (scales, qs, d, dmin)."""
+    max_scale = _F0
+    max_min = _F0
+    for j in range(16):
+        for l in range(16):
+            weights[l] = abs(x[off + 16 * j + l])
+        sc, m = make_qkx2_quants(x, off + 16 * j, 16, 3, weights, L, 16 * j, Laux, np.float32(-0.5), _F_TENTH, 15,
+                                 True)
+        scales[j] = sc
+        mins[j] = m
+        if sc > max_scale:
+            max_scale = sc
+        if m > max_min:
+            max_min = m
+    if max_scale > _F0:
+        iscale = _F15 / max_scale
+        for j in range(16):
+            o[pos + j] = nearest_int(iscale * scales[j]) & 0xFF
+        put16(o, pos + 80, fp32_to_fp16(max_scale / _F15))
+    else:
+        for j in range(16):
+            o[pos + j] = 0
+        put16(o, pos + 80, fp32_to_fp16(_F0))
+    if max_min > _F0:
+        iscale = _F15 / max_min
+        for j in range(16):
+            o[pos + j] = (o[pos + j] | (nearest_int(iscale * mins[j]) << 4)) & 0xFF
+        put16(o, pos + 82, fp32_to_fp16(max_min / _F15))
+    else:
+        put16(o, pos + 82, fp32_to_fp16(_F0))
+    dh = fp16_to_fp32(np.int64(o[pos + 80]) | (np.int64(o[pos + 81]) << 8))
+    mh = fp16_to_fp32(np.int64(o[pos + 82]) | (np.int64(o[pos + 83]) << 8))
+    for j in range(16):
+        d = dh * np.float32(o[pos + j] & 0xF)
+        if d == _F0:
+            continue
+        dm = mh * np.float32(o[pos + j] >> 4)
+        for ii in range(16):
+            L[16 * j + ii] = max(0, min(3, nearest_int((x[off + 16 * j + ii] + dm) / d)))
+    pack_2bit(L, o, pos + 16)
+
+
+@njit(**_JIT)
+def q2_k_kernel(x, out):  # type: ignore[no-untyped-def]
+    L = np.zeros(256, np.int64)
+    Laux = np.zeros(16, np.int64)
+    weights = np.zeros(16, np.float32)
+    scales = np.zeros(16, np.float32)
+    mins = np.zeros(16, np.float32)
+    for b in range(x.shape[0]):
+        q2_k_ref_block(x[b], 0, out[b], 0, L, Laux, weights, scales, mins)
+
+
+@njit(**_JIT)
+def q3_k_finish(x, off, o, pos, L):  # type: ignore[no-untyped-def]
+    """The end of quantize_row_q3_K_ref / _impl once scales[12] and d are stored: levels from the decoded scales
+    (where d is not 0), the high-bit mask and the 2-bit packing. Layout: hmask[32] qs[64] scales[12] d."""
+    dh = fp16_to_fp32(np.int64(o[pos + 108]) | (np.int64(o[pos + 109]) << 8))
+    for j in range(16):
+        low = np.int64(o[pos + 96 + j] & 0xF) if j < 8 else np.int64(o[pos + 96 + j - 8] >> 4)
+        high = (np.int64(o[pos + 96 + 8 + j % 4]) >> (2 * (j // 4))) & 3
+        sc = as_int8((low | (high << 4)) - 32)
+        d = dh * np.float32(sc)
+        if d == _F0:
+            continue
+        for ii in range(16):
+            L[16 * j + ii] = max(-4, min(3, nearest_int(x[off + 16 * j + ii] / d))) + 4
+    for k in range(32):
+        o[pos + k] = 0
+    m = 0
+    hm = 1
+    for j in range(256):
+        if L[j] > 3:
+            o[pos + m] = (o[pos + m] | hm) & 0xFF
+            L[j] -= 4
+        m += 1
+        if m == 32:
+            m = 0
+            hm <<= 1
+    pack_2bit(L, o, pos + 32)
+
+
+@njit(**_JIT)
+def q3_k_put_scale(o, pos, j, l):  # type: ignore[no-untyped-def]
+    """Store the 6-bit scale ``l`` (0..63) of sub-block j into scales[12] at o[pos:pos+12]."""
+    if j < 8:
+        o[pos + j] = l & 0xF
+    else:
+        o[pos + j - 8] = (o[pos + j - 8] | ((l & 0xF) << 4)) & 0xFF
+    o[pos + j % 4 + 8] = (o[pos + j % 4 + 8] | ((l >> 4) << (2 * (j // 4)))) & 0xFF
+
+
+@njit(**_JIT)
+def q3_k_ref_block(x, off, o, pos, L, scales):  # type: ignore[no-untyped-def]
+    """quantize_row_q3_K_ref on one super-block: make_q3_quants(16, 4, rmse) per sub-block, 6-bit signed scales."""
+    max_scale = _F0
+    amax = _F0
+    for j in range(16):
+        s = make_q3_quants(x, off + 16 * j, 16, 4, L, 16 * j, True)
+        scales[j] = s
+        if abs(s) > amax:
+            amax = abs(s)
+            max_scale = s
+    for k in range(12):
+        o[pos + 96 + k] = 0
+    if max_scale != _F0:
+        iscale = np.float32(-32.0) / max_scale
+        for j in range(16):
+            l = as_int8(nearest_int(iscale * scales[j]))  # int8_t l = nearest_int(...)
+            l = max(-32, min(31, l)) + 32
+            q3_k_put_scale(o, pos + 96, j, l)
+        put16(o, pos + 108, fp32_to_fp16(_F1 / iscale))
+    else:
+        put16(o, pos + 108, fp32_to_fp16(_F0))
+    q3_k_finish(x, off, o, pos, L)
+
+
+@njit(**_JIT)
+def q3_k_kernel(x, out):  # type: ignore[no-untyped-def]
+    L = np.zeros(256, np.int64)
+    scales = np.zeros(16, np.float32)
+    for b in range(x.shape[0]):
+        q3_k_ref_block(x[b], 0, out[b], 0, L, scales)
+
+
+@njit(**_JIT)
+def iq4_superblock(x, off, sbs, o, pos, qw, qoff, has_w, L, weight, scales):  # type: ignore[no-untyped-def]
+    """quantize_row_iq4_nl_impl(sbs, 32, x + off, …, has_w ? qw + qoff : NULL, ntry = 7) into o[pos:]: IQ4_NL
+    (sbs 32: d, qs[16]) or IQ4_XS (sbs 256: d, scales_h, scales_l[4], qs[128])."""
+    values = KVALUES_IQ4NL
+    v0 = np.float32(values[0])
+    sigma2 = _F0
+    for j in range(sbs):
+        sigma2 += x[off + j] * x[off + j]
+    sigma2 *= np.float32(2.0) / np.float32(sbs)
+    q4 = pos + 2 if sbs == 32 else pos + 8
+    for k in range(sbs // 2):
+        o[q4 + k] = 0
+    put16(o, pos, fp32_to_fp16(_F0))
+    max_scale = _F0
+    amax_scale = _F0
+    nb = sbs // 32
+    for ib in range(nb):
+        xo = off + 32 * ib
+        for j in range(32):
+            xj = x[xo + j]
+            weight[j] = qw[qoff + 32 * ib + j] * np.sqrt(sigma2 + xj * xj) if has_w else xj * xj
+        amax = _F0
+        mx = _F0
+        for j in range(32):
+            ax = abs(x[xo + j])
+            if ax > amax:
+                amax = ax
+                mx = x[xo + j]
+        if amax < np.float32(1e-15):
+            scales[ib] = _F0
+            continue
+        d = -mx / v0
+        idv = _F1 / d
+        sumqx = _F0
+        sumq2 = _F0
+        for j in range(32):
+            l = best_index_int8(16, values, idv * x[xo + j])
+            L[32 * ib + j] = l
+            q = np.float32(values[l])
+            w = weight[j]
+            sumqx += w * q * x[xo + j]
+            sumq2 += w * q * q
+        d = sumqx / sumq2 if sumq2 > _F0 else _F0
+        best = d * sumqx
+        for itry in range(-7, 8):
+            idv = np.float32(itry + values[0]) / mx
+            sumqx = _F0
+            sumq2 = _F0
+            for j in range(32):
+                q = np.float32(values[best_index_int8(16, values, idv * x[xo + j])])
+                w = weight[j]
+                sumqx += w * q * x[xo + j]
+                sumq2 += w * q * q
+            if sumq2 > _F0 and sumqx * sumqx > best * sumq2:
+                d = sumqx / sumq2
+                best = d * sumqx
+        scales[ib] = d
+        if abs(d) > amax_scale:
+            amax_scale = abs(d)
+            max_scale = d
+    if nb > 1:
+        o[pos + 2] = 0
+        o[pos + 3] = 0
+        scales_h = 0
+        d = -max_scale / np.float32(32)
+        put16(o, pos, fp32_to_fp16(d))
+        idv = _F1 / d if d != _F0 else _F0
+        for ib in range(nb):
+            l = max(-32, min(31, nearest_int(idv * scales[ib])))
+            dl = d * np.float32(l)
+            idl = _F1 / dl if dl != _F0 else _F0
+            for j in range(32):
+                L[32 * ib + j] = best_index_int8(16, values, idl * x[off + 32 * ib + j])
+            l += 32
+            if ib % 2 == 0:
+                o[pos + 4 + ib // 2] = l & 0xF
+            else:
+                o[pos + 4 + ib // 2] = (o[pos + 4 + ib // 2] | ((l & 0xF) << 4)) & 0xFF
+            scales_h |= (l >> 4) << (2 * (ib % 8))
+        put16(o, pos + 2, scales_h & 0xFFFF)
+    else:
+        put16(o, pos, fp32_to_fp16(scales[0]))
+        idv = _F1 / scales[0] if scales[0] != _F0 else _F0
+        for j in range(sbs):
+            L[j] = best_index_int8(16, values, idv * x[off + j])
+    for i in range(sbs // 32):
+        for j in range(16):
+            o[q4 + 16 * i + j] = (L[32 * i + j] | (L[32 * i + 16 + j] << 4)) & 0xFF
+
+
+@njit(**_JIT)
+def iq4_kernel(x, out):  # type: ignore[no-untyped-def]
+    """quantize_iq4_nl / quantize_iq4_xs without weights: blocks of 32 (IQ4_NL) or 256 (IQ4_XS)."""
+    sbs = x.shape[1]
+    L = np.zeros(sbs, np.int64)
+    weight = np.zeros(32, np.float32)
+    scales = np.zeros(sbs // 32, np.float32)
+    none = np.zeros(1, np.float32)
+    for b in range(x.shape[0]):
+        iq4_superblock(x[b], 0, sbs, out[b], 0, none, 0, False, L, weight, scales)

@@ -1,0 +1,369 @@
+"""ggml's scale searches for the low-bit and importance-weighted quantizers, statement by statement.
+
+Transcriptions of ``ggml/src/ggml-quants.c``: ``make_qx_quants`` (every ``rmse_type``, optional weights),
+``make_q3_quants``, ``make_qkx2_quants`` (``use_mad`` included), ``make_qkx3_quants`` (mainline b11549's form: a
+trial level of a non-finite or out-of-range value is clamped before ``nearest_int`` — the pinned 0.3.36 build
+reads it as garbage there; both agree on every finite weight), ``make_qp_quants`` and ``best_index_int8``. Each
+works on ``x[off:off+n]`` of a 1-D float32 array (C's pointer arithmetic) and writes levels into an int64 ``L``
+at its own offset ``lo``; where C keeps levels in ``uint8_t`` the value stored is masked to 8 bits and read back so,
+exactly as C wraps it. Every sum is float32 and sequential, every int → float conversion explicit (module doc of
+``_kernels``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._kernels_c_ops import _F0, _F1, _F_TENTH, _GROUP_MAX_EPS, _JIT, nearest_int, njit, require_recorded_sha256
+
+#: sha256 of ``_kernels_c_ops.py`` (see there)
+C_OPS_SHA256 = "7b23dae62d456d5e0b8c1772218738daa90cff1db2a739219283c3ae8a2c3ea2"
+require_recorded_sha256(C_OPS_SHA256, __name__)
+
+_F_HALF = np.float32(0.5)
+
+
+@njit(**_JIT)
+def qx_weight(x, off, i, qw, qoff, has_w, rmse_type):  # type: ignore[no-untyped-def]
+    """``qw ? qw[i] : rmse_type == 1 ? x*x : rmse_type == 2 ? 1 : rmse_type == 3 ? fabsf(x) : sqrtf(fabsf(x))``."""
+    if has_w:
+        return qw[qoff + i]
+    xi = x[off + i]
+    if rmse_type == 1:
+        return xi * xi
+    if rmse_type == 2:
+        return _F1
+    if rmse_type == 3:
+        return abs(xi)
+    return np.sqrt(abs(xi))
+
+
+@njit(**_JIT)
+def make_qx_quants(x, off, n, nmax, L, lo, rmse_type, qw, qoff, has_w):  # type: ignore[no-untyped-def]
+    """make_qx_quants(n, nmax, x + off, L + lo, rmse_type, has_w ? qw + qoff : NULL); int8 levels + nmax."""
+    mx = _F0
+    amax = _F0
+    for i in range(n):
+        ax = abs(x[off + i])
+        if ax > amax:
+            amax = ax
+            mx = x[off + i]
+    if amax < _GROUP_MAX_EPS:
+        for i in range(n):
+            L[lo + i] = 0
+        return _F0
+    fnmax = np.float32(nmax)
+    iscale = np.float32(-nmax) / mx
+    if rmse_type == 0:
+        for i in range(n):
+            l = nearest_int(iscale * x[off + i])
+            L[lo + i] = nmax + max(-nmax, min(nmax - 1, l))
+        return _F1 / iscale
+    return_early = False
+    if rmse_type < 0:
+        rmse_type = -rmse_type
+        return_early = True
+    sumlx = _F0
+    suml2 = _F0
+    for i in range(n):
+        xi = x[off + i]
+        l = max(-nmax, min(nmax - 1, nearest_int(iscale * xi)))
+        L[lo + i] = l + nmax
+        w = qx_weight(x, off, i, qw, qoff, has_w, rmse_type)
+        fl = np.float32(l)
+        sumlx += w * xi * fl
+        suml2 += w * fl * fl
+    scale = sumlx / suml2 if suml2 != _F0 else _F0
+    if return_early:
+        return _F_HALF * (scale + _F1 / iscale) if suml2 > _F0 else _F1 / iscale
+    best = scale * sumlx
+    for step in range(-9, 10):
+        if step == 0:
+            continue
+        iscale = -(fnmax + _F_TENTH * np.float32(step)) / mx
+        sumlx = _F0
+        suml2 = _F0
+        for i in range(n):
+            xi = x[off + i]
+            fl = np.float32(max(-nmax, min(nmax - 1, nearest_int(iscale * xi))))
+            w = qx_weight(x, off, i, qw, qoff, has_w, rmse_type)
+            sumlx += w * xi * fl
+            suml2 += w * fl * fl
+        if suml2 > _F0 and sumlx * sumlx > best * suml2:
+            for i in range(n):
+                L[lo + i] = nmax + max(-nmax, min(nmax - 1, nearest_int(iscale * x[off + i])))
+            scale = sumlx / suml2
+            best = scale * sumlx
+    return scale
+
+
+@njit(**_JIT)
+def make_q3_quants(x, off, n, nmax, L, lo, do_rmse):  # type: ignore[no-untyped-def]
+    """make_q3_quants(n, nmax, x + off, L + lo, do_rmse): weights x*x, 5 passes of per-value refinement."""
+    mx = _F0
+    amax = _F0
+    for i in range(n):
+        ax = abs(x[off + i])
+        if ax > amax:
+            amax = ax
+            mx = x[off + i]
+    if amax < _GROUP_MAX_EPS:
+        for i in range(n):
+            L[lo + i] = 0
+        return _F0
+    iscale = np.float32(-nmax) / mx
+    if do_rmse:
+        sumlx = _F0
+        suml2 = _F0
+        for i in range(n):
+            xi = x[off + i]
+            l = max(-nmax, min(nmax - 1, nearest_int(iscale * xi)))
+            L[lo + i] = l
+            w = xi * xi
+            fl = np.float32(l)
+            sumlx += w * xi * fl
+            suml2 += w * fl * fl
+        for _itry in range(5):
+            n_changed = 0
+            for i in range(n):
+                xi = x[off + i]
+                w = xi * xi
+                fli = np.float32(L[lo + i])
+                slx = sumlx - w * xi * fli
+                if slx > _F0:
+                    sl2 = suml2 - w * fli * fli
+                    new_l = max(-nmax, min(nmax - 1, nearest_int(xi * sl2 / slx)))
+                    if new_l != L[lo + i]:
+                        fnew = np.float32(new_l)
+                        slx += w * xi * fnew
+                        sl2 += w * fnew * fnew
+                        if sl2 > _F0 and slx * slx * suml2 > sumlx * sumlx * sl2:
+                            L[lo + i] = new_l
+                            sumlx = slx
+                            suml2 = sl2
+                            n_changed += 1
+            if n_changed == 0:
+                break
+        for i in range(n):
+            L[lo + i] += nmax
+        return sumlx / suml2 if suml2 > _F0 else _F0
+    for i in range(n):
+        L[lo + i] = nmax + max(-nmax, min(nmax - 1, nearest_int(iscale * x[off + i])))
+    return _F1 / iscale
+
+
+@njit(**_JIT)
+def make_qkx2_quants(x, off, n, nmax, w, L, lo, Laux, rmin, rdelta, nstep, use_mad):  # type: ignore[no-untyped-def]
+    """make_qkx2_quants(n, nmax, x + off, w, L + lo, &the_min, Laux, rmin, rdelta, nstep, use_mad): (scale, the_min)."""
+    mn = x[off]
+    mx = x[off]
+    sum_w = w[0]
+    sum_x = sum_w * x[off]
+    for i in range(1, n):
+        xi = x[off + i]
+        if xi < mn:
+            mn = xi
+        if xi > mx:
+            mx = xi
+        sum_w += w[i]
+        sum_x += w[i] * xi
+    if mn > _F0:
+        mn = _F0
+    if mx == mn:
+        for i in range(n):
+            L[lo + i] = 0
+        return _F0, -mn
+    fnmax = np.float32(nmax)
+    iscale = fnmax / (mx - mn)
+    scale = _F1 / iscale
+    best_error = _F0
+    for i in range(n):
+        xi = x[off + i]
+        l = max(0, min(nmax, nearest_int(iscale * (xi - mn))))
+        L[lo + i] = l
+        diff = scale * np.float32(l) + mn - xi
+        diff = abs(diff) if use_mad else diff * diff
+        best_error += w[i] * diff
+    if nstep < 1:
+        return scale, -mn
+    for step in range(nstep + 1):
+        iscale = (rmin + rdelta * np.float32(step) + fnmax) / (mx - mn)
+        sum_l = _F0
+        sum_l2 = _F0
+        sum_xl = _F0
+        for i in range(n):
+            xi = x[off + i]
+            l = max(0, min(nmax, nearest_int(iscale * (xi - mn))))
+            Laux[i] = l
+            wl = w[i] * np.float32(l)
+            sum_l += wl
+            sum_l2 += wl * np.float32(l)
+            sum_xl += wl * xi
+        D = sum_w * sum_l2 - sum_l * sum_l
+        if D > _F0:
+            this_scale = (sum_w * sum_xl - sum_x * sum_l) / D
+            this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D
+            if this_min > _F0:
+                this_min = _F0
+                this_scale = sum_xl / sum_l2
+            cur_error = _F0
+            for i in range(n):
+                diff = this_scale * np.float32(Laux[i]) + this_min - x[off + i]
+                diff = abs(diff) if use_mad else diff * diff
+                cur_error += w[i] * diff
+            if cur_error < best_error:
+                for i in range(n):
+                    L[lo + i] = Laux[i]
+                best_error = cur_error
+                scale = this_scale
+                mn = this_min
+    return scale, -mn
+
+
+@njit(**_JIT)
+def make_qkx3_quants(x, off, n, nmax, w, L, lo, Laux, rmin, rdelta, nstep):  # type: ignore[no-untyped-def]
+    """make_qkx3_quants(n, nmax, x + off, w, L + lo, &the_min, Laux, rmin, rdelta, nstep, use_mad = false):
+    (scale, the_min). Weights are always given here (every caller passes them)."""
+    mn = x[off]
+    mx = x[off]
+    sum_w = w[0]
+    sum_x = sum_w * x[off]
+    for i in range(1, n):
+        xi = x[off + i]
+        if xi < mn:
+            mn = xi
+        if xi > mx:
+            mx = xi
+        sum_w += w[i]
+        sum_x += w[i] * xi
+    if mn > _F0:
+        mn = _F0
+    if mx <= mn:
+        for i in range(n):
+            L[lo + i] = 0
+        return _F0, -mn
+    fnmax = np.float32(nmax)
+    iscale = fnmax / (mx - mn)
+    scale = _F1 / iscale
+    best_mad = _F0
+    for i in range(n):
+        xi = x[off + i]
+        l = max(0, min(nmax, nearest_int(iscale * (xi - mn))))
+        L[lo + i] = l
+        diff = scale * np.float32(l) + mn - xi
+        best_mad += w[i] * (diff * diff)
+    if nstep < 1:
+        return scale, -mn
+    for step in range(nstep + 1):
+        iscale = (rmin + rdelta * np.float32(step) + fnmax) / (mx - mn)
+        sum_l = _F0
+        sum_l2 = _F0
+        sum_xl = _F0
+        for i in range(n):
+            xi = x[off + i]
+            v = iscale * (xi - mn)
+            l = nearest_int(v if v < fnmax else fnmax) if v > _F0 else 0  # MIN(v, nmax): v, unless v >= nmax
+            Laux[i] = l
+            wl = w[i] * np.float32(l)
+            sum_l += wl
+            sum_l2 += wl * np.float32(l)
+            sum_xl += wl * xi
+        D = sum_w * sum_l2 - sum_l * sum_l
+        if D > _F0:
+            this_scale = (sum_w * sum_xl - sum_x * sum_l) / D
+            this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D
+            if this_min > _F0:
+                this_min = _F0
+                this_scale = sum_xl / sum_l2
+            mad = _F0
+            for i in range(n):
+                diff = this_scale * np.float32(Laux[i]) + this_min - x[off + i]
+                mad += w[i] * (diff * diff)
+            if mad < best_mad:
+                for i in range(n):
+                    L[lo + i] = Laux[i]
+                best_mad = mad
+                scale = this_scale
+                mn = this_min
+    return scale, -mn
+
+
+@njit(**_JIT)
+def make_qp_quants(n, nmax, x, L, qw):  # type: ignore[no-untyped-def]
+    """make_qp_quants(n, nmax, x, L, quant_weights) on x[0:n] (the sub-block scales or mins), uint8 levels."""
+    mx = _F0
+    for i in range(n):
+        mx = mx if mx > x[i] else x[i]
+    if mx < _GROUP_MAX_EPS:
+        for i in range(n):
+            L[i] = 0
+        return _F0
+    fnmax = np.float32(nmax)
+    iscale = fnmax / mx
+    for i in range(n):
+        L[i] = nearest_int(iscale * x[i]) & 0xFF
+    scale = _F1 / iscale
+    best_mse = _F0
+    for i in range(n):
+        diff = x[i] - scale * np.float32(L[i])
+        best_mse += qw[i] * diff * diff
+    for step in range(-4, 5):
+        if step == 0:
+            continue
+        iscale_is = (_F_TENTH * np.float32(step) + fnmax) / mx
+        scale_is = _F1 / iscale_is
+        mse = _F0
+        for i in range(n):
+            l = min(nmax, nearest_int(iscale_is * x[i]))
+            diff = x[i] - scale_is * np.float32(l)
+            mse += qw[i] * diff * diff
+        if mse < best_mse:
+            best_mse = mse
+            iscale = iscale_is
+    sumlx = _F0
+    suml2 = _F0
+    for i in range(n):
+        l = min(nmax, nearest_int(iscale * x[i]))
+        L[i] = l & 0xFF
+        fl = np.float32(l)
+        sumlx += qw[i] * x[i] * fl
+        suml2 += qw[i] * fl * fl
+    for _itry in range(5):
+        n_changed = 0
+        for i in range(n):
+            w = qw[i]
+            fli = np.float32(L[i])
+            slx = sumlx - w * x[i] * fli
+            sl2 = suml2 - w * fli * fli
+            if slx > _F0 and sl2 > _F0:
+                new_l = min(nmax, nearest_int(x[i] * sl2 / slx))
+                if new_l != L[i]:
+                    fnew = np.float32(new_l)
+                    slx += w * x[i] * fnew
+                    sl2 += w * fnew * fnew
+                    if slx * slx * suml2 > sumlx * sumlx * sl2:
+                        L[i] = new_l & 0xFF
+                        sumlx = slx
+                        suml2 = sl2
+                        n_changed += 1
+        if n_changed == 0:
+            break
+    return sumlx / suml2 if suml2 > _F0 else _F0
+
+
+@njit(**_JIT)
+def best_index_int8(n, val, x):  # type: ignore[no-untyped-def]
+    """best_index_int8(n, val, x): the index of the value of ``val`` (sorted int8 levels) nearest to x."""
+    if x <= np.float32(val[0]):
+        return 0
+    if x >= np.float32(val[n - 1]):
+        return n - 1
+    ml = 0
+    mu = n - 1
+    while mu - ml > 1:
+        mav = (ml + mu) // 2
+        if x < np.float32(val[mav]):
+            mu = mav
+        else:
+            ml = mav
+    return mu - 1 if x - np.float32(val[mu - 1]) < np.float32(val[mu]) - x else mu

@@ -1,0 +1,336 @@
+"""Numba kernels of ggml's importance-weighted quantizers: what ``ggml_quantize_chunk`` runs when llama-quantize has
+an importance matrix (``quantize_row_*_impl`` of ``ggml-quants.c``) — Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K,
+Q6_K, IQ4_NL and IQ4_XS. (Q8_0 takes no weights: ggml ignores them.)
+
+Row kernels: ``kernel(x[rows, n], qw[n], out[rows, row_bytes])`` — the importance matrix holds one weight per
+column, the same for every row, and the 32-value types' ``sigma2`` is the mean square of the whole row, so a row is
+the unit here (`base.run_chunked` splits rows across threads). Statement-by-statement transcriptions; the shared
+searches are `_kernels_make`'s, the low-bit bodies `_kernels_lowbit`'s.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._kernels_c_ops import _F0, _F1, _GROUP_MAX_EPS, _JIT, as_int8, fp16_to_fp32, fp32_to_fp16, nearest_int, njit
+from ._kernels_c_ops import require_recorded_sha256
+from ._kernels_lowbit import iq4_superblock, pack_2bit, put16, q3_k_finish, q3_k_put_scale
+from ._kernels_make import make_qkx3_quants, make_qp_quants, make_qx_quants
+from . import _kernels_lowbit, _kernels_make
+
+#: sha256 of the helper files these kernels inline (numba's cache is keyed on this file's text only)
+C_OPS_SHA256 = "7b23dae62d456d5e0b8c1772218738daa90cff1db2a739219283c3ae8a2c3ea2"
+MAKE_SHA256 = "b104fe4e951eed907b577077da6b9e246210dabbb26b9a8ec500aba836794942"
+LOWBIT_SHA256 = "9e7f4119fcf33281a00611f0a33d9afb22336c286107cfe006e5f8807aa3d9eb"
+require_recorded_sha256(C_OPS_SHA256, __name__)
+require_recorded_sha256(MAKE_SHA256, __name__, _kernels_make.__file__)
+require_recorded_sha256(LOWBIT_SHA256, __name__, _kernels_lowbit.__file__)
+
+_F_M09 = np.float32(-0.9)
+_F_005 = np.float32(0.05)
+_F2 = np.float32(2.0)
+_F256 = np.float32(256.0)
+
+
+@njit(**_JIT)
+def _row_sigma2(xr):  # type: ignore[no-untyped-def]
+    """``sum_x2 / n_per_row`` of the 32-value types' impls: the mean square of the whole row."""
+    s = _F0
+    for j in range(xr.shape[0]):
+        s += xr[j] * xr[j]
+    return s / np.float32(xr.shape[0])
+
+
+@njit(**_JIT)
+def _sigma_weights(xr, off, qw, n, sigma2, weight):  # type: ignore[no-untyped-def]
+    """``weight[j] = qw[j] * sqrtf(sigma2 + x[j]*x[j])`` over x[off:off+n] and qw[off:off+n]."""
+    for j in range(n):
+        xj = xr[off + j]
+        weight[j] = qw[off + j] * np.sqrt(sigma2 + xj * xj)
+
+
+@njit(**_JIT)
+def _pack_q5(o, pos_qh, pos_qs, L):  # type: ignore[no-untyped-def]
+    """q5_0 / q5_1: low nibbles into qs, the 5th bits into the little-endian uint32 qh."""
+    qh = 0
+    for j in range(16):
+        xi0 = L[j] & 0xFF
+        xi1 = L[j + 16] & 0xFF
+        o[pos_qs + j] = (xi0 & 0x0F) | ((xi1 & 0x0F) << 4)
+        qh |= ((xi0 & 0x10) >> 4) << j
+        qh |= ((xi1 & 0x10) >> 4) << (j + 16)
+    for k in range(4):
+        o[pos_qh + k] = (qh >> (8 * k)) & 0xFF
+
+
+@njit(**_JIT)
+def legacy_w_kernel(x, qw, out, kind):  # type: ignore[no-untyped-def]
+    """quantize_row_{q4_0,q4_1,q5_0,q5_1}_impl with weights (``kind`` 0, 1, 2, 3)."""
+    L = np.zeros(32, np.int64)
+    Laux = np.zeros(32, np.int64)
+    weight = np.zeros(32, np.float32)
+    ts = (18, 20, 22, 24)[kind]
+    for r in range(x.shape[0]):
+        xr = x[r]
+        o = out[r]
+        sigma2 = _row_sigma2(xr)
+        for ib in range(xr.shape[0] // 32):
+            _sigma_weights(xr, 32 * ib, qw, 32, sigma2, weight)
+            pos = ib * ts
+            if kind == 0 or kind == 2:
+                d = make_qx_quants(xr, 32 * ib, 32, 8 if kind == 0 else 16, L, 0, 1, weight, 0, True)
+                put16(o, pos, fp32_to_fp16(d))
+                if kind == 0:
+                    for j in range(16):
+                        o[pos + 2 + j] = (L[j] | (L[j + 16] << 4)) & 0xFF
+                else:
+                    _pack_q5(o, pos + 2, pos + 6, L)
+            else:
+                d, mn = make_qkx3_quants(xr, 32 * ib, 32, 15 if kind == 1 else 31, weight, L, 0, Laux, _F_M09,
+                                         _F_005, 36)
+                put16(o, pos, fp32_to_fp16(d))
+                put16(o, pos + 2, fp32_to_fp16(-mn))
+                if kind == 1:
+                    for j in range(16):
+                        o[pos + 4 + j] = (L[j] | (L[j + 16] << 4)) & 0xFF
+                else:
+                    _pack_q5(o, pos + 4, pos + 8, L)
+
+
+@njit(**_JIT)
+def q2_k_w_kernel(x, qw, out):  # type: ignore[no-untyped-def]
+    """quantize_row_q2_K_impl: make_qkx3_quants per 16 with sigma-weights, make_qp_quants for scales and mins."""
+    L = np.zeros(256, np.int64)
+    Laux = np.zeros(16, np.int64)
+    weight = np.zeros(16, np.float32)
+    scales = np.zeros(16, np.float32)
+    mins = np.zeros(16, np.float32)
+    sw = np.zeros(16, np.float32)
+    Ls = np.zeros(16, np.int64)
+    Lm = np.zeros(16, np.int64)
+    for r in range(x.shape[0]):
+        xr = x[r]
+        o = out[r]
+        for i in range(xr.shape[0] // 256):
+            off = 256 * i
+            pos = 84 * i
+            for j in range(16):
+                sw[j] = _F0
+            sumx2 = _F0
+            for j in range(256):
+                sumx2 += xr[off + j] * xr[off + j]
+            sigma2 = sumx2 / _F256
+            for j in range(16):
+                _sigma_weights(xr, off + 16 * j, qw, 16, sigma2, weight)
+                for l in range(16):
+                    sw[j] += weight[l]
+                scales[j], mins[j] = make_qkx3_quants(xr, off + 16 * j, 16, 3, weight, L, 16 * j, Laux, _F_M09,
+                                                      _F_005, 36)
+            dm = make_qp_quants(16, 15, scales, Ls, sw)
+            mm = make_qp_quants(16, 15, mins, Lm, sw)
+            d16 = fp32_to_fp16(dm)
+            m16 = fp32_to_fp16(mm)
+            put16(o, pos + 80, d16)
+            put16(o, pos + 82, m16)
+            dm = fp16_to_fp32(d16)
+            mm = fp16_to_fp32(m16)
+            for j in range(16):
+                o[pos + j] = (Ls[j] | (Lm[j] << 4)) & 0xFF
+            for j in range(16):
+                d = dm * np.float32(o[pos + j] & 0xF)
+                if d == _F0:
+                    continue
+                m = mm * np.float32(o[pos + j] >> 4)
+                for ii in range(16):
+                    L[16 * j + ii] = max(0, min(3, nearest_int((xr[off + 16 * j + ii] + m) / d)))
+            pack_2bit(L, o, pos + 16)
+
+
+@njit(**_JIT)
+def q3_k_w_kernel(x, qw, out):  # type: ignore[no-untyped-def]
+    """quantize_row_q3_K_impl: make_qx_quants(16, 4) per 16 with sigma-weights, the scales by make_qx_quants(32)."""
+    L = np.zeros(256, np.int64)
+    weight = np.zeros(16, np.float32)
+    scales = np.zeros(16, np.float32)
+    sw = np.zeros(16, np.float32)
+    Ls = np.zeros(16, np.int64)
+    for r in range(x.shape[0]):
+        xr = x[r]
+        o = out[r]
+        for i in range(xr.shape[0] // 256):
+            off = 256 * i
+            pos = 110 * i
+            sumx2 = _F0
+            for j in range(256):
+                sumx2 += xr[off + j] * xr[off + j]
+            sigma2 = _F2 * sumx2 / _F256
+            for j in range(16):
+                _sigma_weights(xr, off + 16 * j, qw, 16, sigma2, weight)
+                sumw = _F0
+                for l in range(16):
+                    sumw += weight[l]
+                sw[j] = sumw
+                scales[j] = make_qx_quants(xr, off + 16 * j, 16, 4, L, 16 * j, 1, weight, 0, True)
+            for k in range(12):
+                o[pos + 96 + k] = 0
+            d_block = make_qx_quants(scales, 0, 16, 32, Ls, 0, 1, sw, 0, True)
+            for j in range(16):
+                q3_k_put_scale(o, pos + 96, j, Ls[j])
+            put16(o, pos + 108, fp32_to_fp16(d_block))
+            q3_k_finish(xr, off, o, pos, L)
+
+
+@njit(**_JIT)
+def _k4_scale_min(o, pos, j):  # type: ignore[no-untyped-def]
+    """get_scale_min_k4(j, scales at o[pos:pos+12])."""
+    if j < 4:
+        return o[pos + j] & 63, o[pos + j + 4] & 63
+    return (o[pos + j + 4] & 0xF) | ((o[pos + j - 4] >> 6) << 4), (o[pos + j + 4] >> 4) | ((o[pos + j] >> 6) << 4)
+
+
+@njit(**_JIT)
+def q45_k_w_kernel(x, qw, out, nmax):  # type: ignore[no-untyped-def]
+    """quantize_row_q4_K_impl (nmax 15) / q5_K_impl (nmax 31) with weights."""
+    L = np.zeros(256, np.int64)
+    Laux = np.zeros(32, np.int64)
+    weight = np.zeros(32, np.float32)
+    scales = np.zeros(8, np.float32)
+    mins = np.zeros(8, np.float32)
+    sw = np.zeros(8, np.float32)
+    Ls = np.zeros(8, np.int64)
+    Lm = np.zeros(8, np.int64)
+    ts = 144 if nmax == 15 else 176
+    for r in range(x.shape[0]):
+        xr = x[r]
+        o = out[r]
+        for i in range(xr.shape[0] // 256):
+            off = 256 * i
+            pos = ts * i
+            sum_x2 = _F0
+            for l in range(256):
+                sum_x2 += xr[off + l] * xr[off + l]
+            sigma2 = _F2 * sum_x2 / _F256
+            for j in range(8):
+                _sigma_weights(xr, off + 32 * j, qw, 32, sigma2, weight)
+                sumw = _F0
+                for l in range(32):
+                    sumw += weight[l]
+                sw[j] = sumw
+                scales[j], mins[j] = make_qkx3_quants(xr, off + 32 * j, 32, nmax, weight, L, 32 * j, Laux, _F_M09,
+                                                      _F_005, 36)
+            d_block = make_qp_quants(8, 63, scales, Ls, sw)
+            m_block = make_qp_quants(8, 63, mins, Lm, sw)
+            for k in range(12):
+                o[pos + 4 + k] = 0
+            for j in range(8):
+                ls = Ls[j]
+                lm = Lm[j]
+                if nmax == 31:  # q5_K_impl clamps; q4_K_impl stores the uint8 as it is
+                    ls = min(63, ls)
+                    lm = min(63, lm)
+                if j < 4:
+                    o[pos + 4 + j] = ls
+                    o[pos + 4 + j + 4] = lm
+                else:
+                    o[pos + 4 + j + 4] = ((ls & 0xF) | ((lm & 0xF) << 4)) & 0xFF
+                    o[pos + 4 + j - 4] = (o[pos + 4 + j - 4] | ((ls >> 4) << 6)) & 0xFF
+                    o[pos + 4 + j] = (o[pos + 4 + j] | ((lm >> 4) << 6)) & 0xFF
+            d16 = fp32_to_fp16(d_block)
+            m16 = fp32_to_fp16(m_block)
+            put16(o, pos, d16)
+            put16(o, pos + 2, m16)
+            dh = fp16_to_fp32(d16)
+            mh = fp16_to_fp32(m16)
+            for j in range(8):
+                sc, m = _k4_scale_min(o, pos + 4, j)
+                d = dh * np.float32(sc)
+                if d == _F0:
+                    continue
+                dm = mh * np.float32(m)
+                for ii in range(32):
+                    L[32 * j + ii] = max(0, min(nmax, nearest_int((xr[off + 32 * j + ii] + dm) / d)))
+            if nmax == 15:
+                for jj in range(4):
+                    for l in range(32):
+                        o[pos + 16 + 32 * jj + l] = (L[64 * jj + l] | (L[64 * jj + l + 32] << 4)) & 0xFF
+            else:
+                for j in range(32):
+                    o[pos + 16 + j] = 0
+                m1 = 1
+                m2 = 2
+                for nn in range(4):
+                    for j in range(32):
+                        l1 = L[64 * nn + j]
+                        if l1 > 15:
+                            l1 -= 16
+                            o[pos + 16 + j] |= m1
+                        l2 = L[64 * nn + j + 32]
+                        if l2 > 15:
+                            l2 -= 16
+                            o[pos + 16 + j] |= m2
+                        o[pos + 48 + 32 * nn + j] = l1 | (l2 << 4)
+                    m1 <<= 2
+                    m2 <<= 2
+
+
+@njit(**_JIT)
+def q6_k_w_kernel(x, qw, out):  # type: ignore[no-untyped-def]
+    """quantize_row_q6_K_impl: make_qx_quants(16, 32, rmse 1) with the importance weights themselves."""
+    L = np.zeros(256, np.int64)
+    scales = np.zeros(16, np.float32)
+    sc8 = np.zeros(16, np.int64)
+    for r in range(x.shape[0]):
+        xr = x[r]
+        o = out[r]
+        for i in range(xr.shape[0] // 256):
+            off = 256 * i
+            pos = 210 * i
+            max_scale = _F0
+            max_abs_scale = _F0
+            for ib in range(16):
+                s = make_qx_quants(xr, off + 16 * ib, 16, 32, L, 16 * ib, 1, qw, off + 16 * ib, True)
+                scales[ib] = s
+                if abs(s) > max_abs_scale:
+                    max_abs_scale = abs(s)
+                    max_scale = s
+            if max_abs_scale < _GROUP_MAX_EPS:
+                for k in range(210):
+                    o[pos + k] = 0
+                continue
+            iscale = np.float32(-128.0) / max_scale
+            d16 = fp32_to_fp16(_F1 / iscale)
+            put16(o, pos + 208, d16)
+            for ib in range(16):
+                s8 = as_int8(min(127, nearest_int(iscale * scales[ib])))
+                sc8[ib] = s8
+                o[pos + 192 + ib] = s8 & 0xFF
+            dh = fp16_to_fp32(d16)
+            for j in range(16):
+                d = dh * np.float32(sc8[j])
+                if d == _F0:
+                    continue
+                for ii in range(16):
+                    L[16 * j + ii] = max(-32, min(31, nearest_int(xr[off + 16 * j + ii] / d))) + 32
+            for half in range(2):
+                j = 128 * half
+                for l in range(32):
+                    q1 = L[j + l] & 0xF
+                    q2 = L[j + l + 32] & 0xF
+                    q3 = L[j + l + 64] & 0xF
+                    q4 = L[j + l + 96] & 0xF
+                    o[pos + 64 * half + l] = q1 | (q3 << 4)
+                    o[pos + 64 * half + l + 32] = q2 | (q4 << 4)
+                    o[pos + 128 + 32 * half + l] = ((L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2)
+                                                    | ((L[j + l + 64] >> 4) << 4) | ((L[j + l + 96] >> 4) << 6))
+
+
+@njit(**_JIT)
+def iq4_w_kernel(x, qw, out, sbs):  # type: ignore[no-untyped-def]
+    """quantize_iq4_nl (sbs 32) / quantize_iq4_xs (sbs 256) with weights."""
+    L = np.zeros(sbs, np.int64)
+    weight = np.zeros(32, np.float32)
+    scales = np.zeros(sbs // 32, np.float32)
+    ts = 18 if sbs == 32 else 136
+    for r in range(x.shape[0]):
+        for ibl in range(x.shape[1] // sbs):
+            iq4_superblock(x[r], sbs * ibl, sbs, out[r], ts * ibl, qw, sbs * ibl, True, L, weight, scales)
