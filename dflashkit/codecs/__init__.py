@@ -3,8 +3,8 @@ matrix). Layer L1: below ``io`` (which decodes with it); the file-level command 
 live in ``dflashkit.quantize``, which re-exports this API.
 
 ``quantize(x, "Q4_K")`` returns exactly the bytes ggml's ``ggml_quantize_chunk`` writes for the same float32
-rows; ``dequantize`` matches ``gguf.quants.dequantize`` bit for bit. Types: Q8_0, Q4_K, Q5_K, Q6_K, Q4_0,
-Q5_0, Q5_1, F16, BF16 and F32 (identity). Large inputs are split by rows across ``get_num_threads()`` threads
+rows, with an importance matrix too; ``dequantize`` matches ``gguf.quants.dequantize`` bit for bit. Types: Q8_0,
+Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, F16, BF16 and F32 (identity). Large inputs are split by rows across ``get_num_threads()`` threads
 (``$DFLASHKIT_THREADS`` or ``set_num_threads`` to change); the numba kernels are compiled on first use and
 cached on disk.
 """
@@ -22,14 +22,16 @@ from dflashkit.errors import DFlashError
 from .base import QUANT_TYPES, K, QuantType, get_num_threads, set_num_threads, tensor_nbytes
 from .float16 import BF16, F16, F32, bf16_bits_to_f16_bits, bf16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits
 from .kquants import Q4_K, Q5_K, Q6_K
-from .legacy import Q4_0, Q5_0, Q5_1, Q8_0
+from .legacy import Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
+from .lowbit import IQ4_NL, IQ4_XS, Q2_K, Q3_K
 
 __all__ = [
     "GGMLQuantizationType", "QUANT_TYPES", "QuantType", "get_quant_type", "quantize", "dequantize",
     "f32_to_f16_bits", "f32_to_bf16_bits", "bf16_bits_to_f32", "bf16_bits_to_f16_bits", "get_num_threads",
     "set_num_threads", "preload_bf16_to_f16", "preload_quantizers",
     "tensor_nbytes", "to_float32", "dequantize_into",
-    "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K",
+    "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL",
+    "IQ4_XS",
 ]
 
 
@@ -58,13 +60,15 @@ def get_quant_type(t: GGMLQuantizationType | int | str | QuantType) -> QuantType
     return qt
 
 
-def quantize(x: np.ndarray, qtype: GGMLQuantizationType | int | str, *, threads: int | None = None) -> np.ndarray:
-    """float32 (..., n) -> uint8 (..., n // block_size * type_size), the bytes ggml's reference quantizer writes.
+def quantize(x: np.ndarray, qtype: GGMLQuantizationType | int | str, *, threads: int | None = None,
+             imatrix: np.ndarray | None = None) -> np.ndarray:
+    """float32 (..., n) -> uint8 (..., n // block_size * type_size), the bytes ggml's ``ggml_quantize_chunk`` writes.
 
     n must be a multiple of the type's block size (DFlashError otherwise). Other float dtypes (and torch
     tensors) are converted to float32 first. ``threads`` overrides ``get_num_threads()`` for this call.
+    ``imatrix``: one importance weight per column (float32 [n]), as llama-quantize passes it.
     """
-    return get_quant_type(qtype).quantize(x, threads=threads)
+    return get_quant_type(qtype).quantize(x, threads=threads, imatrix=imatrix)
 
 
 def dequantize(q: np.ndarray, qtype: GGMLQuantizationType | int | str) -> np.ndarray:

@@ -205,15 +205,29 @@ class QuantType(BlockFormat):
         """uint8 [n_blocks, type_size] -> float32 [n_blocks, block_size]."""
         raise NotImplementedError
 
+    def quantize_rows_weighted(self, x: np.ndarray, imatrix: np.ndarray, threads: int | None = None) -> np.ndarray:
+        """float32 [rows, n] with one importance weight per column (``imatrix`` [n]) -> uint8 [rows, row_bytes]:
+        ggml_quantize_chunk with ``quant_weights``. A type ggml quantizes without weights ignores them (Q8_0, the
+        float types), as ggml does."""
+        return self.quantize_blocks(x.reshape(-1, self.block_size), threads=threads).reshape(x.shape[0], -1)
+
     # --- rows ------------------------------------------------------------------------------------------
-    def quantize(self, x: Any, threads: int | None = None) -> np.ndarray:
-        """float (..., n) -> uint8 (..., n // block_size * type_size), bytes identical to ggml's reference."""
+    def quantize(self, x: Any, threads: int | None = None, imatrix: Any = None) -> np.ndarray:
+        """float (..., n) -> uint8 (..., n // block_size * type_size), bytes identical to ggml's reference
+        (``ggml_quantize_chunk``); with ``imatrix`` (float32 [n], one weight per column) its weighted quantizer."""
         x = as_float32(x)
         if x.ndim == 0:
             raise DFlashError(f"cannot quantize a scalar to {self.name}: need shape (..., n)")
         n = x.shape[-1]
         rb = self.row_bytes(n)
         lead = x.shape[:-1]
+        if imatrix is not None:
+            qw = np.ascontiguousarray(imatrix, dtype=np.float32)
+            if qw.shape != (n,):
+                raise DFlashError(f"cannot quantize to {self.name} with an importance matrix of shape {qw.shape}: "
+                                  f"need one weight per column ({n})")
+            rows = np.ascontiguousarray(x).reshape(-1, n)
+            return self.quantize_rows_weighted(rows, qw, threads=threads).reshape(*lead, rb)
         blocks = np.ascontiguousarray(x).reshape(-1, self.block_size)
         return self.quantize_blocks(blocks, threads=threads).reshape(*lead, rb)
 
@@ -273,8 +287,21 @@ class KernelQuantType(QuantType):
     or a function (one that calls kernels itself, or Q8_0's numpy quantizer: ``needs_numba = False``)."""
 
     _kernel: ClassVar[str | Callable[[np.ndarray, np.ndarray], None]]
+    #: the importance-weighted row kernel, ``(name in _kernels, extra arguments)``: ``kernel(x[rows, n], qw[n],
+    #: out[rows, row_bytes], *extra)``; None where ggml takes no weights
+    _weighted: ClassVar[tuple[str, tuple[Any, ...]] | None] = None
     needs_numba: ClassVar[bool] = True
     _cost: ClassVar[int] = 1  # relative work per value, to size thread chunks (K-quants search many scales)
+
+    def quantize_rows_weighted(self, x: np.ndarray, imatrix: np.ndarray, threads: int | None = None) -> np.ndarray:
+        if self._weighted is None:
+            return super().quantize_rows_weighted(x, imatrix, threads)
+        name, extra = self._weighted
+        out = np.empty((x.shape[0], self.row_bytes(x.shape[1])), dtype=np.uint8)
+        kernel = getattr(K, name)
+        run_chunked(lambda xs, os: kernel(xs, imatrix, os, *extra), np.ascontiguousarray(x, dtype=np.float32), out,
+                    threads, elems_per_row=x.shape[1] * max(self._cost, 40))
+        return out
 
     def quantize_blocks(self, x: np.ndarray, threads: int | None = None) -> np.ndarray:
         x = np.ascontiguousarray(x, dtype=np.float32)

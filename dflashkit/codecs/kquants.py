@@ -47,6 +47,7 @@ class Q4_K(KernelQuantType, ggml_type=GGMLQuantizationType.Q4_K):
     """Layout: d, dmin (fp16), 12 bytes of 6-bit scales/mins, 128 bytes of 4-bit levels."""
 
     _kernel = _q4_k_kernel
+    _weighted = ("q45_k_w_kernel", (15,))
     _cost = 40  # ~20 scale trials per sub-block
 
     def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
@@ -57,6 +58,7 @@ class Q5_K(KernelQuantType, ggml_type=GGMLQuantizationType.Q5_K):
     """Layout: d, dmin, 12 scale bytes, qh[32] (bit i of qh[j] = 5th bit of value 32*i + j), qs[128]."""
 
     _kernel = _q5_k_kernel
+    _weighted = ("q45_k_w_kernel", (31,))
     _cost = 30
 
     def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
@@ -72,6 +74,7 @@ class Q6_K(KernelQuantType, ggml_type=GGMLQuantizationType.Q6_K):
     """Layout: ql[128] (low 4 bits), qh[64] (high 2 bits), int8 scales[16], d (fp16); levels offset 32."""
 
     _kernel = "q6_k_kernel"
+    _weighted = ("q6_k_w_kernel", ())
     _cost = 20
 
     def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""32-value block types: Q8_0 and the fallback types Q4_0, Q5_0, Q5_1.
+"""32-value block types: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1.
 
 Quantization is the numba kernels in ``_kernels`` (mirroring quantize_row_*_ref), except Q8_0's, which is numpy
 (`q8_0_numpy`, see there why); dequantization is numpy with the same float32 operation order as ggml's
@@ -100,16 +100,28 @@ class Q4_0(KernelQuantType, ggml_type=GGMLQuantizationType.Q4_0):
     """d (fp16) = max / -8 (max: signed value of largest magnitude); 4-bit levels with offset 8."""
 
     _kernel = "q4_0_kernel"
+    _weighted = ("legacy_w_kernel", (0,))
 
     def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
         levels = unpack_nibbles(q[:, 2:], 16).astype(np.int8) - np.int8(8)
         return fp16_col(q, 0) * levels.astype(np.float32)
 
 
+class Q4_1(KernelQuantType, ggml_type=GGMLQuantizationType.Q4_1):
+    """d (fp16) = (max - min) / 15, m (fp16) = min; unsigned 4-bit levels; x = d * q + m."""
+
+    _kernel = "q4_1_kernel"
+    _weighted = ("legacy_w_kernel", (1,))
+
+    def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
+        return fp16_col(q, 0) * unpack_nibbles(q[:, 4:], 16).astype(np.float32) + fp16_col(q, 2)
+
+
 class Q5_0(KernelQuantType, ggml_type=GGMLQuantizationType.Q5_0):
     """d (fp16) = max / -16; 5-bit levels with offset 16 (low nibbles in qs, 5th bits in qh)."""
 
     _kernel = "q5_0_kernel"
+    _weighted = ("legacy_w_kernel", (2,))
 
     def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
         levels = unpack_nibbles(q[:, 6:], 16) | (_fifth_bits(q[:, 2:6]) << np.uint8(4))
@@ -120,6 +132,7 @@ class Q5_1(KernelQuantType, ggml_type=GGMLQuantizationType.Q5_1):
     """d (fp16) = (max - min) / 31, m (fp16) = min; unsigned 5-bit levels; x = d * q + m."""
 
     _kernel = "q5_1_kernel"
+    _weighted = ("legacy_w_kernel", (3,))
 
     def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
         levels = unpack_nibbles(q[:, 8:], 16) | (_fifth_bits(q[:, 4:8]) << np.uint8(4))
