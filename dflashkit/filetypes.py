@@ -45,18 +45,38 @@ ALL_FILE_TYPES: dict[str, FileType] = {
         FileType("Q6_K", F.MOSTLY_Q6_K, Q.Q6_K),
         FileType("Q5_K_M", F.MOSTLY_Q5_K_M, Q.Q5_K),
         FileType("Q5_K_S", F.MOSTLY_Q5_K_S, Q.Q5_K),
+        FileType("Q5_1", F.MOSTLY_Q5_1, Q.Q5_1),
+        FileType("Q5_0", F.MOSTLY_Q5_0, Q.Q5_0),
         FileType("Q4_K_M", F.MOSTLY_Q4_K_M, Q.Q4_K),
         FileType("Q4_K_S", F.MOSTLY_Q4_K_S, Q.Q4_K),
+        FileType("Q4_1", F.MOSTLY_Q4_1, Q.Q4_1),
+        FileType("Q4_0", F.MOSTLY_Q4_0, Q.Q4_0),
+        FileType("IQ4_NL", F.MOSTLY_IQ4_NL, Q.IQ4_NL),
+        FileType("IQ4_XS", F.MOSTLY_IQ4_XS, Q.IQ4_XS),
+        FileType("Q3_K_L", F.MOSTLY_Q3_K_L, Q.Q3_K),
+        FileType("Q3_K_M", F.MOSTLY_Q3_K_M, Q.Q3_K),
+        FileType("Q3_K_S", F.MOSTLY_Q3_K_S, Q.Q3_K),
+        FileType("Q2_K", F.MOSTLY_Q2_K, Q.Q2_K),
+        FileType("Q2_K_S", F.MOSTLY_Q2_K_S, Q.Q2_K),
     )
 }
 
+#: llama-quantize's aliases (its QUANT_OPTIONS): a TYPE given so means the file type named here
+FILE_TYPE_ALIASES: dict[str, str] = {"Q3_K": "Q3_K_M", "Q4_K": "Q4_K_M", "Q5_K": "Q5_K_M"}
+
 #: ``dflash-quantize`` TYPE values, in the order its messages list them.
-QUANTIZE_FILE_TYPES: tuple[str, ...] = ("Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q4_K_M", "Q4_K_S", "F16", "BF16")
+QUANTIZE_FILE_TYPES: tuple[str, ...] = ("Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q5_1", "Q5_0", "Q4_K_M", "Q4_K_S",
+                                        "Q4_1", "Q4_0", "IQ4_NL", "IQ4_XS", "Q3_K_L", "Q3_K_M", "Q3_K_S", "Q2_K",
+                                        "Q2_K_S", "F16", "BF16")
+
+#: file types llama-quantize writes only with an importance matrix (tensor_requires_imatrix)
+NEEDS_IMATRIX: frozenset[str] = frozenset({"Q2_K_S"})
 
 #: ``dflash-convert --outtype`` values the converter writes itself (llama.cpp's converter rules).
 CONVERT_OUTTYPES: tuple[str, ...] = ("f32", "f16", "q8_0", "bf16")
 #: ``--outtype`` values that go through llama-quantize's per-tensor policy.
-CONVERT_POLICY_OUTTYPES: tuple[str, ...] = ("q4_k_m", "q4_k_s", "q5_k_m", "q5_k_s", "q6_k")
+CONVERT_POLICY_OUTTYPES: tuple[str, ...] = ("q6_k", "q5_k_m", "q5_k_s", "q5_1", "q5_0", "q4_k_m", "q4_k_s", "q4_1",
+                                             "q4_0", "iq4_nl", "iq4_xs", "q3_k_l", "q3_k_m", "q3_k_s", "q2_k")
 #: The ``--outtype`` choice list (``auto`` = the checkpoint's own 16-bit type).
 OUTTYPE_CHOICES: tuple[str, ...] = ("auto", "f32", "f16", "bf16", "q8_0", *CONVERT_POLICY_OUTTYPES)
 

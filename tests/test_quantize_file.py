@@ -207,7 +207,7 @@ def test_overrides_and_pure(wide, tmp_path):
     assert {q for n, q in _types(tmp_path / "p.gguf").items() if not n.endswith("norm.weight")} == {K4}
 
 
-@pytest.mark.parametrize("spec", ["attn_v", "attn_v=", "attn_v=q3_k", "([=q8_0"])
+@pytest.mark.parametrize("spec", ["attn_v", "attn_v=", "attn_v=iq2_xxs", "([=q8_0"])
 def test_bad_tensor_type_is_usage_error(small, tmp_path, spec):
     out = tmp_path / "o.gguf"
     _assert_one_line_error(_cli(small, out, "Q8_0", "--tensor-type", spec), 2, "--tensor-type")
@@ -256,7 +256,7 @@ def test_cli_summary_and_json(small, tmp_path):
 
 def test_cli_errors(small, tmp_path):
     out = tmp_path / "o.gguf"
-    _assert_one_line_error(_cli(small, out, "Q3_K_M"), 2, "unknown TYPE 'Q3_K_M'", "Q4_K_M")
+    _assert_one_line_error(_cli(small, out, "IQ2_XXS"), 2, "unknown TYPE 'IQ2_XXS'", "Q4_K_M")
     _assert_one_line_error(_cli(tmp_path / "missing.gguf", out, "Q8_0"), 1, "missing.gguf", "no such file")
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"not a gguf file at all, just text" * 4)

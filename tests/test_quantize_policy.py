@@ -284,11 +284,16 @@ def test_eight_experts():
 
 
 def test_file_types_and_parsing():
+    # llama.h's LLAMA_FTYPE_* values and llama_ftype_get_default_type
     assert {n: (f.file_type, f.default_type) for n, f in FILE_TYPES.items()} == {
-        "Q8_0": (7, Q.Q8_0), "Q6_K": (18, K6), "Q5_K_M": (17, K5), "Q5_K_S": (16, K5),
-        "Q4_K_M": (15, K4), "Q4_K_S": (14, K4), "F16": (1, Q.F16), "BF16": (32, Q.BF16)}
+        "Q8_0": (7, Q.Q8_0), "Q6_K": (18, K6), "Q5_K_M": (17, K5), "Q5_K_S": (16, K5), "Q5_1": (9, Q.Q5_1),
+        "Q5_0": (8, Q.Q5_0), "Q4_K_M": (15, K4), "Q4_K_S": (14, K4), "Q4_1": (3, Q.Q4_1), "Q4_0": (2, Q.Q4_0),
+        "IQ4_NL": (25, Q.IQ4_NL), "IQ4_XS": (30, Q.IQ4_XS), "Q3_K_L": (13, Q.Q3_K), "Q3_K_M": (12, Q.Q3_K),
+        "Q3_K_S": (11, Q.Q3_K), "Q2_K": (10, Q.Q2_K), "Q2_K_S": (21, Q.Q2_K), "F16": (1, Q.F16), "BF16": (32, Q.BF16)}
     assert get_file_type("q4_k_m").name == "Q4_K_M"
-    for bad in ("Q3_K_M", "", "q4"):
+    # llama-quantize's aliases
+    assert [get_file_type(a).name for a in ("q3_k", "Q4_K", "q5_k")] == ["Q3_K_M", "Q4_K_M", "Q5_K_M"]
+    for bad in ("IQ2_XXS", "", "q4", "Q1_0"):
         with pytest.raises(UsageError):
             get_file_type(bad)
     for spec in ("attn_v", "=q8_0", "attn_v=", "attn_v=q9_9", "attn_v=IQ2_XXS", "(=q8_0"):

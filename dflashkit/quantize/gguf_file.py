@@ -23,7 +23,7 @@ from gguf import GGMLQuantizationType, GGUFValueType
 
 from dflashkit.dialects import detect_dialect
 from dflashkit.drafters import check_drafter_file
-from dflashkit.errors import DFlashError
+from dflashkit.errors import DFlashError, UsageError
 from dflashkit.quant_types import type_size
 from dflashkit.io.gguf_reader import DEFAULT_ALIGNMENT, GGUFFile, TensorInfo, open_gguf
 from dflashkit.io.gguf_writer import (QUANTIZATION_VERSION, MetadataEntry, TensorToWrite, check_output_path,
@@ -31,6 +31,8 @@ from dflashkit.io.gguf_writer import (QUANTIZATION_VERSION, MetadataEntry, Tenso
 
 from dflashkit.codecs import QUANT_TYPES, preload_quantizers, quantize, tensor_nbytes, to_float32
 from dflashkit.codecs.values import StoredScan, ValueCounts
+from .imatrix import ImportanceMatrix, load_imatrix
+from .imatrix_use import check_imatrix, gqa_of, needs_imatrix
 from .policy import FileType, TypeChoice, choose_types, get_file_type, get_preset, is_quantized, normalize_overrides
 
 Q = GGMLQuantizationType
@@ -117,7 +119,7 @@ def _can_dequantize(t: GGMLQuantizationType) -> bool:
 
 
 def _producer(gguf_file: GGUFFile, info: TensorInfo, new_type: GGMLQuantizationType,
-              counts: ValueCounts) -> Callable[[], Iterator[np.ndarray]]:
+              counts: ValueCounts, weights: np.ndarray | None = None) -> Callable[[], Iterator[np.ndarray]]:
     """Chunks of the output tensor: the raw bytes when the type is kept, else rows dequantized and requantized."""
     ne0 = info.dims[0] if info.dims else 1
     n_rows = info.n_elements // ne0 if ne0 else 0
@@ -156,7 +158,7 @@ def _producer(gguf_file: GGUFFile, info: TensorInfo, new_type: GGMLQuantizationT
                     else:
                         x = to_float32(part.reshape(-1, src_row), info.ggml_type, copy=False)
                         counts.add(info.name, x, to_f16=new_type == GGMLQuantizationType.F16)
-                        out = quantize(x, new_type)
+                        out = quantize(x, new_type, imatrix=weights)
                         del x
                 finally:
                     del part
@@ -183,20 +185,24 @@ def _advise(mm: mmap.mmap, advice: str, first: int, n: int) -> None:
         mm.madvise(code, lo, hi - lo)
 
 
-def _metadata(gguf_file: GGUFFile, ft: FileType) -> list[MetadataEntry]:
+def _metadata(gguf_file: GGUFFile, ft: FileType, imatrix: ImportanceMatrix | None) -> list[MetadataEntry]:
     """Every KV in file order, then general.quantization_version and general.file_type re-added at
-    the end as UINT32 — what llama-quantize does (gguf_set_val_u32 removes a key and appends it).
+    the end as UINT32 — what llama-quantize does (gguf_set_val_u32 removes a key and appends it) —, then the
+    ``quantize.imatrix.*`` keys of an importance matrix (its KV overrides, set the same way).
     A non-default general.alignment is re-added by the writer (it pads with it), so it is left out here."""
-    updates = {"general.quantization_version": QUANTIZATION_VERSION, "general.file_type": ft.file_type}
+    updates = [MetadataEntry("general.quantization_version", QUANTIZATION_VERSION, GGUFValueType.UINT32),
+               MetadataEntry("general.file_type", ft.file_type, GGUFValueType.UINT32)]
+    if imatrix is not None and imatrix.weights:
+        updates += [MetadataEntry(k, v, t) for k, v, t in imatrix.metadata()]
+    replaced = {u.key for u in updates}
     entries = []
     for kv in gguf_file.kvs.values():
-        if kv.key in _SPLIT_KEYS or kv.key in updates or (
+        if kv.key in _SPLIT_KEYS or kv.key in replaced or (
             kv.key == "general.alignment" and gguf_file.alignment != DEFAULT_ALIGNMENT
         ):
             continue
         entries.append(MetadataEntry(kv.key, kv.value, kv.type, kv.sub_type))
-    entries.extend(MetadataEntry(k, v, GGUFValueType.UINT32) for k, v in updates.items())
-    return entries
+    return entries + updates
 
 
 def _n_layers(gguf_file: GGUFFile, arch: str, warnings: list[str]) -> int:
@@ -247,12 +253,17 @@ def quantize_gguf(
     progress: bool = True,
     warn: Callable[[str], None] | None = None,
     strict: bool = False,
+    imatrix: str | os.PathLike[str] | ImportanceMatrix | None = None,
+    include_weights: Sequence[str] = (),
+    exclude_weights: Sequence[str] = (),
 ) -> QuantizeResult:
     """Quantize the GGUF ``src`` to ``out`` with llama-quantize's per-tensor policy for ``file_type``.
 
     ``overrides``: ``"REGEX=TYPE"`` strings or (pattern, type) pairs, first match wins (``--tensor-type``).
     NaN / inf values and values beyond F16 in the tensors it converts are warned about with their names
-    (`codecs.values`); ``strict`` refuses them instead (nothing is written).
+    (`codecs.values`); ``strict`` refuses them instead (nothing is written). ``imatrix``: an importance matrix
+    (``--imatrix``; `imatrix.load_imatrix` with ``include_weights`` / ``exclude_weights``), applied as
+    llama-quantize applies it, its ``quantize.imatrix.*`` keys recorded.
     Raises DFlashError / UsageError (one line) before writing anything; ``out`` appears only when complete.
     """
     warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
@@ -262,6 +273,14 @@ def quantize_gguf(
     ft = get_file_type(file_type)
     patterns = normalize_overrides(overrides)
     src_path = Path(src)
+    if (include_weights or exclude_weights) and imatrix is None:
+        raise UsageError("--include-weights / --exclude-weights choose entries of an importance matrix: give --imatrix")
+    matrix = imatrix if isinstance(imatrix, ImportanceMatrix) or imatrix is None else \
+        load_imatrix(imatrix, include=include_weights, exclude=exclude_weights)
+    has_imatrix = matrix is not None and bool(matrix.weights)
+    if needs_imatrix(ft) and not has_imatrix:
+        raise UsageError(f"{ft.name} needs an importance matrix, as llama-quantize does (its Q2_K tensors would be "
+                         "garbage without one): pass --imatrix FILE — dflash-imatrix makes a drafter's")
     with open_gguf(src_path) as gf:
         out_path = check_output_path(out, force=force, inputs=[src_path])
         arch = gf.get("general.architecture")
@@ -286,8 +305,11 @@ def quantize_gguf(
             overrides=patterns,
             allow_fallback=allow_fallback,
             n_expert=n_expert if isinstance(n_expert, int) else 0,
+            n_gqa=gqa_of(gf, arch),
+            has_imatrix=has_imatrix,
         )
         _check_conversions(src_path, choices, allow_requantize, warnings)
+        weights = check_imatrix(matrix, ft, infos, choices) if has_imatrix else {}
         if patterns and not ft.quantized:
             warnings.append(f"--tensor-type is ignored for {ft.name} (llama-quantize applies overrides only "
                             "to quantized file types)")
@@ -304,13 +326,15 @@ def quantize_gguf(
         # ggml_n_dims_shape only drops leading 1-dims from the header (same bytes), so a same-type tensor
         # is still a kernel copy of the source's bytes
         counts = ValueCounts(str(src_path), strict)
-        plan = [TensorToWrite(t.name, ggml_n_dims_shape(t.shape), c.new_type, _producer(gf, t, c.new_type, counts),
+        plan = [TensorToWrite(t.name, ggml_n_dims_shape(t.shape), c.new_type,
+                              _producer(gf, t, c.new_type, counts, weights.get(t.name)),
                               (src_path, t.offset) if t.ggml_type == c.new_type and t.nbytes else None)  # kernel copy
                 for t, c in zip(infos, choices)]
         copied = StoredScan(counts, [(t.name, src_path, t.offset, t.nbytes, t.ggml_type.name)
                                      for t, p in zip(infos, plan) if p.source is not None])
         try:
-            size = write_gguf(out_path, arch, _metadata(gf, ft), plan, force=force, progress=progress,
+            size = write_gguf(out_path, arch, _metadata(gf, ft, matrix if has_imatrix else None), plan, force=force,
+                              progress=progress,
                               alignment=gf.alignment, before_publish=copied.finish)
         finally:
             copied.cancel()

@@ -1,11 +1,12 @@
 """Per-tensor type policy of llama.cpp's ``llama-quantize``, shared by ``dflash-quantize`` and ``dflash-convert``.
 
-Mirrors ``src/llama-quant.cpp``: ``llama_ftype_get_default_type`` (file type -> default ggml type),
-``tensor_allows_quantization`` (which tensors are touched at all), ``tensor_get_category``,
-``llama_tensor_get_type`` / ``llama_tensor_get_type_impl`` (the Q4_K_M/Q5_K_M/Q4_K_S mixes, the output
-tensor, ``--pure``, ``--tensor-type`` overrides) and ``tensor_type_fallback`` (row lengths that do not fit
-the block). Only the branches reachable for the file types offered here are reproduced: the IQ*/Q2_K/Q3_K/
-MXFP4 mixes and the Falcon, LLaMA-70B and GLM5-next special cases never apply to them.
+Mirrors ``src/llama-quant.cpp`` (identical in both pinned builds): ``llama_ftype_get_default_type`` (file type ->
+default ggml type), ``tensor_allows_quantization`` (which tensors are touched at all), ``tensor_get_category``,
+``llama_tensor_get_type`` / ``llama_tensor_get_type_impl`` (the mixes of Q2_K, Q2_K_S, Q3_K_S/M/L, IQ4_NL,
+IQ4_XS, Q4_0 / Q5_0 with an importance matrix, Q4_K_S/M and Q5_K_M; the output tensor; ``--pure``; ``--tensor-type``
+overrides), ``tensor_requires_imatrix`` and ``tensor_type_fallback`` (row lengths that do not fit the block).
+Only the branches reachable for the file types offered here are reproduced: the IQ1/IQ2/IQ3/TQ/MXFP4 mixes and the
+Falcon, LLaMA-70B and GLM5-next special cases never apply to them.
 
 Shapes are numpy order (``shape[-1]`` is ggml's ``ne[0]``, the row length).
 """
@@ -21,7 +22,9 @@ from gguf import GGMLQuantizationType
 
 from dflashkit.errors import DFlashError, UsageError
 from dflashkit.quant_types import block_size, is_quantized
-from dflashkit.filetypes import ALL_FILE_TYPES, QUANTIZE_FILE_TYPES, FileType
+from dflashkit.filetypes import ALL_FILE_TYPES, FILE_TYPE_ALIASES, QUANTIZE_FILE_TYPES, FileType
+from .overrides import (OVERRIDE_TYPES, normalize_overrides, parse_ggml_type, parse_tensor_type_override,  # noqa: F401
+                        pattern_hazard)
 
 Q = GGMLQuantizationType
 
@@ -35,14 +38,9 @@ __all__ = [
 # llama_ftype values and llama_ftype_get_default_type: the one table in dflashkit.filetypes.
 FILE_TYPES: dict[str, FileType] = {name: ALL_FILE_TYPES[name] for name in QUANTIZE_FILE_TYPES}
 
-#: Types a ``--tensor-type`` override may name: the ones dflashkit's quantizers write.
-OVERRIDE_TYPES: tuple[GGMLQuantizationType, ...] = (
-    Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q6_K, Q.Q5_K, Q.Q4_K, Q.Q5_1, Q.Q5_0, Q.Q4_0,
-)
-
 # tensor_type_fallback: a 256-block type whose row length does not fit demotes to a 32-block type.
 _FALLBACK: dict[GGMLQuantizationType, GGMLQuantizationType] = {
-    Q.Q2_K: Q.Q4_0, Q.Q3_K: Q.Q4_0, Q.TQ1_0: Q.Q4_0, Q.TQ2_0: Q.Q4_0,
+    Q.IQ4_XS: Q.IQ4_NL, Q.Q2_K: Q.Q4_0, Q.Q3_K: Q.Q4_0, Q.TQ1_0: Q.Q4_0, Q.TQ2_0: Q.Q4_0,
     Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0,
 }
 
@@ -80,111 +78,11 @@ def get_file_type(name: str | FileType) -> FileType:
     """``"q4_k_m"`` -> FILE_TYPES["Q4_K_M"]; an unknown name is a usage error."""
     if isinstance(name, FileType):
         return name
-    ft = FILE_TYPES.get(str(name).strip().upper())
+    key = str(name).strip().upper()
+    ft = FILE_TYPES.get(FILE_TYPE_ALIASES.get(key, key))
     if ft is None:
         raise UsageError(f"unknown TYPE '{name}' — choose one of {', '.join([*FILE_TYPES, *PRESETS])}")
     return ft
-
-
-def parse_ggml_type(name: str | GGMLQuantizationType, what: str = "type") -> GGMLQuantizationType:
-    """A ggml type name (case-insensitive, as llama-quantize's parse_ggml_type) among OVERRIDE_TYPES."""
-    if isinstance(name, GGMLQuantizationType):
-        t: GGMLQuantizationType | None = name
-    else:
-        t = Q.__members__.get(str(name).strip().upper())
-    if t not in OVERRIDE_TYPES:
-        raise UsageError(f"{what}: unsupported ggml type '{getattr(name, 'name', name)}' — choose one of "
-                         f"{', '.join(x.name for x in OVERRIDE_TYPES)}")
-    return t
-
-
-def parse_tensor_type_override(spec: str) -> tuple[re.Pattern[str], GGMLQuantizationType]:
-    """``"REGEX=TYPE"`` as llama-quantize's parse_tensor_type: split at the first '=', and the pattern is
-    lower-cased (llama.cpp does so) before it is compiled; it is matched with a search (std::regex_search)."""
-    pattern, sep, type_name = spec.partition("=")
-    if not sep:
-        raise UsageError(f"--tensor-type '{spec}': expected REGEX=TYPE, e.g. attn_v=q8_0")
-    if not pattern:
-        raise UsageError(f"--tensor-type '{spec}': missing the tensor name pattern before '='")
-    if not type_name:
-        raise UsageError(f"--tensor-type '{spec}': missing the type after '=' (e.g. {pattern}=q8_0)")
-    qtype = parse_ggml_type(type_name, f"--tensor-type '{spec}'")
-    try:
-        compiled = re.compile(pattern.lower())
-    except re.error as exc:
-        raise UsageError(f"--tensor-type '{spec}': bad regular expression ({exc})") from None
-    problem = pattern_hazard(pattern.lower())
-    if problem:
-        raise UsageError(f"--tensor-type '{spec}': {problem} — a pattern that can backtrack for minutes on one "
-                         "tensor name; write it without (e.g. blk\\.[0-9]+\\.ffn_down)")
-    return compiled, qtype
-
-
-#: longest --tensor-type pattern (tensor names are at most 64 characters in ggml)
-MAX_PATTERN_CHARS = 256
-
-
-def pattern_hazard(pattern: str) -> str | None:
-    """What makes a pattern backtrack exponentially in Python's engine (llama-quantize uses std::regex, which has
-    the same exposure), or None: a quantifier over a group that itself holds an open-ended quantifier
-    (``(a+)+``, ``(.*.*)*``), a back-reference, or an over-long pattern. Checked on the parsed pattern."""
-    if len(pattern) > MAX_PATTERN_CHARS:
-        return f"a pattern over {MAX_PATTERN_CHARS} characters"
-    try:
-        from re import _parser as parser  # type: ignore[attr-defined]  # Python ≥ 3.11
-    except ImportError:  # Python 3.10
-        import sre_parse as parser  # type: ignore[no-redef]
-    repeats = {parser.MAX_REPEAT, parser.MIN_REPEAT, getattr(parser, "POSSESSIVE_REPEAT", parser.MAX_REPEAT)}
-
-    def children(av: object) -> list:
-        """The sub-patterns of one node's argument."""
-        if isinstance(av, parser.SubPattern):
-            return [av]
-        if isinstance(av, (list, tuple)):
-            return [x for item in av for x in children(item)]
-        return []
-
-    open_ended_total = [0]  # over the whole pattern, groups included: (.*)(.*)(.*)(.*)! is as steep as .*.*.*.*!
-
-    def walk(sub: object, inside_repeat: bool) -> str | None:
-        in_a_row = 0  # open-ended quantifiers over wildcards one after another (.*a.*a.*a.*: polynomial, steep)
-        for op, av in sub:  # type: ignore[attr-defined]
-            if op is parser.GROUPREF or op is getattr(parser, "GROUPREF_EXISTS", None):
-                return "a back-reference"
-            if op is parser.BRANCH and inside_repeat:
-                return "an alternation inside a quantified group"
-            if op in repeats:
-                low, high, body = av
-                open_ended = high is parser.MAXREPEAT or high > 1
-                if inside_repeat and (open_ended or low != high):  # (a+)+, and (.?){30}: 2^30 ways to split
-                    return "a quantifier nested in a quantified group"
-                in_a_row += high is parser.MAXREPEAT
-                open_ended_total[0] += high is parser.MAXREPEAT
-                if in_a_row > 3 or open_ended_total[0] > 3:
-                    return "more than three open-ended quantifiers"
-                found = walk(body, inside_repeat or open_ended)
-            else:
-                found = next((f for child in children(av) if (f := walk(child, inside_repeat))), None)
-            if found:
-                return found
-        return None
-
-    return walk(parser.parse(pattern), False)
-
-
-
-def normalize_overrides(
-    overrides: Sequence[str | tuple[re.Pattern[str] | str, GGMLQuantizationType | str]],
-) -> list[tuple[re.Pattern[str], GGMLQuantizationType]]:
-    """Overrides given as ``"REGEX=TYPE"`` strings or (pattern, type) pairs -> compiled pairs, in order."""
-    out = []
-    for o in overrides:
-        if isinstance(o, str):
-            out.append(parse_tensor_type_override(o))
-        else:
-            pattern, qtype = o
-            out.append((re.compile(pattern) if isinstance(pattern, str) else pattern, parse_ggml_type(qtype)))
-    return out
 
 
 # ------------------------------------------------------------------------------------------ categories
@@ -312,6 +210,8 @@ class _State:
     n_layers: int  # n_ffn_down = n_ffn_gate = n_ffn_up = hparams.n_layer_all
     n_expert: int
     has_tied_embeddings: bool
+    n_gqa: int = 0  # hparams.n_gqa(): heads / kv heads of layer 0 (0 without kv heads)
+    has_imatrix: bool = False
     i_attention_wv: int = 0
     i_ffn_down: int = 0
     i_ffn_gate: int = 0
@@ -329,6 +229,68 @@ class _State:
         return i_layer, self.n_layers
 
 
+def _attn_v_type(st: _State, n: str, new_type: Q) -> tuple[Q, str | None]:
+    """The attn_v-like branch of llama_tensor_get_type_impl for the file types offered here."""
+    i, gqa, of = st.i_attention_wv, st.n_gqa, f"{n}: attn_v #{st.i_attention_wv}"
+    rule: tuple[Q, str] | None = None
+    if n == "Q2_K":
+        rule = (Q.Q4_K, f"{of} gets Q4_K (n_gqa {gqa} >= 4)") if gqa >= 4 else (Q.Q3_K, f"{of} gets Q3_K")
+    elif n == "Q2_K_S" and gqa >= 4:
+        rule = (Q.Q4_K, f"{of} gets Q4_K (n_gqa {gqa} >= 4)")
+    elif n == "Q3_K_M":
+        rule = (Q.Q5_K, f"{of} < 2 gets Q5_K") if i < 2 else (Q.Q4_K, f"{of} gets Q4_K")
+    elif n == "Q3_K_L":
+        rule = (Q.Q5_K, f"{of} gets Q5_K")
+    elif n in ("IQ4_NL", "IQ4_XS") and gqa >= 4:
+        rule = (Q.Q5_K, f"{of} gets Q5_K (n_gqa {gqa} >= 4)")
+    elif n in ("Q4_K_M", "Q5_K_M") and use_more_bits(i, st.n_attention_wv):
+        rule = (Q.Q6_K, f"{of} of {st.n_attention_wv} gets more bits (use_more_bits)")
+    elif n == "Q4_K_S" and i < 4:
+        rule = (Q.Q5_K, f"{of} < 4 gets Q5_K")
+    new_type, reason = rule if rule is not None else (new_type, None)
+    if st.n_expert == 8:
+        new_type, reason = Q.Q8_0, "8-expert model: attn_v Q8_0"
+    st.i_attention_wv += 1
+    return new_type, reason
+
+
+def _ffn_down_type(st: _State, n: str, name: str, new_type: Q) -> tuple[Q, str | None]:
+    """The ffn_down branch of llama_tensor_get_type_impl (a drafter is never Falcon)."""
+    i_layer, n_layer = st.layer_info(st.i_ffn_down, name)
+    first_eighth = i_layer < n_layer // 8
+    of = f"{n}: ffn_down layer {i_layer}"
+    rule: tuple[Q, str] | None = None
+    if n == "Q2_K":
+        rule = (Q.Q3_K, f"{of} gets Q3_K")
+    elif n == "Q2_K_S":
+        rule = (Q.Q4_K, f"{of} < {n_layer}/8 gets Q4_K") if first_eighth else None
+    elif n == "Q3_K_M":
+        rule = (Q.Q5_K, f"{of} < {n_layer}/16 gets Q5_K") if i_layer < n_layer // 16 else (Q.Q4_K, f"{of} gets Q4_K")
+    elif n == "Q3_K_L":
+        rule = (Q.Q5_K, f"{of} gets Q5_K")
+    elif n == "Q4_K_M":
+        rule = (Q.Q6_K, f"{of} of {n_layer} gets more bits (use_more_bits)") if use_more_bits(i_layer, n_layer) \
+            else None
+    elif first_eighth and n in ("IQ4_NL", "IQ4_XS") and not st.has_imatrix:
+        rule = (Q.Q5_K, f"{of} < {n_layer}/8 gets Q5_K (no importance matrix)")
+    elif n == "Q5_K_M" and use_more_bits(i_layer, n_layer):
+        rule = (Q.Q6_K, f"{of} of {n_layer} gets more bits (use_more_bits)")
+    elif n == "Q4_K_S" and first_eighth:
+        rule = (Q.Q5_K, f"{of} < {n_layer}/8 gets Q5_K")
+    elif n in ("Q4_0", "Q5_0") and st.has_imatrix and first_eighth:
+        # llama.cpp: "guard against craziness in the first few ffn_down layers" — with an imatrix only
+        to = Q.Q4_1 if n == "Q4_0" else Q.Q5_1
+        rule = (to, f"{of} < {n_layer}/8 gets {to.name} (with an importance matrix)")
+    st.i_ffn_down += 1
+    return rule if rule is not None else (new_type, None)
+
+
+#: attn_output of a model that is not 8-expert: file type -> type (llama_tensor_get_type_impl)
+_ATTN_OUTPUT = {"Q2_K": Q.Q3_K, "Q3_K_M": Q.Q4_K, "Q3_K_L": Q.Q5_K}
+#: attn_output of an 8-expert model: these file types get Q5_K
+_ATTN_OUTPUT_8X = frozenset({"Q2_K", "Q3_K_S", "Q3_K_M", "IQ4_NL", "Q4_K_S", "Q4_K_M", "IQ4_XS"})
+
+
 def _mix_type(st: _State, name: str, shape: Sequence[int], new_type: Q, ft: FileType,
               cat: Category) -> tuple[Q, str | None]:
     """llama_tensor_get_type_impl for the file types in FILE_TYPES (type, reason when it changed)."""
@@ -344,31 +306,18 @@ def _mix_type(st: _State, name: str, shape: Sequence[int], new_type: Q, ft: File
     if cat is Category.TOKEN_EMBD:
         return new_type, None  # untied embeddings: no rule for these file types
     if cat in _ATTN_V_LIKE:  # (the ATTENTION_QKV branch after this one is unreachable in llama.cpp too)
-        i, reason = st.i_attention_wv, None
-        if n in ("Q4_K_M", "Q5_K_M") and use_more_bits(i, st.n_attention_wv):
-            new_type, reason = Q.Q6_K, f"{n}: attn_v #{i} of {st.n_attention_wv} gets more bits (use_more_bits)"
-        elif n == "Q4_K_S" and i < 4:
-            new_type, reason = Q.Q5_K, f"Q4_K_S: attn_v #{i} < 4 gets Q5_K"
-        if st.n_expert == 8:
-            new_type, reason = Q.Q8_0, "8-expert model: attn_v Q8_0"
-        st.i_attention_wv += 1
-        return new_type, reason
+        return _attn_v_type(st, n, new_type)
     if cat is Category.ATTENTION_K:
         if st.n_expert == 8:
             return Q.Q8_0, "8-expert model: attn_k Q8_0"
         return new_type, None
     if cat is Category.FFN_DOWN:
-        i_layer, n_layer = st.layer_info(st.i_ffn_down, name)
-        reason = None
-        if n in ("Q4_K_M", "Q5_K_M") and use_more_bits(i_layer, n_layer):
-            new_type, reason = Q.Q6_K, f"{n}: ffn_down layer {i_layer} of {n_layer} gets more bits (use_more_bits)"
-        elif n == "Q4_K_S" and i_layer < n_layer // 8:
-            new_type, reason = Q.Q5_K, f"Q4_K_S: ffn_down layer {i_layer} < {n_layer}/8 gets Q5_K"
-        st.i_ffn_down += 1
-        return new_type, reason
+        return _ffn_down_type(st, n, name, new_type)
     if cat is Category.ATTENTION_OUTPUT:
-        if st.n_expert == 8 and n in ("Q4_K_S", "Q4_K_M"):
-            return Q.Q5_K, "8-expert model: attn_output Q5_K"
+        if st.n_expert == 8:
+            return (Q.Q5_K, "8-expert model: attn_output Q5_K") if n in _ATTN_OUTPUT_8X else (new_type, None)
+        if n in _ATTN_OUTPUT:
+            return _ATTN_OUTPUT[n], f"{n}: attn_output {_ATTN_OUTPUT[n].name}"
         return new_type, None
     if cat is Category.FFN_GATE:  # no rule for these file types; layer_info still validates the name
         st.layer_info(st.i_ffn_gate, name)
@@ -409,13 +358,16 @@ def choose_types(
     overrides: Sequence[tuple[re.Pattern[str], GGMLQuantizationType]] = (),
     allow_fallback: bool = True,
     n_expert: int = 0,
+    n_gqa: int = 0,
+    has_imatrix: bool = False,
 ) -> list[TypeChoice]:
     """The type llama-quantize gives every tensor (llama_tensor_get_type), in the order given.
 
     ``tensors``: (GGUF name, numpy-order shape, current type) in file order. ``n_layers`` is the model's
     block_count (llama.cpp's n_ffn_down), ``n_expert`` its expert_count. Counters advance in llama.cpp's
     tensor order (by layer, then name), whatever the file order is. With ``allow_fallback=False`` the first
-    fallback raises DFlashError naming the tensor, its row length and the type.
+    fallback raises DFlashError naming the tensor, its row length and the type. ``n_gqa`` (heads per kv head)
+    and ``has_imatrix`` select the branches of the mixes that depend on them (Q2_K, IQ4_*, Q4_0 / Q5_0).
     """
     ft = get_file_type(file_type)
     default = ft.default_type
@@ -426,6 +378,8 @@ def choose_types(
         n_layers=n_layers,
         n_expert=n_expert,
         has_tied_embeddings=Category.OUTPUT not in cats.values(),
+        n_gqa=n_gqa,
+        has_imatrix=has_imatrix,
     )
     choices: dict[str, TypeChoice] = {}
     for name, shape, old in sorted(tensors, key=lambda t: _llama_order_key(t[0])):

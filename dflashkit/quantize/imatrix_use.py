@@ -1,0 +1,88 @@
+"""How llama-quantize puts an importance matrix to use on a file (``llama_model_quantize_impl``), and what dflashkit
+refuses on top: the entry of every converted tensor (looked up by name, its length the row length times the experts
+— a token embedding of another length is quantized without, as llama.cpp does), the tensors whose type cannot do
+without one (``tensor_requires_imatrix``: Q2_K in a Q2_K_S file), and ``n_gqa`` for the mixes that depend on it.
+
+Stricter than llama-quantize, because a wrong matrix quantizes silently there: an entry for a tensor the file does
+not have (the target's matrix given for its drafter) and a tensor without an entry whose type would use one are
+one-line errors naming the tensor — unless ``--include-weights`` / ``--exclude-weights`` dropped entries on purpose.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+from gguf import GGMLQuantizationType
+
+from ..bounds import escape_name
+from ..errors import DFlashError
+from ..filetypes import NEEDS_IMATRIX, FileType
+from .imatrix import ImportanceMatrix
+
+Q = GGMLQuantizationType
+#: the types ggml quantizes without weights whatever it is given
+_IGNORE_WEIGHTS = (Q.F32, Q.F16, Q.BF16, Q.Q8_0)
+_EMBEDDINGS = ("token_embd.weight", "per_layer_token_embd.weight")
+
+
+def needs_imatrix(ft: FileType) -> bool:
+    return ft.name in NEEDS_IMATRIX
+
+
+def gqa_of(gguf_file: Any, arch: str) -> int:
+    """hparams.n_gqa() of layer 0: heads / kv heads (kv heads default to heads; 0 kv heads give 0)."""
+    def first(value: Any) -> int | None:
+        if isinstance(value, (list, tuple)):
+            value = value[0] if value else None
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+    n_head = first(gguf_file.get(f"{arch}.attention.head_count"))
+    n_kv = first(gguf_file.get(f"{arch}.attention.head_count_kv"))
+    n_kv = n_head if n_kv is None else n_kv
+    return n_head // n_kv if n_head and n_kv else 0
+
+
+def _requires(name: str, new_type: Q, ft: FileType) -> bool:
+    """tensor_requires_imatrix for the file types offered here."""
+    return name not in (*_EMBEDDINGS, "output.weight") and new_type == Q.Q2_K and ft.name == "Q2_K_S"
+
+
+def check_imatrix(matrix: ImportanceMatrix, ft: FileType, infos: Sequence[Any],
+                  choices: Sequence[Any]) -> dict[str, np.ndarray]:
+    """The weights of each converted tensor, or a one-line error naming the tensor (module doc)."""
+    names = {t.name for t in infos}
+    foreign = sorted(n for n in matrix.weights if n not in names)
+    if foreign:
+        raise DFlashError(f"{matrix.source}: has weights for {escape_name(foreign[0])}, a tensor this file does not "
+                          f"have{f' (and {len(foreign) - 1} more)' if len(foreign) > 1 else ''} — is it another "
+                          "model's importance matrix (the target's)? dflash-imatrix makes a drafter's")
+    out: dict[str, np.ndarray] = {}
+    for info, choice in zip(infos, choices):
+        if choice.new_type == choice.old_type:
+            continue  # copied as it is: llama-quantize does not look
+        w = matrix.weights.get(info.name)
+        ne0 = info.dims[0] if info.dims else 1
+        want = ne0 * (info.dims[2] if len(info.dims) > 2 else 1)
+        if w is not None and w.size != want:
+            if info.name in _EMBEDDINGS:
+                w = None  # llama-quantize: "tok_embd should be ignored in this case"
+            else:
+                raise DFlashError(f"{matrix.source}: tensor {escape_name(info.name)}: {w.size} weights for a tensor "
+                                  f"of {want} columns — the importance matrix of another model or version")
+        if w is None:
+            if _requires(info.name, choice.new_type, ft):
+                raise DFlashError(f"{matrix.source}: no weights for {escape_name(info.name)}, which {ft.name} "
+                                  f"quantizes to {choice.new_type.name} — that needs them (llama-quantize refuses it "
+                                  "too)")
+            if not matrix.filtered and choice.new_type not in _IGNORE_WEIGHTS:
+                raise DFlashError(f"{matrix.source}: no weights for {escape_name(info.name)} (quantized to "
+                                  f"{choice.new_type.name}) — make the importance matrix of this drafter "
+                                  "(dflash-imatrix), or leave the tensor out on purpose with --exclude-weights / "
+                                  "--include-weights")
+            continue
+        if len(info.dims) > 2 and info.dims[2] > 1:
+            raise DFlashError(f"{matrix.source}: tensor {escape_name(info.name)} has {info.dims[2]} experts — "
+                              "dflashkit applies an importance matrix to drafters, which have none")
+        out[info.name] = w
+    return out
