@@ -25,19 +25,28 @@ from .common import _echo_written, _resolve_format, _warnings, dflash_command, f
 )
 @click.option("--no-fallback", is_flag=True, help="Fail (exit 1) instead of falling back when a row length does not fit the type's block.")
 @click.option("--allow-requantize", is_flag=True, help="Dequantize already-quantized input tensors first (quality loss).")
+@click.option("--imatrix", "imatrix", metavar="FILE", help="Importance matrix (llama-imatrix's GGUF or legacy .dat; "
+              "dflash-imatrix makes a drafter's), applied as llama-quantize --imatrix applies it.")
+@click.option("--include-weights", "include_weights", multiple=True, metavar="NAME",
+              help="Use the imatrix only for tensors whose name contains NAME (repeatable), as llama-quantize.")
+@click.option("--exclude-weights", "exclude_weights", multiple=True, metavar="NAME",
+              help="Do not use the imatrix for tensors whose name contains NAME (repeatable), as llama-quantize.")
 @click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar, warnings or summary.")
 @values_strict_option
 @format_option(("text", "json"), from_suffix=False)
 @user_errors
 def quantize_command(src: str, out: str, file_type: str, pure: bool, tensor_types: tuple[str, ...], no_fallback: bool,
-                     allow_requantize: bool, force: bool, quiet: bool, strict: bool, fmt: str | None,
+                     allow_requantize: bool, imatrix: str | None, include_weights: tuple[str, ...],
+                     exclude_weights: tuple[str, ...], force: bool, quiet: bool, strict: bool, fmt: str | None,
                      legacy_fmt: str | None) -> None:
     """Quantize the GGUF SRC to OUT with llama-quantize's per-tensor rules.
 
-    TYPE: Q8_0, Q6_K, Q5_K_M, Q5_K_S, Q4_K_M, Q4_K_S, F16 or BF16 (any case), or the drafter-aware preset
-    Q4_K_M_DRAFT: Q4_K_M with fc and the attention projections at Q8_0 (llama-quantize makes the same file with
-    --tensor-type "^fc\\.weight$=q8_0" --tensor-type "attn_(q|k|v|output)\\.weight=q8_0" ... Q4_K_M).
+    TYPE: Q8_0, Q6_K, Q5_K_M, Q5_K_S, Q5_1, Q5_0, Q4_K_M, Q4_K_S, Q4_1, Q4_0, IQ4_NL, IQ4_XS, Q3_K_L, Q3_K_M,
+    Q3_K_S, Q2_K, Q2_K_S (needs --imatrix), F16 or BF16 (any case; Q3_K, Q4_K, Q5_K are llama-quantize's aliases),
+    or the drafter-aware preset Q4_K_M_DRAFT: Q4_K_M with fc and the attention projections at Q8_0 (llama-quantize
+    makes the same file with --tensor-type "^fc\\.weight$=q8_0" --tensor-type "attn_(q|k|v|output)\\.weight=q8_0"
+    ... Q4_K_M).
     """
     from ..quantize.gguf_file import quantize_gguf
 
@@ -51,6 +60,7 @@ def quantize_command(src: str, out: str, file_type: str, pure: bool, tensor_type
         allow_fallback=not no_fallback,
         allow_requantize=allow_requantize,
         force=force, progress=not quiet, warn=_warnings(quiet), strict=strict,
+        imatrix=imatrix, include_weights=include_weights, exclude_weights=exclude_weights,
     )
     _echo_written(result, as_json, quiet, lambda summary: (
         f"wrote {result.out} ({result.bytes_written / 1e6:.2f} MB, {summary['tensor_count']} tensors: "

@@ -282,7 +282,8 @@ def quantize_gguf(
         raise UsageError(f"{ft.name} needs an importance matrix, as llama-quantize does (its Q2_K tensors would be "
                          "garbage without one): pass --imatrix FILE — dflash-imatrix makes a drafter's")
     with open_gguf(src_path) as gf:
-        out_path = check_output_path(out, force=force, inputs=[src_path])
+        out_path = check_output_path(out, force=force, inputs=[src_path, *([] if imatrix is None or isinstance(
+            imatrix, ImportanceMatrix) else [Path(imatrix)])])
         arch = gf.get("general.architecture")
         if not isinstance(arch, str) or not arch:
             raise DFlashError(f"{src_path}: no general.architecture key — not a model GGUF")
