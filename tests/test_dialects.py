@@ -336,14 +336,18 @@ def test_outtype_does_not_apply_to_translation(drafters, targets, tmp_path: Path
     _stop(src, tmp_path / "o.gguf", "copies its tensors untouched; --outtype does not apply", exc=UsageError, outtype="f16")
 
 
-def test_k_quant_outtype_equals_convert_then_quantize(tmp_path: Path) -> None:
+@pytest.mark.parametrize("heads, kv_heads", [(4, 2), (8, 2)])  # n_gqa 2 and 4: the mixes that depend on it
+def test_k_quant_outtype_equals_convert_then_quantize(tmp_path: Path, heads: int, kv_heads: int) -> None:
+    from dflashkit.filetypes import CONVERT_POLICY_OUTTYPES
+
     d = make_drafters.make_drafter(
         tmp_path / "d", "qwen3-b16",
-        config_overrides=dict(hidden_size=256, intermediate_size=512, head_dim=64, num_hidden_layers=5,
+        config_overrides=dict(hidden_size=256, intermediate_size=512, head_dim=32, num_hidden_layers=5,
+                              num_attention_heads=heads, num_key_value_heads=kv_heads,
                               dflash_config={"mask_token_id": 500, "target_layer_ids": [1, 3, 5, 7, 9]}),
     )
     convert(d, tmp_path / "f32.gguf", outtype="f32", **QUIET)
-    for outtype in ("q4_k_m", "q6_k"):
+    for outtype in CONVERT_POLICY_OUTTYPES:
         quantize_gguf(tmp_path / "f32.gguf", tmp_path / "two.gguf", outtype.upper(), force=True, **QUIET)
         convert(d, tmp_path / "one.gguf", outtype=outtype, force=True, **QUIET)
         assert (tmp_path / "one.gguf").read_bytes() == (tmp_path / "two.gguf").read_bytes(), outtype

@@ -26,6 +26,9 @@ QUIET = dict(progress=False, warn=lambda m: None)
 #: qwen3-b16 at K-quant width (256-wide rows); the other fixtures' 64/72-wide rows exercise every fallback
 WIDE = dict(hidden_size=256, intermediate_size=512, head_dim=64, num_hidden_layers=5,
             dflash_config={"mask_token_id": 500, "target_layer_ids": [1, 3, 5, 7, 9]})
+#: the fixture families, and qwen3-b16 with 8 heads on 2 kv heads (n_gqa 4: Q2_K / Q2_K_S / IQ4_* give attn_v more)
+FIXTURES = {**{f: (f, WIDE if f == "qwen3-b16" else {}) for f in make_drafters.FAMILIES},
+            "qwen3-gqa4": ("qwen3-b16", {**WIDE, "head_dim": 32, "num_attention_heads": 8, "num_key_value_heads": 2})}
 
 
 def _quantize_bin(var: str, build: str) -> Path:
@@ -40,10 +43,9 @@ def _quantize_bin(var: str, build: str) -> Path:
 def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path, Path]]:
     """Per family: its bf16 GGUF, a GGUF importance matrix of it and a legacy one."""
     out = {}
-    for family in make_drafters.FAMILIES:
+    for family, (schema, config) in FIXTURES.items():
         folder = tmp_path_factory.mktemp(family)
-        src = make_drafters.make_drafter(folder / "src", family,
-                                         config_overrides=WIDE if family == "qwen3-b16" else {})
+        src = make_drafters.make_drafter(folder / "src", schema, config_overrides=config)
         bf16 = folder / "bf16.gguf"
         convert(src, bf16, outtype="bf16", **QUIET)
         entries = weight_tensors(bf16)
@@ -53,7 +55,7 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Pa
 
 
 @pytest.mark.parametrize("build, var", BUILDS)
-@pytest.mark.parametrize("family", list(make_drafters.FAMILIES))
+@pytest.mark.parametrize("family", list(FIXTURES))
 def test_every_type_is_byte_identical_to_llama_quantize(family: str, build: str, var: str, inputs: dict,
                                                         tmp_path: Path) -> None:
     binary = _quantize_bin(var, build)

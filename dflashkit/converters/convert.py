@@ -81,7 +81,7 @@ QUANTIZED_OUTTYPES = {o: outtype_file_type(o).name for o in CONVERT_POLICY_OUTTY
 
 
 def plan_tensor_types(
-    tensors: Sequence[tuple[str, str, tuple[int, ...]]], outtype: str, n_layers: int
+    tensors: Sequence[tuple[str, str, tuple[int, ...]]], outtype: str, n_layers: int, n_gqa: int = 0
 ) -> tuple[int, list[tuple[GGMLQuantizationType, str | None]]]:
     """(general.file_type, [(type, note)]) for (canonical, gguf name, shape) in output order.
 
@@ -92,7 +92,11 @@ def plan_tensor_types(
 
         ft = get_file_type(QUANTIZED_OUTTYPES[outtype])
         base = [convert_tensor_type(c, shape, Q.F32)[0] for c, _, shape in tensors]
-        choices = choose_types([(name, shape, t) for (_, name, shape), t in zip(tensors, base)], ft, n_layers=n_layers)
+        if ft.name == "Q2_K_S":
+            raise UsageError("--outtype q2_k_s needs an importance matrix: convert to f32, then dflash-quantize "
+                             "--imatrix FILE (dflash-imatrix makes a drafter's)")
+        choices = choose_types([(name, shape, t) for (_, name, shape), t in zip(tensors, base)], ft, n_layers=n_layers,
+                               n_gqa=n_gqa)
         return ft.file_type, [(ch.new_type, ch.fallback) for ch in choices]
     file_type, requested = OUTTYPES[outtype]
     return file_type, [convert_tensor_type(c, shape, requested) for c, _, shape in tensors]
@@ -392,7 +396,8 @@ def _convert_checkpoint(
     made = {g.canonical: g for g in generated}
     shapes = [tuple(int(d) for d in (made[c].shape if c in made else mapped[c].shape)) for c in order]
     file_type, types = plan_tensor_types(
-        [(c, dialect_table.gguf_name(c), shape) for c, shape in zip(order, shapes)], outtype, spec.n_layers
+        [(c, dialect_table.gguf_name(c), shape) for c, shape in zip(order, shapes)], outtype, spec.n_layers,
+        n_gqa=spec.n_heads // spec.n_kv_heads if spec.n_kv_heads else 0,
     )
     arch = dialect_table.pick_architecture(spec)
     tokenizer = list(target_info.tokenizer.entries) if target_info and target_info.tokenizer else []
