@@ -188,10 +188,17 @@ def test_cuda_path_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(triton_kernels, "installed", lambda: True)
     for name in FUSED:
         assert qmatmul_path("cuda", make_weight(name)) == "triton"
-    for name in ["Q5_K", "Q4_0", "F16"]:  # no fused kernel: reference on the GPU, silently
+    dispatch.reset_notices()
+    for name in ["Q5_K", "Q4_0", "IQ4_XS"]:  # no fused kernel: the reference path on the GPU, said once per type
+        with pytest.warns(RuntimeWarning, match=f"no Triton kernel for {name}, so its matmuls on CUDA dequantize, "
+                                                "then multiply"):
+            assert qmatmul_path("cuda", make_weight(name)) == "reference"
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            assert qmatmul_path("cuda", make_weight(name)) == "reference"
+            assert qmatmul_path("cuda", make_weight(name)) == "reference"  # once per process
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert qmatmul_path("cuda", make_weight("F16")) == "reference"  # a plain float weight: nothing to say
     assert qmatmul_path("cpu", make_weight("Q4_K")) == "reference"
     assert qmatmul_path("meta", make_weight("Q4_K")) == "reference"
 

@@ -16,8 +16,8 @@ from dflashkit.kernels import reference
 from dflashkit.kernels.testing import random_blocks
 
 GOLDEN = Path(__file__).resolve().parent / "data" / "golden" / "quants"
-QUANT_TYPES = ["Q8_0", "Q4_K", "Q5_K", "Q6_K", "Q4_0", "Q5_0", "Q5_1"]
-GOLDEN_TYPES = QUANT_TYPES + ["F16", "BF16"]
+QUANT_TYPES = ["Q8_0", "Q4_K", "Q5_K", "Q6_K", "Q4_0", "Q5_0", "Q5_1", "Q4_1", "Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS"]
+GOLDEN_TYPES = ["Q8_0", "Q4_K", "Q5_K", "Q6_K", "Q4_0", "Q5_0", "Q5_1", "F16", "BF16"]
 FAMILIES = ["normal", "uniform", "outliers", "positive", "constant_rows", "zeros_mixed", "bf16_weights"]
 
 

@@ -89,6 +89,27 @@ def test_llama_cpp_loads_and_drafts(family: str, drafters, targets, server_bin: 
     assert f"mask_token_id={make_drafters.FAMILIES[family]['dflash_config']['mask_token_id']}" in log
 
 
+#: every type drafters ship in beyond Q8_0 (issue 40)
+NEW_TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "IQ4_NL", "IQ4_XS"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", list(make_drafters.FAMILIES))
+def test_llama_cpp_loads_and_drafts_every_new_type(family: str, drafters, targets, server_bin: Path,
+                                                   tmp_path: Path) -> None:
+    target = target_for(family, targets)
+    f32 = tmp_path / "f32.gguf"
+    convert(drafters[family], f32, outtype="f32", target=target, **QUIET)
+    refused = []
+    for ftype in NEW_TYPES:
+        out = tmp_path / f"d-{ftype}.gguf"
+        quantize_gguf(f32, out, ftype, **QUIET)
+        drafted, _ = served(server_bin, target, out)
+        if drafted <= 0:
+            refused.append(ftype)
+    assert refused == [], f"{family}: drafted nothing as {refused}"
+
+
 def test_llama_cpp_refuses_a_drafter_without_tokenizer(drafters, targets, tmp_path: Path) -> None:
     # the failure dflash-convert warns about when --target is missing
     out = tmp_path / "bare.gguf"

@@ -18,6 +18,7 @@ import warnings
 import torch
 
 from dflashkit.errors import DFlashError
+from dflashkit.quant_types import is_quantized
 
 from . import metal, triton_kernels
 from .weight import QuantizedWeight
@@ -48,6 +49,9 @@ def qmatmul_path(x_device: torch.device | str, w: QuantizedWeight) -> str:
     dev = torch.device(x_device)
     if dev.type == "cuda":
         if w.ggml_type not in triton_kernels.SUPPORTED_TYPES:
+            if is_quantized(w.ggml_type):
+                    _notice(f"triton-{w.ggml_type.name}", f"dflashkit.kernels: no Triton kernel for {w.ggml_type.name}, so "
+                                                      "its matmuls on CUDA dequantize, then multiply (the reference path)")
             return "reference"
         if not triton_kernels.installed():
             _notice("triton", "dflashkit.kernels: triton is not installed, so quantized matmuls on CUDA use the "
@@ -56,6 +60,9 @@ def qmatmul_path(x_device: torch.device | str, w: QuantizedWeight) -> str:
         return "triton"
     if dev.type == "mps":
         if w.ggml_type not in metal.SUPPORTED_TYPES:
+            if is_quantized(w.ggml_type):
+                    _notice(f"metal-{w.ggml_type.name}", f"dflashkit.kernels: no Metal kernel for {w.ggml_type.name}, so its "
+                                                     "matmuls dequantize, then multiply (the reference path)")
             return "reference"
         ok, why = metal.available()
         if not ok:
