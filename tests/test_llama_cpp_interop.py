@@ -198,6 +198,11 @@ def test_zoo_drafter_loads_and_drafts(name: str, zoo, server_bin: Path, tmp_path
     assert "mask_token_id=500" in log
     if name.startswith("spec-dflash"):  # speculators DFlash / DFlash 2: slot 0 is the anchor
         assert "sample_from_anchor=false" in log
+    # issue 40: the two new layouts furthest from Q8_0 (2-bit super-blocks, non-linear levels) load and draft too
+    for ftype in ("Q2_K", "IQ4_XS"):
+        low = tmp_path / f"d-{ftype}.gguf"
+        quantize_gguf(out, low, ftype, allow_requantize=True, **QUIET)
+        assert served(server_bin, target, low)[0] > 0, ftype
 
 
 def test_pre_merge_file_is_refused_and_its_translation_loads(drafters, targets, tmp_path: Path) -> None:
