@@ -27,7 +27,7 @@ from .files import signals_unwind
 from .llama_cpp import (LlamaCppDrafterRun, check_extra_args, check_prompt_text, find_binary, run_drafter,
                         target_gguf_from_hf, temp_dir)
 from .llama_cpp.server import REQUEST_TIMEOUT_S as LLAMA_CPP_TIMEOUT_S
-from .llama_cpp.http import same_server
+from .llama_cpp.http import public_url, same_server
 from .llama_cpp.server import SERVER_BINARY, RemoteServer, find_server, has_server, run_drafter_server
 from .llama_cpp import llama_cpp_src as find_src
 from .prompts import (Prompt, builtin_prompts_path, load_prompts, parse_template_kwargs,  # noqa: F401
@@ -145,6 +145,7 @@ def run_acceptance(
     target_ggufs = ([] if target_gguf is None else [target_gguf] if isinstance(target_gguf, (str, os.PathLike))
                     else list(target_gguf))
     extra_args = check_extra_args(llama_cpp_args)
+    server_url, baseline_url = public_url(server_url), public_url(baseline_url)  # credentials: never recorded
     if not (isinstance(llama_cpp_timeout, (int, float)) and math.isfinite(llama_cpp_timeout) and llama_cpp_timeout > 0):
         raise UsageError(f"--llama-cpp-timeout must be a positive number of seconds, got {llama_cpp_timeout!r}")
     if llama_server is not None and server_url is not None:

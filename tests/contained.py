@@ -158,7 +158,7 @@ def run_contained(command: str, args: list[str], *, inputs: Iterable[Path], tmp:
     changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
     return Contained(argv, proc.returncode, b"".join(chunks["out"]).decode(errors="replace"), stderr,
                      hwm[-1] if hwm else sampled[0], killed, elapsed, changed, left,
-                     left_in_tmp, {"stand_ins": stand_ins, "signalled_at": signalled[0]})
+                     left_in_tmp, {"stand_ins": stand_ins, "signalled_at": signalled[0], "pid": proc.pid})
 
 
 def check_contained(run: Contained, code: int, message: str | None = None, *, bounded: bool = False) -> None:

@@ -14,7 +14,8 @@ import time
 from typing import Any, Callable
 
 #: modes for /completion ("health-trickle" trickles /health instead)
-MODES = ("reply", "trickle-headers", "continue-flood", "trickle-body", "redirect", "huge", "health-trickle")
+MODES = ("reply", "trickle-headers", "continue-flood", "trickle-body", "redirect", "huge", "huge-announced",
+         "strings", "short-body", "health-trickle")
 
 
 def completion_reply(n: int, *, draft: bool, n_max: int = 15, **timings: Any) -> dict[str, Any]:
@@ -114,8 +115,16 @@ class HostileServer:
                 self._trickle(conn, b"{" + b" " * 999_999)
             elif self.mode == "redirect":
                 self._send(conn, "301 Moved Permanently", b"", f"Location: {self.location}\r\n")
-            elif self.mode == "huge":
+            elif self.mode == "huge":  # just under the 16 MiB bound: refused for its containers, unparsed
+                self._send(conn, "200 OK", b"[]," * ((15 << 20) // 3))
+            elif self.mode == "huge-announced":  # over the bound: refused by its Content-Length, unread
                 self._send(conn, "200 OK", b"[]," * ((64 << 20) // 3))
+            elif self.mode == "short-body":  # announces more than it sends, then closes
+                doc = json.dumps(completion_reply(n, draft=self.draft)).encode()
+                conn.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {len(doc) + 500}\r\nConnection: close\r\n\r\n"
+                             .encode() + doc)
+            elif self.mode == "strings":  # 15 MiB of short strings: the most Python objects per byte JSON allows
+                self._send(conn, "200 OK", ('"\u0100",' * ((15 << 20) // 9)).encode())
             else:
                 doc = (self.reply(n) if callable(self.reply) else self.reply) if self.reply is not None else \
                     completion_reply(n, draft=self.draft)

@@ -97,10 +97,23 @@ def test_a_trickled_health_is_bounded(tmp_path: Path, pair: dict) -> None:
     assert run.elapsed_s < TIMEOUT + 60  # the health check comes first: start-up, then one bounded exchange
 
 
-def test_a_reply_of_64_mib_of_empty_lists_is_refused_unparsed(tmp_path: Path, pair: dict) -> None:
-    with HostileServer("huge") as server:
+@pytest.mark.parametrize("mode, message", [
+    ("huge", "objects/arrays, over the 10000 any completion reply has"),
+    ("huge-announced", "announced, over 16 MiB — refused unread"),
+    ("strings", "the server's reply"),  # parsed under the 16 MiB bound: its peak stays far below the cap
+])
+def test_a_reply_of_megabytes_of_small_values_is_refused_under_the_cap(tmp_path: Path, pair: dict, mode: str,
+                                                                        message: str) -> None:
+    with HostileServer(mode) as server:
         run = _accept(tmp_path, pair, "--server-url", server.url)
-    check_contained(run, 1, "objects/arrays, over the 10000 any completion reply has", bounded=True)
+    check_contained(run, 1, message, bounded=True)
+
+
+def test_a_short_body_is_not_a_reply(tmp_path: Path, pair: dict) -> None:
+    with HostileServer("short-body") as server:
+        run = _accept(tmp_path, pair, "--server-url", server.url)
+    check_contained(run, 1, "the reply ended", bounded=True)
+    assert "short of its Content-Length" in run.lines()[0]
 
 
 def test_a_draft_n_max_above_the_block_is_a_usage_error(tmp_path: Path, pair: dict) -> None:
@@ -132,3 +145,37 @@ def test_a_preset_or_alias_that_loads_a_model_is_refused(tmp_path: Path, pair: d
                                                       pair["target_gguf"], arg),
                         inputs=[pair["target"], pair["prompts"]], tmp=tmp_path / "tmp", pid_folder=folder)
     check_contained(run, 2, "loads a model — dflashkit sets the models")
+
+
+# --- the second attacker's pass --------------------------------------------------------------------------------
+
+
+def test_an_early_end_cannot_carry_more_drafts_than_its_rounds(tmp_path: Path, pair: dict) -> None:
+    reply = {**completion_reply(8, draft=True, draft_n=330, draft_n_accepted=0), "stop_type": "eos"}
+    with HostileServer(reply=reply) as server:
+        run = _accept(tmp_path, pair, "--server-url", server.url)
+    check_contained(run, 1, "330 draft tokens in at most 7 round(s) of at most 15", bounded=True)
+
+
+@pytest.mark.parametrize("spelling", ["0.0.0.0", "[::ffff:127.0.0.1]"])
+def test_a_baseline_spelled_as_every_address_is_the_same_server(tmp_path: Path, pair: dict, spelling: str) -> None:
+    with HostileServer() as server:
+        other = server.url.replace("127.0.0.1", spelling)
+        run = _accept(tmp_path, pair, "--server-url", server.url, "--baseline-url", other)
+    check_contained(run, 2, "is the server of --server-url")
+
+
+def test_a_host_no_resolver_takes_is_one_line(tmp_path: Path, pair: dict) -> None:
+    with HostileServer() as server:
+        port = server.url.rsplit(":", 1)[1]
+        run = _accept(tmp_path, pair, "--server-url", server.url, "--baseline-url", f"http://a..b:{port}/base")
+    assert run.returncode == 1 and len(run.lines()) == 1 and "internal error" not in run.stderr, run.stderr
+
+
+def test_credentials_in_a_url_are_never_recorded(tmp_path: Path, pair: dict) -> None:
+    with HostileServer() as server:
+        url = server.url.replace("http://", "http://user:s3cretpw@")
+        args = accept_args(pair, "--max-prompts", "1", "--server-url", url, "-o", tmp_path / "report.json")
+        run = run_contained("accept_command", args, inputs=[pair["target"], pair["prompts"]], tmp=tmp_path / "tmp")
+    check_contained(run, 0)
+    assert "s3cretpw" not in (tmp_path / "report.json").read_text() + run.stderr + run.stdout

@@ -87,6 +87,8 @@ def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
                 _silence_stdout()
                 _fail(f"cannot write the output ({exc.strerror or exc}): is stdout a full device or closed? "
                       "write it with -o FILE", 1)
+            if isinstance(exc, OSError) and exc.filename is not None:  # a path the system refuses (too long, …)
+                _fail(f"{escape_name(str(exc.filename), limit=160)}: {exc.strerror or type(exc).__name__}", 1)
             _fail(f"internal error: {type(exc).__name__}: {exc} (re-run with --debug for the traceback)", 1)
 
     return click.option("--debug", is_flag=True, help="Show tracebacks.")(wrapper)

@@ -13,6 +13,7 @@ files, so a 64 MiB reply of ``[],[],…`` is refused at its size, not after 2 GB
 from __future__ import annotations
 
 import http.client
+import ipaddress
 import json
 import socket
 import threading
@@ -58,6 +59,20 @@ def split_url(url: str) -> tuple[str, str, int]:
     return parts.scheme, parts.hostname, port if port is not None else (443 if parts.scheme == "https" else 80)
 
 
+def public_url(url: str | None) -> str | None:
+    """``url`` without a ``user:password@`` part: llama-server takes no such credentials (they were never sent), and
+    a report or record must not carry them."""
+    if url is None:
+        return None
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return url
+    if "@" not in parts.netloc:
+        return url
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
 def same_server(a: str, b: str) -> bool:
     """Whether two URLs reach the same listening socket: the same port on addresses that resolve alike
     (``localhost`` and ``127.0.0.1`` are one server)."""
@@ -68,13 +83,23 @@ def same_server(a: str, b: str) -> bool:
 
     def addresses(host: str) -> set[str]:
         try:
-            return {info[4][0] for info in socket.getaddrinfo(host, None)}
-        except OSError:
+            found = {info[4][0] for info in socket.getaddrinfo(host, None)}
+        except (OSError, UnicodeError, ValueError):  # a name no resolver takes: compared as written
             return {host}
+        out = set()
+        for a in found:
+            try:
+                ip = ipaddress.ip_address(a.split("%", 1)[0])
+            except ValueError:
+                out.add(a)
+                continue
+            mapped = getattr(ip, "ipv4_mapped", None)
+            ip = mapped or ip
+            # a server listening on every address (0.0.0.0, ::) is the one loopback reaches
+            out.add("loopback" if ip.is_loopback or ip.is_unspecified else str(ip))
+        return out
 
-    a_addr, b_addr = addresses(host_a), addresses(host_b)
-    loopback = {"127.0.0.1", "::1"}
-    return bool(a_addr & b_addr) or (bool(a_addr & loopback) and bool(b_addr & loopback))
+    return bool(addresses(host_a) & addresses(host_b))
 
 
 class _Watchdog:
@@ -99,6 +124,45 @@ class _Watchdog:
         self.timer.cancel()
 
 
+def _resolve(host: str, port: int, deadline: float) -> list[Any]:
+    """getaddrinfo bounded by the deadline: a resolver that hangs is left to its daemon thread."""
+    box: list[Any] = []
+
+    def run() -> None:
+        try:
+            box.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except (OSError, UnicodeError, ValueError) as exc:
+            box.append(exc)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(_left(deadline))
+    if not box:
+        raise ExchangeTimeout
+    if isinstance(box[0], BaseException):
+        raise OSError(f"cannot resolve {host} ({box[0]})")
+    return box[0]
+
+
+def _connect(address: tuple[str, int], deadline: float) -> socket.socket:
+    """socket.create_connection with every address tried only in what is left of the deadline (create_connection
+    gives each address the whole timeout: N addresses that do not answer took N timeouts)."""
+    last: OSError | None = None
+    for family, kind, proto, _, sockaddr in _resolve(address[0], address[1], deadline):
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(_left(deadline))
+            sock.connect(sockaddr)
+            return sock
+        except OSError as exc:
+            sock.close()
+            last = exc
+        except BaseException:
+            sock.close()
+            raise
+    raise last or OSError(f"no address for {address[0]}")
+
+
 def _left(deadline: float) -> float:
     left = deadline - time.monotonic()
     if left <= 0:
@@ -116,6 +180,7 @@ def exchange(url: str, path: str, *, deadline: float, payload: dict[str, Any] | 
     started = time.monotonic()
     connection = http.client.HTTPSConnection if scheme == "https" else http.client.HTTPConnection
     conn = connection(host, port, timeout=_left(deadline))
+    conn._create_connection = lambda address, timeout=None, source_address=None: _connect(address, deadline)
     dog = _Watchdog(conn, deadline)
     try:
         body = None if payload is None else json.dumps(payload).encode("utf-8")
@@ -141,6 +206,10 @@ def exchange(url: str, path: str, *, deadline: float, payload: dict[str, Any] | 
         if size > max_bytes:
             raise DFlashError(f"{url}{path}: a reply over {max_bytes >> 20} MiB — refused")
         _left(deadline)
+        if dog.fired:  # the watchdog cut the read: the deadline, not the server, ended it
+            raise ExchangeTimeout
+        if reply.length:  # Content-Length said more than came before the connection closed
+            raise ExchangeFailed(f"the reply ended {reply.length} bytes short of its Content-Length")
         return Reply(reply.status, reply.reason or "", reply.getheader("Location"), b"".join(chunks),
                      time.monotonic() - started)
     except (socket.timeout, TimeoutError):

@@ -42,7 +42,7 @@ HOST = "127.0.0.1"
 STARTUP_TIMEOUT_S = 300.0
 REQUEST_TIMEOUT_S = 600.0
 #: a reply larger than this is no completion of a few hundred tokens: refused before it is parsed
-MAX_REPLY_BYTES = 64 * 1024 * 1024
+MAX_REPLY_BYTES = 16 * 1024 * 1024  # a completion of 10,000 tokens with their ids is well under 1 MiB
 TAIL_LINES = 200
 TAIL_LINE_CHARS = 2000
 
@@ -174,7 +174,7 @@ def check_completion(c: Completion, where: str, limits: Limits) -> None:
     # an end token or a stop word inside an accepted draft: both builds count the whole draft as accepted before
     # they stop committing, so the last round may count up to n_max tokens that were never generated
     over = n_max if c.ended_early and c.speculated else 0
-    rounds_at_most = c.decoded - c.draft_accepted + over
+    rounds_at_most = min(c.decoded, c.decoded - c.draft_accepted + over)  # a round commits at least one token
     if c.decoded and rounds_at_most < 1:
         raise _impossible(where, f"every committed token accepted from a draft, no target round: {c.decoded} "
                                  f"decoded, {c.draft_accepted} accepted")

@@ -9,11 +9,13 @@ Checked, reading nothing outside OUTDIR (`inside`: base names, no links, regular
   named by its line;
 - ``SHA256SUMS`` lists exactly the release's files with their checksums: a line that ``sha256sum -c`` would fail
   on — a missing or foreign file, a path (``../../etc/passwd``), a wrong sum, a malformed line — fails here too,
-  without reading what it names.
+  without reading what it names (a file whose size is not the record's is not hashed);
+- OUTDIR holds nothing else: a file no list names would be uploaded with the release unverified.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -25,7 +27,7 @@ from ..errors import DFlashError
 from ..files import MAX_JSON_CONTAINERS, json_container_count
 from .card import recommended, render_card
 from .inside import NotInside, read_inside, sha256_inside
-from .run import CARD, RECORD, SUMS, release_types
+from .run import CARD, RECORD, SUMS, TIMINGS, release_types
 from .schema import RecordError, validate_record
 
 _SUM_LINE = re.compile(r"^([0-9a-fA-F]{64}) [ *](.+)$")
@@ -34,7 +36,8 @@ MAX_SUMS_BYTES = 64 << 10
 MAX_RECORD_BYTES = 64 << 20
 
 
-def _read_record(out: Path) -> dict[str, Any]:
+def _read_record(out: Path) -> tuple[dict[str, Any], bytes]:
+    """The validated record and its bytes (SHA256SUMS' line for it is checked against these very bytes)."""
     path = out / RECORD
     try:
         raw = read_inside(out, RECORD, MAX_RECORD_BYTES)
@@ -50,7 +53,7 @@ def _read_record(out: Path) -> dict[str, Any]:
         raise DFlashError(f"{path}: not a dflashkit release record ({(str(exc).splitlines() or [''])[0][:200]})") \
             from None
     try:
-        return validate_record(doc, str(path), release_types())
+        return validate_record(doc, str(path), release_types()), raw
     except RecordError as exc:
         raise DFlashError(str(exc)) from None
 
@@ -100,32 +103,45 @@ def _check_files(out: Path, record: dict[str, Any], problems: list[str]) -> None
                         f"{recommended(record)}")
 
 
-def _check_card(out: Path, record: dict[str, Any], problems: list[str]) -> None:
+def _check_card(out: Path, record: dict[str, Any], problems: list[str]) -> bytes | None:
+    """The card against the card the record renders; its bytes (for SHA256SUMS), None when it could not be read."""
     card = out / CARD
     try:
-        got = read_inside(out, CARD, MAX_CARD_BYTES).decode("utf-8", errors="replace").splitlines()
+        data = read_inside(out, CARD, MAX_CARD_BYTES)
     except NotInside as exc:
         problems.append(f"{card}: {exc}")
-        return
+        return None
+    got = data.decode("utf-8", errors="replace").splitlines()
     expected = render_card(record).splitlines()
     for i, (a, b) in enumerate(zip(got, expected), 1):
         if a != b:
             problems.append(f"{card}:{i}: the card says {a[:160]!r}, {RECORD} gives {b[:160]!r}")
-            return
+            return data
     if len(got) != len(expected):
         problems.append(f"{card}: {len(got)} lines, the card {RECORD} renders has {len(expected)}")
+    return data
 
 
-def _check_sums(out: Path, record: dict[str, Any], problems: list[str]) -> None:
+def _sum_lines(text: str) -> list[str]:
+    """SHA256SUMS' lines as sha256sum -c reads them: split at "\\n" only, one trailing "\\r" dropped (a "\\r", "\\v"
+    or U+2028 inside a line is part of it, and makes it malformed)."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def _check_sums(out: Path, record: dict[str, Any], read: dict[str, bytes | None], problems: list[str]) -> None:
     sums = out / SUMS
     try:
         text = read_inside(out, SUMS, MAX_SUMS_BYTES).decode("utf-8", errors="replace")
     except NotInside as exc:
         problems.append(f"{sums}: {exc}")
         return
-    own = [record["jobs"][t]["file"] for t in record["types"] if t in record["jobs"]] + [CARD, RECORD]
+    jobs = {record["jobs"][t]["file"]: record["jobs"][t] for t in record["types"] if t in record["jobs"]}
+    own = [*jobs, CARD, RECORD]
     listed: dict[str, str] = {}
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(_sum_lines(text), 1):
         m = _SUM_LINE.match(line)
         if not m:
             problems.append(f"{sums}:{n}: not a sha256sum line")
@@ -142,21 +158,43 @@ def _check_sums(out: Path, record: dict[str, Any], problems: list[str]) -> None:
             problems.append(f"{sums}: does not list {name}")
             continue
         try:
-            if sha256_inside(out, name) != listed[name]:
+            if name in jobs:  # the size the record gives first: a 1 TB file is not hashed to learn it differs
+                digest = sha256_inside(out, name, jobs[name]["size_bytes"])
+            elif read.get(name) is not None:
+                digest = hashlib.sha256(read[name]).hexdigest()  # type: ignore[arg-type]
+            else:
+                continue  # unreadable (over its bound, a link…): already a problem of its own
+            if digest != listed[name]:
                 problems.append(f"{out / name}: does not match its line in {SUMS}")
         except NotInside as exc:
             problems.append(f"{out / name}: {exc}")
+
+
+def _check_entries(out: Path, record: dict[str, Any], problems: list[str]) -> None:
+    """Every entry of OUTDIR is a file of the release: whatever else is there would be uploaded unverified."""
+    own = {record["jobs"][t]["file"] for t in record["types"] if t in record["jobs"]} | {CARD, RECORD, SUMS,
+                                                                                         TIMINGS}
+    try:
+        names = sorted(os.listdir(out))[:10_000]
+    except OSError as exc:
+        problems.append(f"{out}: cannot list it ({exc.strerror or exc})")
+        return
+    for name in names:
+        if name not in own:
+            problems.append(f"{out / name}: not a file of this release (neither {RECORD} nor {SUMS} lists it) — "
+                            "remove it before the folder is published")
 
 
 def check_release(outdir: str | os.PathLike) -> list[str]:
     """Every problem found, one line each (empty: the release checks out). A folder that holds no release record
     at all, or one that does not fit the schema, is a `DFlashError`."""
     out = Path(outdir)
-    record = _read_record(out)
+    record, raw = _read_record(out)
     problems: list[str] = []
     if not record["complete"]:
         problems.append(f"{out / RECORD}: the release did not finish (run dflash-release again to complete it)")
     _check_files(out, record, problems)
-    _check_card(out, record, problems)
-    _check_sums(out, record, problems)
+    card = _check_card(out, record, problems)
+    _check_sums(out, record, {CARD: card, RECORD: raw}, problems)
+    _check_entries(out, record, problems)
     return problems

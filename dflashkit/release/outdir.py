@@ -10,8 +10,10 @@
 - **The work folder is made, not followed.** ``.dflash-release`` is created by the release (``mkdir``) or, left by
   an interrupted run, accepted only as a real directory (``lstat``, never a symbolic link); it is emptied and
   removed through a file descriptor of it (``unlink(dir_fd=…)``), so nothing outside OUTDIR is ever deleted.
-- **Nothing unrecorded left.** On an interrupt or a failure, type files that ``release.json`` does not record are
-  removed (`remove_unrecorded`): the folder is what its record says.
+- **Nothing unrecorded left, nothing of the user's taken.** Before the jobs run, the type files they will write are
+  listed in the work folder (`Claim.write_pending`). On an interrupt or a failure those that ``release.json`` does
+  not record are removed (`remove_unrecorded`): the folder is what its record says. A file under a type file's name
+  that neither the record nor that list holds is the user's: a usage error names it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,13 +30,19 @@ from ..errors import DFlashError, UsageError
 
 WORK_FOLDER = ".dflash-release"
 OWNER = "owner.pid"  # in the work folder: the PID of the release that holds OUTDIR
+PENDING = "pending"  # in the work folder: the type files the running jobs will write, one per line
 MAX_ENTRIES = 10_000  # entries of OUTDIR looked at (a release has a dozen)
 
 
 def _ancestors(path: Path) -> list[Path]:
-    """``path`` (made absolute, not resolved: a link component is stat'ed where it points) and every parent."""
-    absolute = Path(os.path.abspath(path))
-    return [absolute, *absolute.parents]
+    """``path`` and every parent, both as written (made absolute) and as the kernel resolves it: ``L/..`` with ``L``
+    a link is the link's target's parent to the kernel, and a link to a sub-folder of an input is inside it."""
+    out: list[Path] = []
+    for form in (Path(os.path.abspath(path)), Path(os.path.realpath(path))):
+        for p in (form, *form.parents):
+            if p not in out:
+                out.append(p)
+    return out
 
 
 def check_outside_inputs(out: Path, inputs: Iterable[str | os.PathLike | None]) -> None:
@@ -97,10 +104,16 @@ class Claim:
         st = os.fstat(fd)
         self.work_fd, self.work_ident = fd, (st.st_dev, st.st_ino)
         for name in os.listdir(fd):
-            if name not in (OWNER, "base-F32.gguf") and not name.startswith("base-F32.gguf.tmp-"):
+            if name not in (OWNER, PENDING, "base-F32.gguf") and not name.startswith("base-F32.gguf.tmp-"):
                 raise UsageError(f"{self.work / name}: not a file of a release's work folder — remove it")
         _write_small(fd, OWNER, f"{os.getpid()}\n")
         return self.work
+
+    def write_pending(self, names: Iterable[str]) -> None:
+        """Record the type files the jobs about to run will write: what an interrupted run leaves is then known to
+        be the release's (removed or overwritten), and any other file under a type file's name is the user's."""
+        assert self.work_fd is not None
+        _write_small(self.work_fd, PENDING, "".join(f"{n}\n" for n in names))
 
     def work_file(self, name: str) -> Path:
         """A path in the work folder that still names the folder this release made (checked by device and inode:
@@ -192,9 +205,10 @@ def claim(out: Path) -> Claim:
     return Claim(out, fd, created)
 
 
-def foreign_entry(claimed: Claim, own_names: set[str], own_pattern: re.Pattern[str], has_record: bool) -> str | None:
-    """The first entry of OUTDIR that is not a release's (``own_names``, or a type file of ``own_pattern``), None
-    when there is none. Without a release record of the same inputs only the work folder may be there."""
+def foreign_entry(claimed: Claim, own_names: set[str], has_record: bool) -> str | None:
+    """The first entry of OUTDIR that is not the release's (``own_names``: its fixed files and the type files its
+    record lists or a run cut short was writing), None when there is none. Without a release record of the same
+    inputs only the work folder may be there."""
     names = []
     for n, name in enumerate(sorted(os.listdir(claimed.fd))):
         if n >= MAX_ENTRIES:
@@ -203,12 +217,28 @@ def foreign_entry(claimed: Claim, own_names: set[str], own_pattern: re.Pattern[s
     for name in names:
         if name == WORK_FOLDER:
             continue
-        if not has_record or not (name in own_names or own_pattern.match(name)):
+        if not has_record or name not in own_names:
             return name
         st = os.stat(name, dir_fd=claimed.fd, follow_symlinks=False)
         if not stat.S_ISREG(st.st_mode):  # a link, a FIFO, a folder under a release's file name
             return name
     return None
+
+
+def read_pending(claimed: Claim) -> set[str]:
+    """The type files the last run started writing (`Claim.write_pending`), read through the work folder without
+    following a link; empty when there is none."""
+    try:
+        fd = os.open(f"{WORK_FOLDER}/{PENDING}", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=claimed.fd)
+    except OSError:
+        return set()
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode) or os.path.islink(claimed.out / WORK_FOLDER):
+            return set()
+        text = os.read(fd, 64 << 10).decode("utf-8", errors="replace")
+    finally:
+        os.close(fd)
+    return {line for line in text.split("\n") if line and "/" not in line and line not in (".", "..")}
 
 
 def remove_unrecorded(claimed: Claim, type_files: Iterable[str], recorded: set[str]) -> list[str]:

@@ -9,18 +9,15 @@ recorded checksum, and redoes the rest. Whatever ends a run early — a failed j
 is left as ``release.json`` records it: a type file it does not record is removed. The card, ``SHA256SUMS`` and
 the final ``release.json`` are written when every job is done and every gate passed (or ``allow_failures``).
 
-Nothing private is published: inputs are named by hub id (``--source-repo``, ``--target-repo``, or the id of a
-folder in the Hugging Face cache) or by base name, never by a path of this machine; the record keeps only a
-digest of the paths (``inputs_digest``) to know a resume of the same inputs.
+Nothing private is published: inputs are named by hub id or by base name, never by a path of this machine; the
+record keeps only a digest of what the figures depend on (`inputs`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,9 +29,10 @@ from ..files import (MAX_JSON_CONTAINERS, check_output, json_container_count, re
                      write_text_atomic)
 from ..filetypes import ALL_FILE_TYPES
 from .card import recommended, render_card, sha256_of, sha256sums
+from .inputs import _license_of, check_names, inputs_digest, public_name, release_name
 from .inside import NotInside, sha256_inside
 from .jobs import JobSpec
-from .outdir import Claim, check_outside_inputs, claim, foreign_entry, remove_unrecorded
+from .outdir import Claim, check_outside_inputs, claim, foreign_entry, read_pending, remove_unrecorded
 from .runners import DEFAULT_RAY_TIMEOUT_S, connect_ray, disconnect_ray, run_in_process, run_pool, run_ray
 from .schema import FORMAT, MAX_RELEASE_PROMPTS, RecordError, validate_record
 from .seal import machine_key, seal, verify
@@ -44,7 +42,6 @@ CARD, SUMS, RECORD = "README.md", "SHA256SUMS", "release.json"
 TIMINGS = "timings.json"  # wall times and workers: the one file that differs between runners (not in SHA256SUMS)
 BASE = "base-F32.gguf"
 MAX_SEED = 2**63 - 1
-MAX_SOURCE_CARD_BYTES = 1 << 20
 
 
 @dataclass
@@ -103,54 +100,6 @@ def parse_types(types: str | Sequence[str]) -> list[str]:
     if not out:
         raise UsageError("--types: give at least one type")
     return out
-
-
-def hub_id_of(path: str | os.PathLike) -> str | None:
-    """``org/name`` of a folder in the Hugging Face cache (``…/models--org--name/snapshots/<rev>``), else None."""
-    for part in Path(path).parts:
-        if part.startswith("models--") and part.count("--") >= 2:
-            return part[len("models--"):].replace("--", "/", 1)
-    return None
-
-
-def public_name(given: str | os.PathLike, repo: str | None) -> str:
-    """How a published file names an input: its hub id (given, or from the HF cache), a hub id given as SRC, or the
-    folder's base name — never a path of this machine."""
-    if repo:
-        return repo
-    text = str(given)
-    if not Path(text).exists() and not text.startswith(("/", ".", "~")) and text.count("/") == 1:
-        return text  # a hub id given as the input
-    return hub_id_of(text) or Path(os.path.abspath(text)).name or "model"
-
-
-def release_name(src: str | os.PathLike, source_repo: str | None) -> str:
-    base = public_name(src, source_repo).rstrip("/").split("/")[-1] or "drafter"
-    return re.sub(r"[^A-Za-z0-9._-]", "-", base)[:120] or "drafter"
-
-
-def _license_of(src: Path) -> str | None:
-    """The source card's ``license`` when it is one short string; a card that is no regular file, too big or
-    malformed only leaves the license out."""
-    from .inside import read_inside
-
-    try:
-        text = read_inside(src, CARD, MAX_SOURCE_CARD_BYTES).decode("utf-8")
-        from huggingface_hub import ModelCard
-
-        value = ModelCard(text).data.license
-    except (NotInside, UnicodeDecodeError, Exception):  # noqa: BLE001 - a card we cannot read leaves it out
-        return None
-    return value if isinstance(value, str) and 0 < len(value) <= 100 and value.isprintable() else None
-
-
-def inputs_digest(src: str | os.PathLike, target: str | os.PathLike, prompts: str | os.PathLike | None,
-                  settings: dict[str, Any]) -> str:
-    """What makes two runs the same release, as a digest: the inputs' absolute paths stay on this machine."""
-    def where(p: str | os.PathLike | None) -> str | None:
-        return None if p is None else (str(Path(p).resolve()) if Path(p).exists() else str(p))
-    doc = {"source": where(src), "target": where(target), "prompts": where(prompts), "settings": settings}
-    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _check_arguments(seed: int, workers: int | None, max_prompts: int | None, ray_timeout: float) -> None:
@@ -224,22 +173,32 @@ def release(
     if not out.parent.is_dir():
         raise DFlashError(f"{out}: the folder {out.parent} does not exist")
     check_outside_inputs(out, [src, target])
+    if target_gguf is not None and llama_cpp is None and llama_server is None:
+        raise UsageError("--target-gguf only matters with --llama-cpp or --llama-server BIN_DIR")
     name = release_name(src, source_repo)
     files = {t: f"{name}-{t}.gguf" for t in type_names}
     settings = {"prompts": Path(prompts).name if prompts else "dflashkit's built-in set", "max_prompts": max_prompts,
                 "max_new_tokens": max_new_tokens, "seed": seed, "parity_rounds": parity_rounds,
                 "min_top1": min_top1, "min_tau": min_tau}
-    digest = inputs_digest(src, target, prompts, settings)
+    check_names({"SRC": public_name(src, source_repo), "--target": public_name(target, target_repo),
+                 "--prompts": settings["prompts"], "--source-revision": source_revision,
+                 "--target-gguf": Path(target_gguf).name if target_gguf else None,
+                 "--llama-server / --llama-cpp": _build_name(llama_server or llama_cpp)})
+    from .. import __version__
+
+    digest, content = inputs_digest(src, target, prompts, settings, {"llama_cpp": llama_cpp,
+                                                                    "llama_server": llama_server,
+                                                                    "target_gguf": target_gguf}, __version__)
     options = Options(prompts, max_prompts, max_new_tokens, seed, parity_rounds, min_top1, min_tau, allow_failures,
                       llama_cpp, llama_server, target_gguf, source_repo, source_revision, target_repo, workers, ray,
                       ray_gpus_per_job, ray_timeout)
     with signals_unwind():  # TERM / HUP unwind like Ctrl-C: workers killed, OUTDIR left as its record says
         claimed = claim(out)
         try:
-            return _run(claimed, src, target, type_names, files, name, settings, digest, say, options)
+            return _run(claimed, src, target, type_names, files, name, settings, (digest, content), say, options)
         except BaseException as exc:
-            if claimed.owned:  # only in a folder that is the release's: a user's files are never touched
-                remove_unrecorded(claimed, [f"{name}-{t}.gguf" for t in release_types()], _recorded(out))
+            if claimed.owned:  # only files this release started writing: a user's files are never touched
+                remove_unrecorded(claimed, read_pending(claimed), _recorded(out))
             recorded = _recorded(out)
             if claimed.created and not os.path.lexists(out / RECORD):
                 claimed.remove_work_folder()  # stopped before it wrote anything: the folder it made goes too
@@ -265,12 +224,12 @@ def _recorded(out: Path) -> set[str]:
 
 
 def _run(claimed: Claim, src: Any, target: Any, type_names: list[str], files: dict[str, str], name: str,
-         settings: dict[str, Any], digest: str, say: Callable[[str], None], o: Options) -> ReleaseResult:
+         settings: dict[str, Any], digests: tuple[str, str], say: Callable[[str], None], o: Options) -> ReleaseResult:
     out = claimed.out
-    previous = _load_previous(out, digest)
-    own = {CARD, SUMS, RECORD, TIMINGS}
-    pattern = re.compile(rf"^{re.escape(name)}-[A-Z0-9_]+\.gguf$")
-    foreign = foreign_entry(claimed, own, pattern, previous is not None)
+    previous = _load_previous(out, digests[0])
+    # the type files that are this release's: the ones its record lists, and the ones a run cut short was writing
+    ours = {j["file"] for j in previous["jobs"].values()} | read_pending(claimed) if previous is not None else set()
+    foreign = foreign_entry(claimed, {CARD, SUMS, RECORD, TIMINGS} | ours, previous is not None)
     if foreign is not None:
         raise UsageError(f"{out / foreign}: not a file of this release — dflash-release writes only into an empty "
                          "folder or a release of the same inputs; give another OUTDIR")
@@ -281,28 +240,31 @@ def _run(claimed: Claim, src: Any, target: Any, type_names: list[str], files: di
     # Ray first: an address that does not answer or a cluster that cannot run a job is said before minutes of work
     ray = connect_ray(o.ray, o.ray_gpus_per_job, o.ray_timeout) if o.ray is not None else None
     try:
-        return _run_connected(claimed, src, target, type_names, files, name, settings, digest, say, o, previous, ray)
+        return _run_connected(claimed, src, target, type_names, files, name, settings, digests, say, o, previous, ray,
+                              ours)
     finally:
         if ray is not None:
             disconnect_ray(ray[1])
 
 
 def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str], files: dict[str, str], name: str,
-                   settings: dict[str, Any], digest: str, say: Callable[[str], None], o: Options,
-                   previous: dict[str, Any] | None, ray: tuple[Any, str | None] | None) -> ReleaseResult:
+                   settings: dict[str, Any], digests: tuple[str, str], say: Callable[[str], None], o: Options,
+                   previous: dict[str, Any] | None, ray: tuple[Any, str | None] | None,
+                   ours: set[str]) -> ReleaseResult:
     from .. import __version__
     from ..converters.convert import convert
     from ..drafters import open_drafter
     from ..llama_cpp.process import spec_type_of
 
     out = claimed.out
+    digest, content = digests
     key = machine_key()
     claimed.make_work_folder()
     base = claimed.work_file(BASE)
     started = time.time()
     base_sha256 = None
     if previous is not None and verify({"base_sha256": previous["base_sha256"], "seal": previous.get("base_seal")},
-                                       digest, key):
+                                       f"{digest}:{content}", key):
         try:
             if sha256_inside(claimed.work, BASE) == previous["base_sha256"]:
                 base_sha256 = previous["base_sha256"]
@@ -327,11 +289,12 @@ def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str],
         "llama_cpp": _build_name(o.llama_server or o.llama_cpp),
         "settings": settings, "base_sha256": base_sha256, "jobs": {}, "complete": False,
     }
-    record["base_seal"] = seal({"base_sha256": base_sha256}, digest, key)
+    record["base_seal"] = seal({"base_sha256": base_sha256}, f"{digest}:{content}", key)
+    job_key = f"{digest}:{content}:{base_sha256}"  # a kept job was made from these very inputs and weights
     timings: dict[str, Any] = {"jobs": {}}
     skipped = []
     for t in type_names:
-        kept = _kept_job(previous, out, t, digest, key)
+        kept = _kept_job(previous, out, t, job_key, key)
         if kept is not None:
             record["jobs"][t] = kept
             skipped.append(t)
@@ -357,7 +320,7 @@ def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str],
             return
         timings["jobs"][spec.type_name] = {"seconds": result.pop("seconds"), "worker_pid": result.pop("worker_pid")}
         result["sha256"] = sha256_of(Path(spec.out))
-        result["seal"] = seal(result, digest, key)
+        result["seal"] = seal(result, job_key, key)
         record["jobs"][spec.type_name] = result
         save()
         gates = ", ".join(g["gate"] for g in result["gates_failed"]) or "all gates passed"
@@ -365,6 +328,7 @@ def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str],
         say(f"{spec.type_name}: done (τ {'–' if tau is None else f'{tau:.3f}'}; {gates})")
 
     save()
+    claimed.write_pending([files[s.type_name] for s in specs])  # what a run cut short may leave: ours to remove
     n = o.workers or min(len(specs), os.cpu_count() or 1) or 1
     if specs and ray is not None:
         run_ray(specs, ray, o.ray_gpus_per_job, done, say)
@@ -386,6 +350,9 @@ def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str],
     save()
     write_text_atomic(out / TIMINGS, dumps(timings, indent=2) + "\n", force=True)
     write_text_atomic(out / CARD, render_card(record), force=True)
+    for gone in sorted(ours - set(files.values())):  # a type the last run made that --types no longer lists
+        if remove_unrecorded(claimed, {gone}, set()):
+            say(f"removed {gone}: its type is no longer in --types, and the folder is what release.json records")
     write_text_atomic(out / SUMS, sha256sums(out, [files[t] for t in type_names] + [CARD, RECORD]), force=True)
     claimed.remove_work_folder()
     return ReleaseResult(out, record, [s.type_name for s in specs], skipped)

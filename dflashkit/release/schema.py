@@ -21,7 +21,7 @@ FORMAT = "dflashkit-release/2"
 #: prompts one release measures τ over: its bootstraps and its card stay bounded whatever a record claims
 MAX_RELEASE_PROMPTS = 10_000
 MAX_TEXT = 2000  # characters of any free-text value (a gate's reason, a refusal)
-MAX_NAME = 200  # characters of a name (a file, a repo id, a tensor)
+MAX_NAME = 255  # characters of a name (a file name has at most 255 bytes; a repo id, a tensor)
 SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,200}$")  # the release's own file names: `run.release_name`
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -69,6 +69,10 @@ def text(limit: int = MAX_TEXT, *, null: bool = False, pattern: re.Pattern[str] 
             return
         if not isinstance(v, str) or len(v) > limit or "\x00" in v:
             raise _fail(where, v, f"is not a string of at most {limit} characters")
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (\\ud800 in JSON): no card can carry it
+            raise _fail(where, v.encode("utf-8", "backslashreplace").decode(), "is not valid UTF-8 text") from None
         if pattern is not None and not pattern.match(v):
             raise _fail(where, v, "is not a name a release writes")
         if choices is not None and v not in choices:

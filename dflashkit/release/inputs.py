@@ -1,0 +1,138 @@
+"""What a release knows of its inputs: the names it publishes and the digest it resumes by.
+
+- **Names, never paths.** A published file names the source and the target by hub id (given, or read from a folder
+  of the Hugging Face cache) or by the folder's base name (`public_name`), the release files by a sanitised name
+  (`release_name`); every such name is checked at the start (`check_names`: UTF-8, at most ``MAX_NAME``
+  characters) so that the record the release writes is one its own ``--check`` reads.
+- **The same release; the same content.** `inputs_digest` gives two digests: which release this is (the inputs'
+  resolved paths, the settings, the llama.cpp build and target GGUF used) — a folder holding another is not
+  written into — and what its figures were made from (a fingerprint of every file under the inputs: relative
+  path, size, modification time, so a replaced weight file changes it; the prompts' bytes; dflashkit's version),
+  which each job's seal binds together with the sha256 of the shared F32 conversion (`run`): a kept job is one made
+  from these very weights. Only the first digest is recorded; the paths stay on this machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from ..files import input_files
+from .inside import NotInside
+from .schema import MAX_NAME
+
+CARD = "README.md"
+MAX_SOURCE_CARD_BYTES = 1 << 20
+MAX_PROMPTS_BYTES = 64 << 20
+_FINGERPRINT_FILES = 100_000
+
+
+def hub_id_of(path: str | os.PathLike) -> str | None:
+    """``org/name`` of a folder in the Hugging Face cache (``…/models--org--name/snapshots/<rev>``), else None."""
+    for part in Path(path).parts:
+        if part.startswith("models--") and part.count("--") >= 2:
+            return part[len("models--"):].replace("--", "/", 1)
+    return None
+
+
+def public_name(given: str | os.PathLike, repo: str | None) -> str:
+    """How a published file names an input: its hub id (given, or from the HF cache), a hub id given as SRC, or the
+    folder's base name — never a path of this machine."""
+    if repo:
+        return repo
+    text = str(given)
+    if not Path(text).exists() and not text.startswith(("/", ".", "~")) and text.count("/") == 1:
+        return text  # a hub id given as the input
+    return hub_id_of(text) or Path(os.path.abspath(text)).name or "model"
+
+
+def release_name(src: str | os.PathLike, source_repo: str | None) -> str:
+    base = public_name(src, source_repo).rstrip("/").split("/")[-1] or "drafter"
+    return re.sub(r"[^A-Za-z0-9._-]", "-", base)[:120] or "drafter"
+
+
+def _license_of(src: Path) -> str | None:
+    """The source card's ``license`` when it is one short string; a card that is no regular file, too big or
+    malformed only leaves the license out."""
+    from .inside import read_inside
+
+    try:
+        text = read_inside(src, CARD, MAX_SOURCE_CARD_BYTES).decode("utf-8")
+        from huggingface_hub import ModelCard
+
+        value = ModelCard(text).data.license
+    except (NotInside, UnicodeDecodeError, Exception):  # noqa: BLE001 - a card we cannot read leaves it out
+        return None
+    return value if isinstance(value, str) and 0 < len(value) <= 100 and value.isprintable() else None
+
+
+def fingerprint(given: str | os.PathLike | None) -> Any:
+    """An input as the digest sees it: its resolved path and (relative path, size, mtime) of every file under it; a
+    name that is no path (a hub id) as it is."""
+    if given is None:
+        return None
+    p = Path(given)
+    if not p.exists():
+        return str(given)
+    files = []
+    for n, f in enumerate(sorted(input_files([p]) if p.is_dir() else [p])):
+        if n >= _FINGERPRINT_FILES:
+            break
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        files.append((os.path.relpath(f, p) if p.is_dir() else f.name, st.st_size, st.st_mtime_ns))
+    return {"path": str(p.resolve()), "files": files}
+
+
+def _prompts_digest(prompts: str | os.PathLike | None) -> str | None:
+    """sha256 of the prompts file's bytes (bounded: a bigger file is refused where it is read)."""
+    if prompts is None:
+        return None
+    h = hashlib.sha256()
+    try:
+        with open(prompts, "rb") as f:
+            h.update(f.read(MAX_PROMPTS_BYTES + 1))
+    except OSError:
+        return str(prompts)  # the prompts step names what is wrong with it
+    return h.hexdigest()
+
+
+def _where(p: str | os.PathLike | None) -> str | None:
+    return None if p is None else (str(Path(p).resolve()) if Path(p).exists() else str(p))
+
+
+def inputs_digest(src: str | os.PathLike, target: str | os.PathLike, prompts: str | os.PathLike | None,
+                  settings: dict[str, Any], llama: dict[str, Any], version: str) -> tuple[str, str]:
+    """(which release this is, what its figures were made from), as two digests. The first — the inputs' resolved
+    paths, the settings, the llama.cpp build and target GGUF — must match for a release to write into a folder
+    holding one; the second — the fingerprint of every file under them, the prompts' bytes, dflashkit's version —
+    is sealed with each job, so a job made from other weights is measured again rather than kept."""
+    identity = {"source": _where(src), "target": _where(target), "prompts": _where(prompts), "settings": settings,
+                "llama": {k: _where(v) for k, v in sorted(llama.items())}}
+    content = {"source": fingerprint(src), "target": fingerprint(target), "prompts": _prompts_digest(prompts),
+               "llama": {k: fingerprint(v) for k, v in sorted(llama.items())}, "version": version}
+    return tuple(hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()  # type: ignore
+                 for doc in (identity, content))
+
+
+def check_names(names: dict[str, str | None]) -> None:
+    """Every name the record will hold, by the option that gives it: text of at most MAX_NAME characters that
+    UTF-8 can carry — else a usage error now, not an unreadable record after the work."""
+    for option, name in names.items():
+        if name is None:
+            continue
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UsageError(f"{option}: the name {name.encode('utf-8', 'backslashreplace').decode()[:80]!r} is not "
+                             "valid UTF-8 — a model card cannot carry it; rename it") from None
+        if len(name) > MAX_NAME or "\x00" in name:
+            raise UsageError(f"{option}: a name of {len(name)} characters — the release records names of at most "
+                             f"{MAX_NAME}; give a shorter one")
