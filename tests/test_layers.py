@@ -44,6 +44,7 @@ LAYERS: dict[str, int] = {
     "dflashkit.llama_cpp": 5,  # llama.cpp as a second runtime: its binary, its converter for the target
     "dflashkit.parity": 6,
     "dflashkit.accept": 6,
+    "dflashkit.imatrix": 6,  # dflash-imatrix: a drafter's importance matrix from its real draft rounds
     "dflashkit.parity_stats": 6,  # parity's statistics (logits, hidden states, accepted prefix)
     "dflashkit.parity_result": 6,  # what parity measured, its verdict and its report
     "dflashkit.accept_result": 6,  # what dflash-accept measured, its verdicts and gates

@@ -266,7 +266,9 @@ def test_registry_and_lookup() -> None:
         assert (qt.block_size, qt.type_size) == gguf.GGML_QUANT_SIZES[e]
         assert get_quant_type(t) is qt and get_quant_type(int(e)) is qt and get_quant_type(e) is qt
         assert get_quant_type(t.lower()) is qt
-    for bad in ("IQ2_XS", "Q9_9", 9999, GGMLQuantizationType.Q2_K, 1.5):
+    for new in ("Q4_1", "Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS"):  # issue 40's codecs are registered too
+        assert get_quant_type(new).ggml_type == GGMLQuantizationType[new]
+    for bad in ("IQ2_XS", "Q9_9", 9999, GGMLQuantizationType.IQ3_S, 1.5):
         with pytest.raises(DFlashError):
             get_quant_type(bad)  # type: ignore[arg-type]
 

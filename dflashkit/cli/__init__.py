@@ -7,10 +7,11 @@ Errors: one line on stderr, exit 1 for bad input and 2 for usage; ``--debug`` sh
 from .accept import accept_command
 from .convert import convert_command
 from .diff import diff_command
+from .imatrix import imatrix_command
 from .inspect import inspect_command
 from .parity import parity_command
 from .quantize import quantize_command
 from .release import release_command
 
-__all__ = ["accept_command", "convert_command", "diff_command", "inspect_command", "parity_command",
-           "quantize_command", "release_command"]
+__all__ = ["accept_command", "convert_command", "diff_command", "imatrix_command", "inspect_command",
+           "parity_command", "quantize_command", "release_command"]
