@@ -19,7 +19,10 @@ Examples:
 @click.option("--target", "target", metavar="DIR", help="The target model (HF folder): inspect, parity and τ run "
               "against it.")
 @click.option("--types", default="bf16,q8_0,q6_k,q5_k_m,q4_k_m,q4_k_m_draft", show_default=True,
-              help="Quant types, comma-separated (llama-quantize names, and the Q4_K_M_DRAFT preset).")
+              help="Quant types, comma-separated: any dflash-quantize TYPE (q4_0, iq4_xs, q3_k_m, q2_k, …; q2_k_s "
+              "needs --imatrix) and the Q4_K_M_DRAFT preset.")
+@click.option("--imatrix", "imatrix", metavar="FILE", help="Importance matrix every quantized type is made with "
+              "(dflash-imatrix makes a drafter's; recorded in the card).")
 @click.option("--prompts", "prompts_file", metavar="FILE.jsonl", help="Prompts for τ (default: the built-in set).")
 @click.option("--max-prompts", type=click.IntRange(min=1), help="Use only the first N prompts.")
 @click.option("--max-new-tokens", type=click.IntRange(min=2), default=64, show_default=True)
@@ -54,7 +57,7 @@ def release_command(paths: tuple[str, ...], target: str | None, types: str, prom
                     min_tau: float | None, allow_failures: bool, llama_cpp: str | None, llama_server: str | None,
                     target_gguf: str | None, source_repo: str | None, source_revision: str | None,
                     target_repo: str | None, workers: int | None, ray_address: str | None, ray_gpus_per_job: float,
-                    ray_timeout: float, check: bool, quiet: bool) -> None:
+                    ray_timeout: float, check: bool, quiet: bool, imatrix: str | None) -> None:
     """Release SRC (an HF drafter folder or hub id) as GGUFs of every --types into OUTDIR, each checked (inspect
     --strict, diff and parity against the checkpoint, τ), with a model card (README.md), SHA256SUMS and
     release.json. Resumable: run it again after an interruption and the finished types are kept.
@@ -85,7 +88,7 @@ def release_command(paths: tuple[str, ...], target: str | None, types: str, prom
                      allow_failures=allow_failures, llama_cpp=llama_cpp, llama_server=llama_server,
                      target_gguf=target_gguf, source_repo=source_repo, source_revision=source_revision,
                      target_repo=target_repo, workers=workers, ray=ray_address, ray_gpus_per_job=ray_gpus_per_job,
-                     ray_timeout=ray_timeout, progress=say)
+                     ray_timeout=ray_timeout, imatrix=imatrix, progress=say)
     rec = result.record
     best = rec.get("recommended")
     marked = [f"{t} ({g['gate']})" for t, g in result.failures]

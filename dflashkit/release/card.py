@@ -176,6 +176,9 @@ def render_card(release: dict[str, Any]) -> str:
               f"{jobs[types[0]]['tau']['prompts'] if types else 0} prompts from {md_name(settings['prompts'])}, seed "
               f"{settings['seed']}; {pct} percentile bootstrap intervals over prompts (Δτ: paired, per-prompt "
               "differences).",
+              *([f"- Importance matrix: every quantized type was made with {md_name(release['imatrix']['name'])} "
+                 f"(sha256 `{release['imatrix']['sha256'][:16]}…`), as `llama-quantize --imatrix` applies it."]
+                if release.get("imatrix") else []),
               f"- Parity: {settings['parity_rounds']} draft rounds against the checkpoint on the target's hidden "
               f"states; gate: top-1 agreement ≥ {settings['min_top1']:.0%}"
               + (f"; τ gate: ≥ {settings['min_tau']:g}" if settings.get("min_tau") is not None else "") + ".",

@@ -43,6 +43,7 @@ class JobSpec:
     llama_server: str | None = None
     target_gguf: str | None = None
     llama_cpp_args: tuple[str, ...] = ()
+    imatrix: str | None = None  # an importance matrix every quantized type is made with (--imatrix)
 
 
 def _figures_of_file(path: Path) -> dict[str, Any]:
@@ -78,7 +79,8 @@ def run_job(spec: JobSpec) -> dict[str, Any]:
     step = "quantize"
     failed: list[dict[str, str]] = []
     try:
-        quantize_gguf(spec.base, out, spec.type_name, force=True, progress=False, warn=lambda m: None)
+        quantize_gguf(spec.base, out, spec.type_name, force=True, progress=False, warn=lambda m: None,
+                      imatrix=spec.imatrix)
         record: dict[str, Any] = {"type": spec.type_name, "file": out.name, **_figures_of_file(out)}
 
         step = "inspect"

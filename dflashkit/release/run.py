@@ -78,6 +78,7 @@ class Options:
     ray: str | None
     ray_gpus_per_job: float
     ray_timeout: float
+    imatrix: str | os.PathLike | None = None
 
 
 def release_types() -> tuple[str, ...]:
@@ -91,8 +92,10 @@ def parse_types(types: str | Sequence[str]) -> list[str]:
     names = [t.strip() for t in (types.split(",") if isinstance(types, str) else types) if t.strip()]
     known = release_types()
     out: list[str] = []
+    from ..filetypes import FILE_TYPE_ALIASES
+
     for n in names:
-        up = n.upper()
+        up = FILE_TYPE_ALIASES.get(n.upper(), n.upper())  # llama-quantize's aliases: Q3_K is Q3_K_M
         if up not in known:
             raise UsageError(f"--types {n}: not a release type — choose from {', '.join(known)}")
         if up not in out:
@@ -159,7 +162,7 @@ def release(
     target_gguf: str | os.PathLike | None = None, source_repo: str | None = None,
     source_revision: str | None = None, target_repo: str | None = None, workers: int | None = None,
     ray: str | None = None, ray_gpus_per_job: float = 0.0, ray_timeout: float = DEFAULT_RAY_TIMEOUT_S,
-    progress: Callable[[str], None] | None = None,
+    imatrix: str | os.PathLike | None = None, progress: Callable[[str], None] | None = None,
 ) -> ReleaseResult:
     """Release ``src`` into ``outdir`` (module doc). Raises `DFlashError` naming the type and the gate or step that
     failed (gates: unless ``allow_failures``, which writes the card with those rows marked); KeyboardInterrupt
@@ -175,6 +178,13 @@ def release(
     check_outside_inputs(out, [src, target])
     if target_gguf is not None and llama_cpp is None and llama_server is None:
         raise UsageError("--target-gguf only matters with --llama-cpp or --llama-server BIN_DIR")
+    from ..filetypes import NEEDS_IMATRIX
+
+    if imatrix is None and (need := [t for t in type_names if t in NEEDS_IMATRIX]):
+        raise UsageError(f"--types {need[0]}: needs an importance matrix, as llama-quantize does — pass --imatrix FILE "
+                         "(dflash-imatrix makes a drafter's)")
+    if imatrix is not None and not Path(imatrix).is_file():
+        raise UsageError(f"--imatrix {imatrix}: no such file")
     name = release_name(src, source_repo)
     files = {t: f"{name}-{t}.gguf" for t in type_names}
     settings = {"prompts": Path(prompts).name if prompts else "dflashkit's built-in set", "max_prompts": max_prompts,
@@ -183,15 +193,17 @@ def release(
     check_names({"SRC": public_name(src, source_repo), "--target": public_name(target, target_repo),
                  "--prompts": settings["prompts"], "--source-revision": source_revision,
                  "--target-gguf": Path(target_gguf).name if target_gguf else None,
+                 "--imatrix": Path(imatrix).name if imatrix else None,
                  "--llama-server / --llama-cpp": _build_name(llama_server or llama_cpp)})
     from .. import __version__
 
     digest, content = inputs_digest(src, target, prompts, settings, {"llama_cpp": llama_cpp,
                                                                     "llama_server": llama_server,
-                                                                    "target_gguf": target_gguf}, __version__)
+                                                                    "target_gguf": target_gguf, "imatrix": imatrix},
+                                    __version__)
     options = Options(prompts, max_prompts, max_new_tokens, seed, parity_rounds, min_top1, min_tau, allow_failures,
                       llama_cpp, llama_server, target_gguf, source_repo, source_revision, target_repo, workers, ray,
-                      ray_gpus_per_job, ray_timeout)
+                      ray_gpus_per_job, ray_timeout, imatrix)
     with signals_unwind():  # TERM / HUP unwind like Ctrl-C: workers killed, OUTDIR left as its record says
         claimed = claim(out)
         try:
@@ -234,7 +246,7 @@ def _run(claimed: Claim, src: Any, target: Any, type_names: list[str], files: di
         raise UsageError(f"{out / foreign}: not a file of this release — dflash-release writes only into an empty "
                          "folder or a release of the same inputs; give another OUTDIR")
     claimed.owned = True  # from here on, what OUTDIR holds is this release's
-    inputs = [p for p in (src, target, o.prompts, o.target_gguf) if p is not None and Path(p).exists()]
+    inputs = [p for p in (src, target, o.prompts, o.target_gguf, o.imatrix) if p is not None and Path(p).exists()]
     for f in [*files.values(), CARD, SUMS, RECORD, TIMINGS]:
         check_output(out / f, inputs=inputs, force=True)
     # Ray first: an address that does not answer or a cluster that cannot run a job is said before minutes of work
@@ -289,6 +301,8 @@ def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str],
         "llama_cpp": _build_name(o.llama_server or o.llama_cpp),
         "settings": settings, "base_sha256": base_sha256, "jobs": {}, "complete": False,
     }
+    if o.imatrix is not None:  # provenance: which matrix every quantized type was made with
+        record["imatrix"] = {"name": Path(o.imatrix).name, "sha256": sha256_of(Path(o.imatrix))}
     record["base_seal"] = seal({"base_sha256": base_sha256}, f"{digest}:{content}", key)
     job_key = f"{digest}:{content}:{base_sha256}"  # a kept job was made from these very inputs and weights
     timings: dict[str, Any] = {"jobs": {}}
@@ -304,7 +318,8 @@ def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str],
                      o.parity_rounds, o.min_top1, o.min_tau,
                      str(o.llama_cpp) if o.llama_cpp else None,
                      str(o.llama_server) if o.llama_server else None,
-                     str(o.target_gguf) if o.target_gguf else None)
+                     str(o.target_gguf) if o.target_gguf else None,
+                     imatrix=str(o.imatrix) if o.imatrix else None)
              for t in type_names if t not in record["jobs"]]
     errors: list[str] = []
 

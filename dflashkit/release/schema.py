@@ -202,8 +202,9 @@ def _validate(record: Any, known_types: tuple[str, ...]) -> None:
         "target": text(MAX_NAME), "target_gguf_name": text(MAX_NAME), "dflashkit_version": text(64),
         "llama_cpp": text(MAX_TEXT, null=True), "settings": SETTINGS, "base_sha256": HASH,
         "jobs": mapping(type_name, job, len(known_types)), "complete": boolean(),
-    }, optional={"recommended": text(32, null=True, choices=known_types), "base_seal": text(64, null=True,
-                                                                                         pattern=HEX64)})(record, "")
+    }, optional={"recommended": text(32, null=True, choices=known_types),
+                 "base_seal": text(64, null=True, pattern=HEX64),
+                 "imatrix": Obj({"name": text(MAX_NAME), "sha256": HASH})})(record, "")
     types = record["types"]
     if len(set(types)) != len(types):
         raise RecordError(f"types: {types!r} lists a type twice")
