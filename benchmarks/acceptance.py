@@ -1,24 +1,30 @@
-"""τ per file type, in the reference runtime and in llama.cpp, on the trained fixture pair.
+"""τ per file type — every type drafters ship in — in the reference runtime, in llama.cpp and through llama-server,
+and whether a drafter's own importance matrix helps its low-bit types; on the trained fixture pair.
 
-Converts ``fixtures/trained/drafter`` to bf16 and f16 (dflash-convert), and to Q8_0, Q6_K, Q5_K_M, Q4_K_M and the
-drafter-aware preset Q4_K_M_DRAFT (dflash-convert to f32, then dflash-quantize), runs dflash-accept on the held-out
-prompts with ``--llama-cpp`` (every file also through llama.cpp's llama-speculative-simple, greedy) and writes
-``benchmarks/ACCEPTANCE.md``: τ per type in both runtimes, Δ against bf16 with paired 95 % CIs over prompts, file
-size, the reference runtime's decode speed, and the acceptance per block position of bf16 in both runtimes.
+1. Prompts never used before: calibration prompts (``--calibration-seed``) for the importance matrix and evaluation
+   prompts (``--seed``) for every figure, both drawn by ``fixtures/make_trained_pair.py --prompts-only`` from the
+   held-out distribution (the committed ``prompts.jsonl`` is seed 0).
+2. ``dflash-imatrix`` of the drafter on the calibration prompts.
+3. The drafter as every type: bf16 / f16 by dflash-convert, the rest by dflash-quantize of f32 — and Q2_K, Q3_K_S,
+   IQ4_XS, Q4_0 (and Q2_K_S, which needs one) again with the importance matrix.
+4. ``dflash-accept`` of all of them on the evaluation prompts with ``--llama-cpp`` (τ inside llama.cpp, counts from
+   llama-server's JSON) and ``--llama-server`` (speed-up against the target alone, one server pair at a time).
 
-    python benchmarks/acceptance.py --llama-cpp ~/.cache/dflashkit/llama-build-0.3.36/bin \\
-        [--llama-cpp-src .../vendor/llama.cpp] [--prompts FILE] [--max-new-tokens 64] [--out benchmarks/ACCEPTANCE.md]
+Writes ``benchmarks/ACCEPTANCE.md``: τ and Δτ against bf16 with paired 95 % CIs in both runtimes, size, bits per
+weight, speed-up with its CI and verdict, and the with / without importance matrix comparison (paired per prompt).
 
-The figures are the fixture pair's: a 4-layer, 256-wide target and its 2-layer drafter. A tiny model's
-quantization error is not a 27 B target's; what carries over is the method and the relative order.
+    python benchmarks/acceptance.py --llama-cpp ~/.cache/dflashkit/llama-build-0.3.36/bin [--llama-cpp-src DIR]
+        [--seed 2026] [--calibration-seed 101] [--count 48] [--max-new-tokens 64]
+
+A tiny model's quantization error is not a 27 B target's; what carries over is the method and the relative order.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,27 +36,51 @@ sys.path.insert(0, str(ROOT / "fixtures"))
 
 from dflashkit.accept import paired_comparison, run_acceptance  # noqa: E402
 from dflashkit.converters.convert import convert  # noqa: E402
+from dflashkit.imatrix import collect_imatrix, write_imatrix  # noqa: E402
+from dflashkit.io.gguf_reader import open_gguf  # noqa: E402
 from dflashkit.llama_cpp import llama_cpp_src, target_gguf_from_hf  # noqa: E402
 from dflashkit.quantize.gguf_file import quantize_gguf  # noqa: E402
+from dflashkit.stats import paired_bootstrap_ci  # noqa: E402
 
 TRAINED = ROOT / "fixtures" / "trained"
-TYPES = ("bf16", "f16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_K_M_DRAFT")
+TYPES = ("bf16", "f16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q5_1", "Q5_0", "Q4_K_M", "Q4_K_S", "Q4_K_M_DRAFT",
+         "Q4_1", "Q4_0", "IQ4_NL", "IQ4_XS", "Q3_K_L", "Q3_K_M", "Q3_K_S", "Q2_K")
+WITH_IMATRIX = ("Q4_0", "IQ4_XS", "Q3_K_S", "Q2_K", "Q2_K_S")
 QUIET = dict(progress=False, warn=lambda m: None)
 
 
-def make_files(tmp: Path, types: tuple[str, ...] = TYPES) -> dict[str, Path]:
-    """The trained drafter as each of ``types``: bf16 / f16 by dflash-convert, the rest by dflash-quantize of f32."""
-    out: dict[str, Path] = {}
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def prompts(seed: int, count: int, out: Path) -> Path:
+    subprocess.run([sys.executable, str(ROOT / "fixtures" / "make_trained_pair.py"), "--prompts-only", "--seed",
+                    str(seed), "--count", str(count), "--out", str(out)], check=True)
+    return out
+
+
+def bits_per_weight(path: Path) -> float:
+    with open_gguf(path) as g:
+        n = sum(t.n_elements for t in g.tensors.values())
+        return 8 * sum(t.nbytes for t in g.tensors.values()) / n
+
+
+def make_files(tmp: Path, imatrix: Path) -> dict[str, Path]:
+    files: dict[str, Path] = {}
     f32 = tmp / "drafter-f32.gguf"
     convert(TRAINED / "drafter", f32, outtype="f32", target=TRAINED / "target", **QUIET)
-    for t in types:
+    for t in TYPES:
         path = tmp / f"drafter-{t}.gguf"
         if t in ("bf16", "f16"):
             convert(TRAINED / "drafter", path, outtype=t, target=TRAINED / "target", **QUIET)
         else:
             quantize_gguf(f32, path, t, **QUIET)
-        out[t] = path
-    return out
+        files[t] = path
+    for t in WITH_IMATRIX:
+        path = tmp / f"drafter-{t}-imatrix.gguf"
+        quantize_gguf(f32, path, t, imatrix=imatrix, **QUIET)
+        files[f"{t} +imatrix"] = path
+    return files
 
 
 def _ci(c) -> str:  # type: ignore[no-untyped-def]
@@ -59,96 +89,105 @@ def _ci(c) -> str:  # type: ignore[no-untyped-def]
     return f"{c.delta:+.2f} [{c.ci[0]:+.2f}, {c.ci[1]:+.2f}]"
 
 
-def _rates(values: list[float]) -> str:
-    return " ".join("—" if not math.isfinite(v) else f"{v:.0%}" for v in values)
-
-
-def llama_position_rates(run, width: int) -> list[float]:  # type: ignore[no-untyped-def]
-    accepted = [a for r in run.runs if r.accepted for a in r.accepted]
-    drafted = [d for r in run.runs if r.drafted for d in r.drafted]
-    out = []
-    for k in range(1, width):
-        n = sum(1 for d in drafted if d >= k)
-        out.append(sum(1 for a, d in zip(accepted, drafted) if d >= k and a >= k) / n if n else math.nan)
-    return out
+def _survives(c) -> str:  # type: ignore[no-untyped-def]
+    if c is None or c.ci is None:
+        return "—"
+    if c.ci[0] > 0:
+        return "higher τ"
+    return "loses τ" if c.ci[1] < 0 else "no measurable loss"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--llama-cpp", required=True, help="llama.cpp bin/ folder (llama-speculative-simple)")
+    parser.add_argument("--llama-cpp", required=True, help="llama.cpp bin/ folder (llama-server)")
     parser.add_argument("--llama-cpp-src", default=None, help="llama.cpp source (its converter makes the target GGUF)")
-    parser.add_argument("--prompts", default=str(TRAINED / "prompts.jsonl"))
+    parser.add_argument("--seed", type=int, default=2026, help="the evaluation prompts' seed (never used before)")
+    parser.add_argument("--calibration-seed", type=int, default=101, help="the importance matrix's prompts' seed")
+    parser.add_argument("--count", type=int, default=48)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "ACCEPTANCE.md"))
     args = parser.parse_args()
-
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="dflashkit-acceptance-") as tmp_name:
         tmp = Path(tmp_name)
-        files = make_files(tmp)
+        evaluation = prompts(args.seed, args.count, tmp / "evaluation.jsonl")
+        calibration = prompts(args.calibration_seed, args.count, tmp / "calibration.jsonl")
+        say("dflash-imatrix on the calibration prompts")
+        im = collect_imatrix(TRAINED / "drafter", TRAINED / "target", calibration, max_new_tokens=args.max_new_tokens)
+        imatrix = write_imatrix(im, tmp / "drafter.imatrix.gguf")
+        files = make_files(tmp, imatrix)
         src = llama_cpp_src(args.llama_cpp_src)
         if src is None:
             raise SystemExit("give --llama-cpp-src (or set DFLASHKIT_LLAMA_CPP_SRC): the target GGUF is made by "
                              "llama.cpp's own converter")
         target_gguf = target_gguf_from_hf(TRAINED / "target", tmp / "target-bf16.gguf", src)
-        result = run_acceptance(TRAINED / "target", list(files.values()), args.prompts,
-                                max_new_tokens=args.max_new_tokens, llama_cpp=args.llama_cpp, target_gguf=target_gguf,
-                                progress=lambda m: print(m, file=sys.stderr, flush=True))
+        result = run_acceptance(TRAINED / "target", list(files.values()), evaluation,
+                                max_new_tokens=args.max_new_tokens, llama_cpp=args.llama_cpp,
+                                llama_server=args.llama_cpp, target_gguf=target_gguf, progress=say)
         sizes = {t: p.stat().st_size for t, p in files.items()}
+        bpw = {t: bits_per_weight(p) for t, p in files.items()}
     elapsed = time.time() - started
-
-    base, base_l = result.drafters[0], result.llama_cpp[0]  # type: ignore[index]
+    names = list(files)
+    runs = dict(zip(names, result.drafters))
+    llama = dict(zip(names, result.llama_cpp))  # type: ignore[arg-type]
+    serving = dict(zip(names, result.serving.runs))  # type: ignore[union-attr]
+    verdicts = dict(zip(names, result.serving.verdicts()))  # type: ignore[union-attr]
+    base, base_l = runs["bf16"], llama["bf16"]
     lines = [
         "# Acceptance length τ per file type — the trained fixture pair",
         "",
         f"Measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by `python benchmarks/acceptance.py` on "
-        f"{platform.machine()} ({os.cpu_count()} cores), {elapsed / 60:.1f} min. Target "
+        f"{platform.machine()} ({os.cpu_count()} cores), nothing else running, {elapsed / 60:.1f} min. Target "
         "`fixtures/trained/target` (Qwen3, 4 layers, hidden 256), drafter `fixtures/trained/drafter` (z-lab DFlash, "
-        f"2 layers, block 16), {len(result.prompts)} held-out prompts ({args.prompts}), greedy, "
-        f"{args.max_new_tokens} new tokens. Reference runtime: dflashkit's PyTorch runtime (f32 compute, the file's "
-        "values). llama.cpp: `llama-speculative-simple` 0.3.36 (llama-cpp-python's vendor tree), target GGUF bf16 "
-        "from llama.cpp's own converter, `--spec-draft-n-max 15`, 1 thread.",
+        f"2 layers, block 16). {args.count} evaluation prompts drawn with seed {args.seed} (never used before: the "
+        "committed prompts are seed 0), greedy, "
+        f"{args.max_new_tokens} new tokens. Importance matrix: `dflash-imatrix` on {args.count} other prompts (seed "
+        f"{args.calibration_seed}), {im.rounds} draft rounds. Reference runtime: dflashkit's PyTorch runtime (f32 "
+        "compute, the file's values). llama.cpp: llama-server of the 0.3.36 build (counts from its JSON), target GGUF "
+        "bf16 from llama.cpp's own converter, n-max 15, 1 thread; speed-up: decode tok/s with the drafter / the "
+        "target alone, one server pair at a time (docs/serving.md).",
         "",
-        "These are a tiny model's numbers: its quantization error is not a 27 B target's. Δ columns are paired over "
-        "prompts against bf16 in the same runtime (95 % bootstrap CI).",
+        "A tiny model's numbers: its quantization error is not a 27 B target's. Δ columns are paired over prompts "
+        "against bf16 in the same runtime (95 % bootstrap CI); *survives* reads the reference Δ: *no measurable loss* "
+        "when its CI reaches 0, *loses τ* when it lies below. On this pair the target is as cheap as the drafter, so "
+        "no speed-up is large; the column shows how each type fares in the server, not what a 27 B target gains.",
         "",
-        "| type | file size | τ reference | Δ vs bf16 (reference) | τ llama.cpp | Δ vs bf16 (llama.cpp) | "
-        "llama.cpp vs reference | llama.cpp verdict | reference decode tok/s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| type | file size | bits/weight | τ reference | Δ vs bf16 (reference) | survives | τ llama.cpp | "
+        "Δ vs bf16 (llama.cpp) | speed-up [95 % CI] | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    verdicts = result.llama_cpp_verdicts()
-    for i, (t, d, l, c) in enumerate(zip(TYPES, result.drafters, result.llama_cpp,  # type: ignore[arg-type]
-                                         result.llama_cpp_comparisons())):
-        ref_delta = "—" if i == 0 else _ci(paired_comparison(base.taus, d.taus))
-        llama_delta = "—" if i == 0 else _ci(paired_comparison(base_l.taus, l.taus))
-        lines.append(f"| {t} | {sizes[t] / 1e6:.2f} MB | {d.tau:.2f} | {ref_delta} | "
-                     f"{'refused' if l.refused else f'{l.tau:.2f}'} | {llama_delta} | {_ci(c)} | {verdicts[i]} | "
-                     f"{d.decode_tokens_per_s:.0f} |")
-    width = base.block_size
-    full_ref = [a for r in base.runs for a, d in zip(r.accepted, r.drafted) if d == width - 1]
-    full_l = [a for r in base_l.runs if r.accepted for a, d in zip(r.accepted, r.drafted) if d == width - 1]
-    lines += [
-        "",
-        "Where the two runtimes' τ differ (bf16, measured above): the per-position acceptance below is nearly the "
-        "same, and over *full* rounds (rounds that drafted all 15 tokens) τ is "
-        f"{sum(a + 1 for a in full_ref) / max(1, len(full_ref)):.2f} in the reference ({len(full_ref)} rounds) and "
-        f"{sum(a + 1 for a in full_l) / max(1, len(full_l)):.2f} in llama.cpp ({len(full_l)} rounds). The per-prompt "
-        "τ differ by accounting: the reference's prefill commits the first token without a round (z-lab's "
-        "dflash_generate), so its rounds carry the other 63 and the last is cut at 64; llama-speculative-simple's "
-        "prefill commits nothing, its first round is anchored at the last prompt token (every block window is one "
-        "token later), and it stops only once it has passed -n, finishing its last block. Same drafter, different "
-        "block windows and round counts: compare the per-position rates, or τ over full rounds, across runtimes.",
-        "",
-        "",
-        "Acceptance per block position (k = 1 … 15: share of rounds whose k-th draft token was accepted), bf16:",
-        "",
-        f"- reference: {_rates(base.position_rates())}",
-        f"- llama.cpp: {_rates(llama_position_rates(base_l, width))}",
-        "",
-        "Per prompt, bf16 (τ reference / τ llama.cpp): "
-        + ", ".join(f"{p.id} {a:.2f}/{b:.2f}" for p, a, b in zip(result.prompts, base.taus, base_l.taus)),
-        "",
-    ]
+    for t in names:
+        c = None if t == "bf16" else paired_comparison(base.taus, runs[t].taus)
+        cl = None if t == "bf16" else paired_comparison(base_l.taus, llama[t].taus)
+        s = serving[t]
+        ci = s.speedup_ci
+        speed = f"×{s.speedup:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "—"
+        lines.append(f"| {t} | {sizes[t] / 1e6:.2f} MB | {bpw[t]:.2f} | {runs[t].tau:.2f} | "
+                     f"{'—' if c is None else _ci(c)} | {'reference' if c is None else _survives(c)} | "
+                     f"{'refused' if llama[t].refused else f'{llama[t].tau:.2f}'} | {'—' if cl is None else _ci(cl)} | "
+                     f"{speed} | {verdicts[t]} |")
+    lines += ["", "## Does the drafter's own importance matrix help?", "",
+              "τ with the `dflash-imatrix` matrix against the same type without, paired per evaluation prompt "
+              "(Δ = with − without, 95 % bootstrap CI), in both runtimes. Q2_K_S exists only with a matrix: it is "
+              "compared with Q2_K without one.", "",
+              "| type | τ without (ref) | τ with (ref) | Δ (reference) | τ without (llama.cpp) | τ with (llama.cpp) | "
+              "Δ (llama.cpp) |", "|---|---|---|---|---|---|---|"]
+    helped = []
+    for t in WITH_IMATRIX:
+        plain = "Q2_K" if t == "Q2_K_S" else t
+        c = paired_comparison(runs[plain].taus, runs[f"{t} +imatrix"].taus)
+        cl = paired_comparison(llama[plain].taus, llama[f"{t} +imatrix"].taus)
+        helped.append((t, c, cl))
+        lines.append(f"| {t}{' (vs Q2_K)' if t == 'Q2_K_S' else ''} | {runs[plain].tau:.2f} | "
+                     f"{runs[f'{t} +imatrix'].tau:.2f} | {_ci(c)} | {llama[plain].tau:.2f} | "
+                     f"{llama[f'{t} +imatrix'].tau:.2f} | {_ci(cl)} |")
+    better = [t for t, c, _ in helped if c.ci and c.ci[0] > 0]
+    worse = [t for t, c, _ in helped if c.ci and c.ci[1] < 0]
+    lines += ["", "Verdict (reference runtime): " + (
+        f"the matrix raises τ at {', '.join(better)}" if better else "no type gains τ that the CI can tell from zero")
+        + (f"; it lowers τ at {', '.join(worse)}" if worse else "") + ".", ""]
+    base_ci = paired_bootstrap_ci(base.taus)
+    lines += [f"bf16 τ over the evaluation prompts: {base.tau:.2f} (95 % CI {base_ci[0]:.2f} – {base_ci[1]:.2f}).", ""]
     Path(args.out).write_text("\n".join(lines), encoding="utf-8")
     print("\n".join(lines))
     return 0
