@@ -49,7 +49,7 @@ def workloads(tmp: Path) -> dict[str, tuple[str, str, int, list[str]]]:
                  [str(TRAINED / "drafter"), str(drafter), "-o", report]),
         "parity (50 rounds)": ("parity_command", "dflashkit.runtime.dflash:DFlashDraftModel.draft", 100,
                                [str(TRAINED / "drafter"), str(drafter), *target, "--rounds", "50", "-o", report]),
-        "accept (24 prompts)": ("accept_command", "dflashkit.accept:speculative_generate", 24,
+        "accept (24 prompts)": ("accept_command", "dflashkit.accept.run:speculative_generate", 24,
                                 [str(drafter), *target, "--prompts", str(TRAINED / "prompts.jsonl"), "-o", report]),
     }
 

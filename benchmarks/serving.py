@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from acceptance import make_files  # noqa: E402  (the drafter files acceptance.py measures, same recipe)
 from dflashkit.llama_cpp import target_gguf_from_hf  # noqa: E402
-from dflashkit.serving import measure_serving  # noqa: E402
+from dflashkit.accept.serving import measure_serving  # noqa: E402
 
 TRAINED = ROOT / "fixtures" / "trained"
 TYPES = ("bf16", "Q8_0", "Q4_K_M", "Q4_K_M_DRAFT")

@@ -61,7 +61,7 @@ def collect_imatrix(
     """Run the drafter's real draft rounds with ``target`` on ``prompts`` (module doc) and gather its statistic."""
     import torch
 
-    from .prompts import load_prompts
+    from .accept.prompts import load_prompts
     from .runtime import HFTarget, load_drafter
     from .runtime.linear import Linear
     from .runtime.speculative import check_pair, default_stop_ids, speculative_generate

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from dflashkit import prompts as prompts_module
+from dflashkit.accept import prompts as prompts_module
 from dflashkit.cli import accept_command
 from dflashkit.errors import DFlashError, UsageError
-from dflashkit.prompts import load_prompts, parse_template_kwargs, reasoning_template_kwargs, render_bounded
+from dflashkit.accept.prompts import load_prompts, parse_template_kwargs, reasoning_template_kwargs, render_bounded
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINED = ROOT / "fixtures" / "trained"

@@ -634,7 +634,7 @@ _WORK = {
              ["{trained}/drafter", "{gguf}", "-o", "{out}"], 4),
     "parity": ("parity_command", "dflashkit.runtime.dflash:DFlashDraftModel.draft", 100,
                ["{trained}/drafter", "{gguf}", "--target", "{trained}/target", "--rounds", "50", "-o", "{out}"], 2),
-    "accept": ("accept_command", "dflashkit.accept:speculative_generate", 24,
+    "accept": ("accept_command", "dflashkit.accept.run:speculative_generate", 24,
                ["{gguf}", "--target", "{trained}/target", "--prompts", "{trained}/prompts.jsonl", "-o", "{out}"], 2),
 }
 

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_the_built_in_prompts_are_an_input_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dflashkit import prompts as prompts_module
+    from dflashkit.accept import prompts as prompts_module
     from dflashkit.cli import accept_command
 
     builtin = tmp_path / "prompts.jsonl"  # a copy stands in for the package's file: a failure must not touch it
@@ -105,7 +105,7 @@ def test_extreme_option_values_are_usage_errors(tmp_path: Path, pair: dict, args
 
 def test_max_prompts_stops_the_parse_and_the_prompt_count_is_bounded(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from dflashkit import prompts as prompts_module
+    from dflashkit.accept import prompts as prompts_module
     from dflashkit.errors import DFlashError
 
     f = tmp_path / "p.jsonl"
@@ -119,7 +119,7 @@ def test_max_prompts_stops_the_parse_and_the_prompt_count_is_bounded(tmp_path: P
 
 
 def test_the_prompts_tokens_together_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dflashkit import accept as accept_module
+    from dflashkit.accept import run as accept_module
     from dflashkit.cli import accept_command
 
     monkeypatch.setattr(accept_module, "MAX_PROMPT_TOKENS_TOTAL", 20)

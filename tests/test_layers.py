@@ -42,15 +42,10 @@ LAYERS: dict[str, int] = {
     "dflashkit.kernels": 5,
     "dflashkit.runtime": 5,
     "dflashkit.llama_cpp": 5,  # llama.cpp as a second runtime: its binary, its converter for the target
-    "dflashkit.parity": 6,
-    "dflashkit.accept": 6,
+    "dflashkit.parity": 6,  # dflash-parity: run, stats, result
+    "dflashkit.accept": 6,  # dflash-accept: run, result, report, prompts, serving (llama-server)
     "dflashkit.imatrix": 6,  # dflash-imatrix: a drafter's importance matrix from its real draft rounds
-    "dflashkit.parity_stats": 6,  # parity's statistics (logits, hidden states, accepted prefix)
-    "dflashkit.parity_result": 6,  # what parity measured, its verdict and its report
-    "dflashkit.accept_result": 6,  # what dflash-accept measured, its verdicts and gates
-    "dflashkit.accept_report": 6,  # the dflash-accept report built from it
-    "dflashkit.prompts": 6,  # dflash-accept's prompts and chat-template switches
-    "dflashkit.serving": 6,  # τ, speed-up and identical output through llama-server
+    "dflashkit.serving": 6,  # the old import path of dflashkit.accept.serving (a re-export)
     "dflashkit.release": 7,  # dflash-release: a composition of every command's library function
     "dflashkit.cli": 8,
     }
@@ -170,3 +165,17 @@ def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
     assert any(t.startswith("dflashkit.parity") for t in found)
     assert all(layer_of(t) > layer_of("dflashkit.io.gguf_reader") for t in found)
     assert fake.exists()
+
+
+def test_the_measuring_commands_are_packages() -> None:
+    # dflash-accept and dflash-parity live in their packages, like diff/ and release/; the only root module left of
+    # the old layout is dflashkit.serving, a re-export of the very module an old import path reaches
+    import dflashkit.accept.serving
+    import dflashkit.serving
+
+    assert (PACKAGE / "accept").is_dir() and (PACKAGE / "parity").is_dir()
+    loose = sorted(p.name for p in PACKAGE.glob("*.py")
+                   if p.stem.startswith(("accept", "parity", "prompts", "serving")))
+    assert loose == ["serving.py"]
+    assert len((PACKAGE / "serving.py").read_text().splitlines()) <= 15
+    assert dflashkit.serving is dflashkit.accept.serving

@@ -257,7 +257,7 @@ def test_accepted_prefix() -> None:
 
 def test_kl_is_reference_to_candidate_by_hand() -> None:
     """KL(ref ‖ cand) = Σ p_ref · ln(p_ref / p_cand), on two rows whose two directions differ."""
-    from dflashkit.parity import _logit_rows, _logit_stats
+    from dflashkit.parity.stats import logit_rows as _logit_rows, logit_stats as _logit_stats
 
     ref = torch.tensor([[math.log(0.5), math.log(0.25), math.log(0.25)],
                         [math.log(0.7), math.log(0.2), math.log(0.1)]])

@@ -129,8 +129,8 @@ def accept_command(
     import os
 
     from ..accept import parse_template_kwargs, require_matplotlib, run_acceptance, write_png
-    from ..prompts import builtin_prompts_path
-    from ..serving import cache_type_value, draft_n_max_value, parse_list
+    from ..accept.prompts import builtin_prompts_path
+    from ..accept.serving import cache_type_value, draft_n_max_value, parse_list
 
     drop = _parse_fraction(max_drop, "--max-drop")
     gap = _parse_fraction(max_gap, "--max-gap")

@@ -18,8 +18,7 @@ Where the inputs come from:
   states are compared — logits need a target head.
 
 This module is the run: the inputs of every round (`_Inputs`), `run_parity` and its rounds, the ``--dump`` file.
-The figures compared are `dflashkit.parity_stats`; the result, its verdict and its report `dflashkit.parity_result`.
-Their public names are re-exported here, so ``dflashkit.parity`` still offers every one of them.
+The figures compared are `dflashkit.parity.stats`; the result, its verdict and its report `dflashkit.parity.result`.
 """
 
 from __future__ import annotations
@@ -35,29 +34,19 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from .diff import diff_drafters
-from .errors import DFlashError, UsageError
-from .files import atomic_output, check_output
-from .parity_result import EXIT_FAILED, EXIT_OK, MODES, ParityResult, RoundResult
-from .parity_stats import (TOP_K, HiddenStats, LogitStats, accepted_prefix, hidden_rows, hidden_stats, logit_rows,
-                           logit_stats, select_rows)
-from .target_rules import Target, check_runtime_fit
-from .runtime.dflash import RMSNorm
-from .runtime import DFlashDraftModel, HFTarget, LoadInfo, TargetHead, load_drafter, load_target_head
-from .runtime.target import DEFAULT_PROMPT, GreedyStream
+from ..diff import diff_drafters
+from ..errors import DFlashError, UsageError
+from ..files import atomic_output, check_output
+from .result import ParityResult, RoundResult
+from .stats import (HiddenStats, LogitStats, accepted_prefix, hidden_rows, hidden_stats, logit_rows,
+                    logit_stats, select_rows)
+from ..target_rules import Target, check_runtime_fit
+from ..runtime.dflash import RMSNorm
+from ..runtime import DFlashDraftModel, HFTarget, LoadInfo, TargetHead, load_drafter, load_target_head
+from ..runtime.target import DEFAULT_PROMPT, GreedyStream
 
-__all__ = [
-    # the run (this module)
-    "CONTEXT_LEN", "run_parity",
-    # re-exported: the statistics (parity_stats), the result and its verdict (parity_result)
-    "TOP_K", "HiddenStats", "LogitStats", "accepted_prefix", "EXIT_FAILED", "EXIT_OK", "MODES", "ParityResult",
-    "RoundResult",
-]
 
 CONTEXT_LEN = 32  # context positions of the first round when the hidden states are random
-
-#: the statistics' names before they moved to parity_stats (tests/test_parity.py imports them from here)
-_logit_rows, _logit_stats = logit_rows, logit_stats
 
 
 # ---------------------------------------------------------------------------------------------

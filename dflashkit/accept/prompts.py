@@ -16,9 +16,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
-from .errors import DFlashError, UsageError
-from .runtime import HFTarget
-from .templates import render_bounded
+from ..errors import DFlashError, UsageError
+from ..runtime import HFTarget
+from ..templates import render_bounded
 
 #: a prompts file larger than this is refused (both runtimes read the same file)
 MAX_PROMPTS_FILE_BYTES = 64 << 20

@@ -1,9 +1,9 @@
 """What a `dflash-parity` run found, its verdict and the report it renders.
 
 `RoundResult` records one draft round, `ParityResult` the whole run: the per-position statistics
-(`dflashkit.parity_stats`), the weight diff, ``failures`` / ``exit_code`` (the gates) and ``report()`` — the
+(`dflashkit.parity.stats`), the weight diff, ``failures`` / ``exit_code`` (the gates) and ``report()`` — the
 `dflashkit.reporting.Report` built here, next to the result it reads (the result's ``report()`` calls it, so the
-two cannot sit in modules that import each other). The run itself is `dflashkit.parity`.
+two cannot sit in modules that import each other). The run itself is `dflashkit.parity.run`.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from .parity_stats import HiddenStats, LogitStats
-from .reporting import Column, FieldSpec, NotesSpec, Report, ReportSpec, TableSpec, build, verdict
-from .runtime import LoadInfo
-from .runtime.load import VERIFY_MODE
+from .stats import HiddenStats, LogitStats
+from ..reporting import Column, FieldSpec, NotesSpec, Report, ReportSpec, TableSpec, build, verdict
+from ..runtime import LoadInfo
+from ..runtime.load import VERIFY_MODE
 
 EXIT_OK = 0
 EXIT_FAILED = 1

@@ -16,27 +16,22 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .accept_report import build_report, require_matplotlib, write_png  # noqa: F401 (the command's API)
-from .accept_result import (  # noqa: F401 (re-exported: the verdicts and result types of the command)
-    BOOTSTRAP_RESAMPLES, CI_METHOD, CONFIDENCE, EXIT_FAILED, EXIT_OK, SPEED_NOTE, TAU_RANDOM_NOTE, VERDICT_ABOVE,
-    VERDICT_AGREES, VERDICT_BELOW, VERDICT_CRASHED, VERDICT_NONFINITE, VERDICT_REFERENCE, VERDICT_REFUSED,
-    VERDICT_ZERO, WARMUP_TOKENS, AcceptMeasurement, DrafterRun, ci_text, distinct_labels)
-from .converters.convert import convert
-from .errors import DFlashError, UsageError
-from .files import signals_unwind
-from .llama_cpp import (LlamaCppDrafterRun, check_extra_args, check_prompt_text, find_binary, run_drafter,
+from .report import build_report
+from .result import WARMUP_TOKENS, AcceptMeasurement, DrafterRun, distinct_labels
+from ..converters.convert import convert
+from ..errors import DFlashError, UsageError
+from ..files import signals_unwind
+from ..llama_cpp import (LlamaCppDrafterRun, check_extra_args, check_prompt_text, find_binary, run_drafter,
                         target_gguf_from_hf, temp_dir)
-from .llama_cpp.server import REQUEST_TIMEOUT_S as LLAMA_CPP_TIMEOUT_S
-from .llama_cpp.http import public_url, same_server
-from .llama_cpp.server import SERVER_BINARY, RemoteServer, find_server, has_server, run_drafter_server
-from .llama_cpp import llama_cpp_src as find_src
-from .prompts import (Prompt, builtin_prompts_path, load_prompts, parse_template_kwargs,  # noqa: F401
-                      reasoning_template_kwargs)
-from .reporting import Report
-from .runtime import HFTarget, load_drafter
-from .runtime.speculative import check_pair, default_stop_ids, speculative_generate
+from ..llama_cpp.server import REQUEST_TIMEOUT_S as LLAMA_CPP_TIMEOUT_S
+from ..llama_cpp.http import public_url, same_server
+from ..llama_cpp.server import SERVER_BINARY, RemoteServer, find_server, has_server, run_drafter_server
+from ..llama_cpp import llama_cpp_src as find_src
+from .prompts import Prompt, load_prompts, parse_template_kwargs, reasoning_template_kwargs
+from ..reporting import Report
+from ..runtime import HFTarget, load_drafter
+from ..runtime.speculative import check_pair, default_stop_ids, speculative_generate
 from .serving import ServingResult, check_n_max_fits, check_serving_options, measure_serving
-from .stats import Comparison, paired_bootstrap_ci, paired_comparison  # noqa: F401
 
 
 class AcceptResult(AcceptMeasurement):
@@ -341,7 +336,7 @@ def _run_llama_cpp(binary: Path | None, runs: list[DrafterRun], texts: list[str]
 
 def _block_size(drafter: str | os.PathLike) -> int:
     """A drafter's block size from its config or metadata (no weights read): the bound of its n-max."""
-    from .drafters import open_drafter
+    from ..drafters import open_drafter
 
     with open_drafter(drafter) as d:
         return int(d.spec.block_size)

@@ -1,5 +1,5 @@
 """What ``dflash-accept`` measured: per drafter its runs over the prompts, the paired comparisons with the first
-drafter, the verdicts, the gates' failures and the trace. The report is built from it in `accept_report`."""
+drafter, the verdicts, the gates' failures and the trace. The report is built from it in `dflashkit.accept.report`."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ from typing import Any
 
 import numpy as np
 
-from .bounds import dumps
-from .files import write_text_atomic
-from .llama_cpp import LlamaCppDrafterRun, PerPromptTau
+from ..bounds import dumps
+from ..files import write_text_atomic
+from ..llama_cpp import LlamaCppDrafterRun, PerPromptTau
 from .prompts import Prompt
-from .runtime import LoadInfo
-from .runtime.speculative import SpeculativeResult
-from .reporting import distinct_labels  # noqa: F401 (re-exported)
+from ..runtime import LoadInfo
+from ..runtime.speculative import SpeculativeResult
+from ..reporting import distinct_labels  # noqa: F401 (re-exported)
 from .serving import ServingResult
-from .stats import BOOTSTRAP_RESAMPLES, CONFIDENCE, Comparison, paired_comparison
+from ..stats import BOOTSTRAP_RESAMPLES, CONFIDENCE, Comparison, paired_comparison
 
 EXIT_OK, EXIT_FAILED = 0, 1
 WARMUP_TOKENS = 4

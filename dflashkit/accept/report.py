@@ -15,22 +15,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .accept_result import (CI_METHOD, EXIT_FAILED, EXIT_OK, SPEED_NOTE, TAU_RANDOM_NOTE, VERDICT_BELOW,
+from .result import (CI_METHOD, EXIT_FAILED, EXIT_OK, SPEED_NOTE, TAU_RANDOM_NOTE, VERDICT_BELOW,
                             VERDICT_CRASHED, VERDICT_NONFINITE, VERDICT_REFUSED, VERDICT_ZERO, AcceptMeasurement,
                             ci_text)
-from .errors import UsageError
-from .files import atomic_output, check_output
-from .reporting import (Bar, BarGroup, ChartSpec, Column, EachSpec, FieldSpec, NotesSpec, Report, ReportSpec,
+from ..errors import UsageError
+from ..files import atomic_output, check_output
+from ..reporting import (Bar, BarGroup, ChartSpec, Column, EachSpec, FieldSpec, NotesSpec, Report, ReportSpec,
                         TableSpec, build, verdict)
-from .runtime import LoadInfo
-from .runtime.load import VERIFY_MODE
+from ..runtime import LoadInfo
+from ..runtime.load import VERIFY_MODE
 from .serving import SECTIONS as SERVING_SECTIONS
 from .serving import VERDICT_GAIN as SERVING_GAIN
 from .serving import VERDICT_NO_GAIN as SERVING_NO_GAIN
 from .serving import combo_label
 from .serving import headline as serving_headline
 from .serving import section_context as serving_context
-from .stats import Comparison
+from ..stats import Comparison
 
 
 @dataclass(frozen=True)

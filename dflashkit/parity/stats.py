@@ -3,8 +3,8 @@
 Per row (one block position of one round) `logit_rows` / `hidden_rows` compute float64 figures — top-1 agreement,
 top-5 overlap, KL(ref‖cand), |Δlogit|; hidden-state error and cosine —, `select_rows` picks rows (a block position)
 and `logit_stats` / `hidden_stats` aggregate them into `LogitStats` / `HiddenStats`. `accepted_prefix` is greedy
-verification's count. Pure functions of tensors: the run (`dflashkit.parity`) feeds them, the result
-(`dflashkit.parity_result`) reports them.
+verification's count. Pure functions of tensors: the run (`dflashkit.parity.run`) feeds them, the result
+(`dflashkit.parity.result`) reports them.
 """
 
 from __future__ import annotations

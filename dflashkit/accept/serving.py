@@ -1,0 +1,459 @@
+"""What a drafter file is worth where it runs: τ, speed-up against the target alone and identical output, measured
+through ``llama-server`` — the server users deploy.
+
+For every combination (target GGUF × drafter × draft KV cache type × draft n-max) one server runs the target with
+the drafter (``-md … --spec-type draft-dflash``) and one runs the target alone (the same target, started once per
+target and shared by its combinations: neither llama.cpp build takes a per-request switch). Every prompt goes to
+both as the same greedy request, one right after the other, the order alternating from prompt to prompt, after a
+discarded warm-up on each; so a busy machine slows both arms of a pair alike. Per combination:
+
+- τ: committed tokens per target forward, per prompt ``(predicted_n − 1) / (predicted_n − 1 − draft_n_accepted)``
+  (the first token comes from the prompt's prefill), the mean over prompts (the definition ``--llama-cpp`` and the
+  reference runtime use);
+- decode tok/s without and with the drafter (``(predicted_n − 1) / predicted_ms``, prompt processing excluded);
+- the speed-up: the geometric mean over prompts of (tok/s with) / (tok/s without), with a paired bootstrap CI of
+  the mean log ratio (`stats.paired_bootstrap_ci`);
+- identical output: the speculative tokens must equal the target's own greedy tokens — where not, the prompt, the
+  first differing position and both tokens;
+- a verdict: *net gain* / *net loss* (the CI lies above / below 1), *no gain* (it spans 1), *output differs*,
+  *refused to load*, *crashed*, or *not measured* (``--server-url`` without ``--baseline-url``: no target alone).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..errors import DFlashError, UsageError
+from ..llama_cpp.process import LlamaCppCrashed
+from ..llama_cpp.http import same_server
+from ..llama_cpp.server import REQUEST_TIMEOUT_S, Completion, LlamaServer, RemoteServer
+from ..llama_cpp.speculative_simple import LlamaCppRefused, PerPromptTau
+from ..reporting import Bar, BarGroup, ChartSpec, Column, NotesSpec, TableSpec, build_sections, distinct_labels
+from ..stats import CONFIDENCE, paired_bootstrap_ci
+
+#: verdicts of a serving combination: stable strings, the JSON report's ``verdict``
+VERDICT_GAIN = "net gain"
+VERDICT_NO_GAIN = "no gain"
+VERDICT_LOSS = "net loss"
+VERDICT_DIFFERS = "output differs"
+VERDICT_REFUSED = "refused to load"
+VERDICT_CRASHED = "crashed"
+VERDICT_UNMEASURED = "not measured"
+VERDICTS = (VERDICT_GAIN, VERDICT_NO_GAIN, VERDICT_LOSS, VERDICT_DIFFERS, VERDICT_REFUSED, VERDICT_CRASHED,
+            VERDICT_UNMEASURED)
+CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+WARMUP_TOKENS = 8
+SPEEDUP_CI_METHOD = (f"{CONFIDENCE:.0%} paired bootstrap interval over prompts of the mean log ratio "
+                     "(tok/s with the drafter / tok/s of the target alone), shown as a ratio")
+
+
+@dataclass
+class Difference:
+    """Where the speculative output first leaves the target's own greedy output."""
+
+    prompt: str
+    position: int  # generated token index
+    target_token: int | None  # None: the target's output ended here
+    speculative_token: int | None
+
+    def text(self) -> str:
+        def tok(t: int | None) -> str:
+            return "end of output" if t is None else f"token {t}"
+        return (f"prompt {self.prompt}: generated token {self.position} is {tok(self.speculative_token)} with the "
+                f"drafter, {tok(self.target_token)} from the target alone")
+
+
+@dataclass
+class ServingRun(PerPromptTau):
+    """One combination: ``on[i]`` / ``off[i]`` ↔ prompt i (``off`` empty without a target alone to ask)."""
+
+    target_gguf: str
+    drafter: str  # as given
+    drafter_gguf: str
+    draft_n_max: int | None
+    draft_cache_type: str | None  # None: the server's default
+    on: list[Completion] = field(default_factory=list)
+    off: list[Completion] = field(default_factory=list)
+    refused: str | None = None
+    crashed: bool = False
+    seed: int = 0
+    label: str = ""  # the shortest path tail that tells the drafter from the others (`reporting.distinct_labels`)
+
+    @property
+    def name(self) -> str:
+        return self.label or Path(self.drafter).name or self.drafter
+
+    @property
+    def runs(self) -> list[Completion]:  # PerPromptTau's τ is over the runs with the drafter
+        return self.on
+
+    @staticmethod
+    def _rate(runs: Sequence[Completion]) -> float:
+        n, ms = sum(c.decoded for c in runs), sum(c.predicted_ms for c in runs)
+        return n / ms * 1e3 if ms > 0 else math.nan
+
+    @property
+    def tokens_per_s_on(self) -> float:
+        return self._rate(self.on)
+
+    @property
+    def tokens_per_s_off(self) -> float:
+        return self._rate(self.off)
+
+    def log_ratios(self) -> list[float]:
+        out = []
+        for a, b in zip(self.off, self.on):
+            if a.tokens_per_s > 0 and b.tokens_per_s > 0 and math.isfinite(a.tokens_per_s * b.tokens_per_s):
+                out.append(math.log(b.tokens_per_s / a.tokens_per_s))
+        return out
+
+    @property
+    def speedup(self) -> float:
+        logs = self.log_ratios()
+        return math.exp(float(np.mean(logs))) if logs else math.nan
+
+    @property
+    def speedup_ci(self) -> tuple[float, float] | None:
+        ci = paired_bootstrap_ci(self.log_ratios(), seed=self.seed)
+        return None if ci is None else (math.exp(ci[0]), math.exp(ci[1]))
+
+    def differences(self, prompt_names: Sequence[str]) -> list[Difference]:
+        out = []
+        for name, a, b in zip(prompt_names, self.off, self.on):
+            if a.tokens != b.tokens:
+                at = next((i for i, (x, y) in enumerate(zip(a.tokens, b.tokens)) if x != y),
+                          min(len(a.tokens), len(b.tokens)))
+                out.append(Difference(name, at, a.tokens[at] if at < len(a.tokens) else None,
+                                      b.tokens[at] if at < len(b.tokens) else None))
+        return out
+
+    def verdict(self, prompt_names: Sequence[str]) -> str:
+        if self.refused is not None:
+            return VERDICT_CRASHED if self.crashed else VERDICT_REFUSED
+        if not self.off:
+            return VERDICT_UNMEASURED
+        if self.differences(prompt_names):
+            return VERDICT_DIFFERS
+        ci = self.speedup_ci
+        low, high = ci if ci is not None else (self.speedup, self.speedup)  # one prompt: its own ratio
+        if low > 1:
+            return VERDICT_GAIN
+        if high < 1:
+            return VERDICT_LOSS
+        return VERDICT_NO_GAIN
+
+
+@dataclass
+class ServingResult:
+    runs: list[ServingRun]
+    prompt_names: list[str]
+    max_new_tokens: int
+    source: str  # "llama-server BIN_DIR (started by dflashkit)" or the URL
+    threads: int
+    extra_args: list[str]
+    notes: list[str] = field(default_factory=list)
+
+    def verdicts(self) -> list[str]:
+        return [r.verdict(self.prompt_names) for r in self.runs]
+
+    def failures(self, min_speedup: float | None) -> list[str]:
+        """``--min-speedup X``: a combination below X, refused, crashed or not reproducing the target fails."""
+        if min_speedup is None:
+            return []
+        out = []
+        for r, v in zip(self.runs, self.verdicts()):
+            where = f"{r.name} on {target_label(r)} ({combo_label(r)})"
+            if v in (VERDICT_REFUSED, VERDICT_CRASHED):
+                out.append(f"{where}: llama-server {v}: {r.refused}")
+            elif v == VERDICT_UNMEASURED:
+                out.append(f"{where}: no speed-up measured (no target alone: pass --baseline-url)")
+            elif v == VERDICT_DIFFERS:
+                out.append(f"{where}: output differs from the target alone — {r.differences(self.prompt_names)[0].text()}")
+            elif not r.speedup >= min_speedup:
+                out.append(f"{where}: speed-up ×{r.speedup:.2f} below --min-speedup {min_speedup:g}")
+        return out
+
+
+def target_label(r: ServingRun) -> str:
+    """The target GGUF's file name, or the URL of a server the user runs."""
+    return r.target_gguf if r.target_gguf.startswith(("http://", "https://")) else Path(r.target_gguf).name
+
+
+def combo_label(r: ServingRun) -> str:
+    return (f"draft cache {r.draft_cache_type or 'default'}, n-max "
+            f"{r.draft_n_max if r.draft_n_max is not None else 'default'}")
+
+
+def parse_list(value: str | None, option: str, convert: Callable[[str], Any]) -> list[Any]:
+    """``4,8,15`` → [4, 8, 15]: non-empty, unique, each checked by ``convert`` (a usage error names the value)."""
+    if value is None:
+        return [None]
+    items = [v.strip() for v in value.split(",")]
+    if not items or any(not v for v in items):
+        raise UsageError(f"{option} {value!r}: give values separated by commas (e.g. {option} 4,8,15)")
+    out = []
+    for v in items:
+        try:
+            x = convert(v)
+        except (ValueError, UsageError) as exc:
+            raise UsageError(f"{option} {value!r}: {v!r} {exc}") from None
+        if x in out:
+            raise UsageError(f"{option} {value!r}: {v!r} is given twice")
+        out.append(x)
+    return out
+
+
+def draft_n_max_value(v: str) -> int:
+    n = int(v)
+    if not 1 <= n <= 256:
+        raise ValueError("is not a draft length from 1 to 256")
+    return n
+
+
+def cache_type_value(v: str) -> str:
+    if v.lower() not in CACHE_TYPES:
+        raise ValueError(f"is not a KV cache type llama.cpp takes ({', '.join(CACHE_TYPES)})")
+    return v.lower()
+
+
+def check_serving_options(llama_server: Any, server_url: str | None, draft_n_max: Sequence[int | None],
+                          draft_cache_types: Sequence[str | None], max_new_tokens: int) -> None:
+    """The serving options that are wrong whatever the servers say: usage errors, checked before any work."""
+    if (llama_server is None) == (server_url is None):
+        raise UsageError("give one of --llama-server BIN_DIR (dflashkit starts the servers) or --server-url URL")
+    if server_url is not None and (len(draft_n_max) > 1 or draft_n_max[0] is not None
+                                   or len(draft_cache_types) > 1 or draft_cache_types[0] is not None):
+        raise UsageError("--draft-n-max / --draft-cache-type are set where the server starts: with --server-url they "
+                         "are the running server's own")
+    if max_new_tokens < 3:
+        raise UsageError(f"--max-new-tokens {max_new_tokens}: llama-server drafts only with 2 tokens still to "
+                         "generate after the first — give at least 3")
+
+
+def check_n_max_fits(drafters: Sequence[tuple[str, Any, int]], draft_n_max: Sequence[int | None]) -> None:
+    """An n-max above what a drafter drafts a round (its block − 1) is a usage error: llama.cpp clamps it there, so
+    the figure would be labelled with an n-max that never ran."""
+    for n in draft_n_max:
+        for path, _, block in drafters:
+            if n is not None and n > block - 1:
+                raise UsageError(f"--draft-n-max {n}: {Path(path).name} drafts at most {block - 1} tokens a round "
+                                 f"(block size {block}; llama.cpp clamps n-max there) — give at most {block - 1}")
+
+
+def measure_serving(
+    drafters: Sequence[tuple[str, str | os.PathLike, int]],
+    texts: Sequence[str],
+    prompt_names: Sequence[str],
+    *,
+    llama_server: str | os.PathLike | None = None,
+    target_ggufs: Sequence[str | os.PathLike] = (),
+    server_url: str | None = None,
+    baseline_url: str | None = None,
+    draft_n_max: Sequence[int | None] = (None,),
+    draft_cache_types: Sequence[str | None] = (None,),
+    max_new_tokens: int = 128,
+    prompt_tokens: Sequence[int] | None = None,
+    seed: int = 0,
+    threads: int = 1,
+    extra_args: Sequence[str] = (),
+    ignore_eos: bool = False,
+    progress: Callable[[str], None] | None = None,
+    timeout: float = REQUEST_TIMEOUT_S,
+    vocab: int | None = None,
+) -> ServingResult:
+    """Every combination through llama-server (module doc). ``drafters``: (path as given, GGUF path, block size).
+
+    With ``llama_server`` (a build's bin/ folder) dflashkit starts and stops the servers, one per combination and
+    one target alone per target GGUF; with ``server_url`` it asks a running server (its drafter, cache and n-max
+    are the server's own) and ``baseline_url`` for the target alone. Every reply is checked against what its
+    request allows (``max_new_tokens``, the n-max set — or, for a running server, the drafter's block − 1, where
+    llama.cpp clamps it —, token ids below ``vocab``, its own wall time): an impossible one is refused."""
+    say = progress or (lambda message: None)
+    check_serving_options(llama_server, server_url, draft_n_max, draft_cache_types, max_new_tokens)
+    if not drafters:
+        raise UsageError("give at least one drafter to measure through llama-server")
+    check_n_max_fits(drafters, draft_n_max)
+    if server_url is not None and baseline_url is not None and same_server(server_url, baseline_url):
+        raise UsageError(f"--baseline-url {baseline_url} is the server of --server-url {server_url}: the target "
+                         "alone must be a second server, started without -md")
+    if llama_server is not None and not target_ggufs:
+        raise UsageError("--llama-server needs the target as a GGUF: pass --target-gguf FILE (repeat it to sweep "
+                         "quantized targets)")
+    longest = max(prompt_tokens) if prompt_tokens else 512
+    pairs = list(zip(texts, prompt_names))
+    runs: list[ServingRun] = []
+
+    def ask(server: Any, base: Any | None, text: str, n: int, request_seed: int) -> Completion:
+        try:
+            return server.complete(text, n, seed=request_seed, ignore_eos=ignore_eos)
+        except (LlamaCppRefused, LlamaCppCrashed) as exc:
+            if server is base:  # the shared target alone failed: no drafter's fault, and no later pair can run
+                raise DFlashError(f"the target alone ({server.label}) failed: {exc}") from None
+            raise
+
+    def measure(run: ServingRun, spec: Any, base: Any | None) -> None:
+        say(f"llama-server: {run.name} on {Path(run.target_gguf).name} ({combo_label(run)}): warm-up")
+        warm = min(WARMUP_TOKENS, max_new_tokens)
+        for server in (spec, base) if base is not None else (spec,):
+            ask(server, base, texts[0], warm, seed)
+        for i, (text, name) in enumerate(pairs):
+            arms = [(spec, run.on), (base, run.off)] if base is not None else [(spec, run.on)]
+            for server, out in arms if i % 2 else arms[::-1]:  # the order alternates
+                out.append(ask(server, base, text, max_new_tokens, seed + i))
+            speed = (f", ×{run.on[-1].tokens_per_s / run.off[-1].tokens_per_s:.2f}"
+                     if base is not None and run.off[-1].tokens_per_s > 0 else "")
+            say(f"llama-server {run.name}: prompt {i + 1}/{len(pairs)} ({name}): τ {run.on[-1].tau:.2f}{speed}")
+
+    if server_url is not None:
+        spec = RemoteServer(server_url, request_timeout=timeout, expects_drafts=True,
+                            draft_max=max(b for _, _, b in drafters) - 1, vocab=vocab)
+        base = (RemoteServer(baseline_url, label=f"target alone {baseline_url}", request_timeout=timeout,
+                             vocab=vocab) if baseline_url else None)
+        run = ServingRun(server_url, server_url, server_url, None, None, seed=seed)
+        measure(run, spec, base)
+        runs.append(run)
+        source = f"llama-server at {server_url}" + (f", target alone at {baseline_url}" if baseline_url else "")
+    else:
+        assert llama_server is not None
+        source = f"llama-server from {llama_server} (started by dflashkit on 127.0.0.1)"
+        for target in target_ggufs:
+            if not Path(target).is_file():
+                raise UsageError(f"--target-gguf {target}: no such file")
+            blocks = [b for _, _, b in drafters]
+            ctx = longest + 2 * (max_new_tokens + max(blocks)) + 64
+            say(f"llama-server: starting the target alone ({Path(target).name})")
+            with LlamaServer(llama_server, target, ctx_size=ctx, threads=threads, extra_args=extra_args,
+                             startup_timeout=timeout, request_timeout=timeout, vocab=vocab) as base:
+                for path, gguf, block in drafters:
+                    for cache in draft_cache_types:
+                        for n_max in draft_n_max:
+                            n = n_max if n_max is not None else block - 1
+                            run = ServingRun(str(target), path, str(gguf), n, cache, seed=seed)
+                            runs.append(run)
+                            try:
+                                with LlamaServer(llama_server, target, gguf, draft_max=n, draft_cache_type=cache,
+                                                 ctx_size=ctx, threads=threads, extra_args=extra_args,
+                                                 startup_timeout=timeout, request_timeout=timeout,
+                                                 vocab=vocab) as spec:
+                                    measure(run, spec, base)
+                            except (LlamaCppRefused, LlamaCppCrashed) as exc:
+                                run.on, run.off = [], []
+                                run.refused, run.crashed = str(exc), isinstance(exc, LlamaCppCrashed)
+                                say(f"llama-server {'crashed on' if run.crashed else 'refused'} {path}: {exc}")
+    labels = dict(zip([p for p, _, _ in drafters], distinct_labels([str(p) for p, _, _ in drafters])))
+    for run in runs:
+        run.label = labels.get(run.drafter, "")
+    notes = [f"llama-server: greedy requests (temperature 0, top-k 1, no prompt cache), {max_new_tokens} new tokens, "
+             f"-np 1, -t {threads}; speed-up: {SPEEDUP_CI_METHOD}",
+             "τ per prompt = (predicted_n − 1) / (predicted_n − 1 − draft_n_accepted) (the first token comes from "
+             "the prompt's prefill) and tok/s = (predicted_n − 1) / predicted_ms, both from the server's JSON timings"]
+    return ServingResult(runs, list(prompt_names), max_new_tokens, source, threads, list(extra_args), notes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Report sections (the accept report carries them): declared, built by reporting.build
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SectionContext:
+    """What the serving sections read: the result, its verdicts, its rows (the table's, the chart's) and the output
+    differences, each computed once (a verdict bootstraps the speed-up's CI)."""
+
+    s: ServingResult
+    verdicts: list[str]
+    rows: list[dict[str, Any]]
+    differ: list[str]
+
+
+def section_context(s: ServingResult) -> SectionContext:
+    verdicts = s.verdicts()
+    rows, differ = [], []
+    for r, v in zip(s.runs, verdicts):
+        diffs = r.differences(s.prompt_names)
+        differ += [f"{r.name} on {target_label(r)} ({combo_label(r)}): {d.text()}" for d in diffs[:3]]
+        rows.append(_row(r, v, diffs))
+    return SectionContext(s, verdicts, rows, differ)
+
+
+def _row(r: ServingRun, v: str, diffs: list[Difference]) -> dict[str, Any]:
+    ci = r.speedup_ci
+    measured = bool(r.on) and bool(r.off)
+    return {
+        "target": target_label(r), "target_gguf": r.target_gguf, "drafter": r.drafter,
+        "drafter_name": r.name, "drafter_gguf": r.drafter_gguf,
+        "draft_cache_type": r.draft_cache_type or "default", "draft_n_max": r.draft_n_max,
+        "tau": r.tau if r.on else None, "tau_per_prompt": r.taus,
+        "tokens_per_s_off": r.tokens_per_s_off if r.off else None,
+        "tokens_per_s_on": r.tokens_per_s_on if r.on else None,
+        "speedup": r.speedup if measured else None, "speedup_ci": list(ci) if ci else None,
+        "speedup_ci_text": f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ("no CI (< 2 prompts)" if measured else "—"),
+        "identical_output": ("yes" if not diffs else "no") if measured else "—",
+        "first_difference": None if not diffs else {"prompt": diffs[0].prompt, "position": diffs[0].position,
+                                                    "target_token": diffs[0].target_token,
+                                                    "speculative_token": diffs[0].speculative_token},
+        "drafted": sum(c.draft_n for c in r.on), "accepted": sum(c.draft_accepted for c in r.on),
+        "refused": r.refused, "verdict": v,
+    }
+
+
+def _flagged(c: SectionContext) -> set[int]:
+    return {i for i, v in enumerate(c.verdicts) if v in (VERDICT_LOSS, VERDICT_DIFFERS, VERDICT_REFUSED, VERDICT_CRASHED)}
+
+
+def _speedup_bars(c: SectionContext) -> list[BarGroup]:
+    groups: dict[str, list[Bar]] = {}
+    for r, row in zip(c.s.runs, c.rows):
+        if row["speedup"] is not None:
+            groups.setdefault(target_label(r), []).append(
+                Bar(f"{r.name} ({combo_label(r)})", row["speedup"], series=r.name, tag=str(r.draft_n_max or ""),
+                    flagged=row["verdict"] != VERDICT_GAIN))
+    return [BarGroup(k, v) for k, v in groups.items()]
+
+
+def _notes(c: SectionContext) -> list[str]:
+    return list(c.s.notes) + [
+        f"verdicts: {VERDICT_GAIN} / {VERDICT_LOSS} — the speed-up's CI lies above / below 1; {VERDICT_NO_GAIN} "
+        f"— it spans 1; {VERDICT_DIFFERS} — the speculative tokens are not the target's own greedy tokens"]
+
+
+_COLUMNS = [
+    Column("target", "target"), Column("drafter_name", "drafter"), Column("draft_cache_type", "draft cache"),
+    Column("draft_n_max", "n-max"), Column("tau", "τ", ".2f"), Column("tokens_per_s_off", "tok/s alone", ".1f"),
+    Column("tokens_per_s_on", "tok/s with drafter", ".1f"), Column("speedup", "speed-up", ".2f"),
+    Column("speedup_ci_text", f"{CONFIDENCE:.0%} CI"), Column("identical_output", "identical output"),
+    Column("verdict", "verdict"),
+]
+
+#: the serving table (every combination side by side), its speed-up chart, the output differences and notes;
+#: evaluated against a `section_context`
+SECTIONS = (
+    TableSpec("llama-server: speed-up against the target alone", _COLUMNS, lambda c: c.rows, id="serving",
+              flagged=_flagged, level=lambda c: "warning" if _flagged(c) else "info",
+              note=lambda c: f"measured through {c.s.source}: the same prompts, order and seeds for every combination"),
+    ChartSpec("llama-server speed-up (chart)", _speedup_bars, value_label="speed-up (×)", reference=1.0,
+              reference_label="target alone", id="serving_chart", scale="linear"),
+    NotesSpec("llama-server: output differences", lambda c: c.differ, id="serving_differences",
+              level=lambda c: "warning" if c.differ else "info",
+              empty="none: every speculative output equals the target's own"),
+    NotesSpec("llama-server notes", _notes, id="serving_notes"),
+)
+
+
+def report_sections(s: ServingResult) -> list[Any]:
+    """The serving sections of ``s`` (`SECTIONS`, built)."""
+    return build_sections(SECTIONS, section_context(s))
+
+
+def headline(s: ServingResult) -> str:
+    parts = []
+    for r, v in zip(s.runs, s.verdicts()):
+        speed = f" ×{r.speedup:.2f}" if r.on and r.off else ""
+        parts.append(f"{r.name} [{combo_label(r)}]{speed} ({v})")
+    return "llama-server: " + ", ".join(parts)
