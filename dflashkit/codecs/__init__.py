@@ -20,14 +20,16 @@ from gguf import GGMLQuantizationType
 from dflashkit.errors import DFlashError
 
 from .base import QUANT_TYPES, K, QuantType, get_num_threads, set_num_threads, tensor_nbytes
-from .float16 import BF16, F16, F32, bf16_bits_to_f16_bits, bf16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits
+from .float16 import (BF16, F16, F32, bf16_bits_to_f16_bits, bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits,
+                      f32_to_f16_bits)
 from .kquants import Q4_K, Q5_K, Q6_K
 from .legacy import Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
 from .lowbit import IQ4_NL, IQ4_XS, Q2_K, Q3_K
 
 __all__ = [
     "GGMLQuantizationType", "QUANT_TYPES", "QuantType", "get_quant_type", "quantize", "dequantize",
-    "f32_to_f16_bits", "f32_to_bf16_bits", "bf16_bits_to_f32", "bf16_bits_to_f16_bits", "get_num_threads",
+    "f32_to_f16_bits", "f32_to_bf16_bits", "bf16_bits_to_f32", "bf16_bits_to_f16_bits", "f16_bits_to_f32",
+    "get_num_threads",
     "set_num_threads", "preload_bf16_to_f16", "preload_quantizers",
     "tensor_nbytes", "to_float32", "dequantize_into",
     "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL",
@@ -148,8 +150,11 @@ def preload_quantizers(types: Iterable[GGMLQuantizationType]) -> None:
     """Import numba and load the cached kernels of ``types`` on a daemon thread (one block each), so a caller
     that will quantize pays numba's start-up (~0.4 s) while it does other work. Types that run no numba code
     (F32, Q8_0) and types without a codec are left out (the real call names the latter)."""
-    _start([lambda qt=qt: qt.quantize(np.zeros((1, qt.block_size), np.float32), threads=1)
-            for t in types if (qt := QUANT_TYPES.get(t)) is not None and qt.needs_numba])
+    calls: list[Callable[[], Any]] = [lambda qt=qt: qt.quantize(np.zeros((1, qt.block_size), np.float32), threads=1)
+                                      for t in types if (qt := QUANT_TYPES.get(t)) is not None and qt.needs_numba]
+    if calls:  # the F16 decode those quantizers read through (`f16_bits_to_f32`)
+        calls.append(lambda: K.f16_to_f32_kernel(np.zeros(1, np.uint16), np.zeros(1, np.float32)))
+    _start(calls)
 
 
 def preload_bf16_to_f16() -> None:

@@ -43,7 +43,7 @@ from ._kernels_c_ops import (
     u32_as_f32,
 )
 from ._kernels_float import (
-    bf16_f16_specials, bf16_to_f16_kernel, f32_to_bf16_kernel, f32_to_f16_kernel,
+    bf16_f16_specials, bf16_to_f16_kernel, f16_to_f32_kernel, f32_to_bf16_kernel, f32_to_f16_kernel,
 )
 from ._kernels_kquants import q6_k_kernel, qk_kernel
 from ._kernels_kquants_mirror import make_qkx2_quants, make_qx_quants_rmse1, q4_k_scalar, q5_k_scalar, q6_k_scalar
@@ -57,7 +57,7 @@ __all__ = [
     "f32_as_u32", "u32_as_f32", "nearest_int", "nearest_int_f", "c_f32_to_i32", "c_roundf", "as_int8",
     "fp32_to_fp16", "fp16_to_fp32", "put_u16",
     # float types
-    "f32_to_f16_kernel", "bf16_to_f16_kernel", "bf16_f16_specials", "f32_to_bf16_kernel",
+    "f32_to_f16_kernel", "bf16_to_f16_kernel", "bf16_f16_specials", "f32_to_bf16_kernel", "f16_to_f32_kernel",
     # 32-value block types
     "q8_0_kernel", "q4_0_kernel", "q5_0_kernel", "q5_1_kernel",
     # K-quants: the lane kernels the codecs run, and the scalar mirror

@@ -1,4 +1,4 @@
-"""Numba kernels of the float types: float32 -> F16 / BF16, BF16 -> F16, and the scans that count the values
+"""Numba kernels of the float types: float32 -> F16 / BF16, BF16 -> F16, F16 -> float32, and the scans that count the values
 such a conversion cannot keep (NaN / inf, finite values past F16's 65504).
 
 F32 -> F16 / BF16 mirror ggml's ``ggml_fp32_to_fp16_row`` / ``ggml_fp32_to_bf16_row_ref`` value by value;
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._kernels_c_ops import _JIT, fp32_to_fp16, njit, require_recorded_sha256, u32_as_f32
+from ._kernels_c_ops import _JIT, fp16_to_fp32, fp32_to_fp16, njit, require_recorded_sha256, u32_as_f32
 
 #: sha256 of ``_kernels_c_ops.py``, whose helpers these kernels inline: numba's cache is keyed on this file's text,
 #: so a change there has to change this line (see ``_kernels_c_ops``)
@@ -63,3 +63,11 @@ def f32_to_bf16_kernel(x, out):  # type: ignore[no-untyped-def]
             out[i] = (u >> 16) | 64  # NaN: keep sign and payload top, force quiet
         else:
             out[i] = ((u + (0x7FFF + ((u >> 16) & 1))) >> 16) & 0xFFFF
+
+
+@njit(**_JIT)
+def f16_to_f32_kernel(bits, out):  # type: ignore[no-untyped-def]
+    """IEEE half bits → float32 (exact: ggml_compute_fp16_to_fp32, numpy's ``astype(float32)``), several times
+    numpy's own conversion and run on every thread: the decode of an F16 file ahead of a quantizer."""
+    for i in range(bits.shape[0]):
+        out[i] = fp16_to_fp32(np.int64(bits[i]))

@@ -44,6 +44,17 @@ def bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
     return wide.view(np.float32)
 
 
+def f16_bits_to_f32(bits: np.ndarray, threads: int | None = None) -> np.ndarray:
+    """IEEE half data (float16, uint16 bits or their raw bytes) -> float32, exactly numpy's ``astype(float32)``
+    (ggml_compute_fp16_to_fp32), on every thread: numpy's own conversion, single-threaded and not vectorised here,
+    was a quarter of a quantize run of an F16 file. Loads numba: for the quantizer, not for readers."""
+    src = np.ascontiguousarray(bits).view(np.uint16)
+    out = np.empty(src.shape, dtype=np.float32)
+    run_chunked(K.f16_to_f32_kernel, src.reshape(-1), out.reshape(-1), threads,
+                min_elems_per_thread=_ELEMS_PER_TASK)
+    return out
+
+
 def f32_to_f16_bits(x: np.ndarray, out: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
     """float32 array -> uint16 IEEE half bits, same shape, exactly as ggml_fp32_to_fp16_row."""
     return _convert(K.f32_to_f16_kernel, _contig_f32(x), out, threads, "f32_to_f16_bits")

@@ -29,7 +29,7 @@ from dflashkit.io.gguf_reader import DEFAULT_ALIGNMENT, GGUFFile, TensorInfo, op
 from dflashkit.io.gguf_writer import (QUANTIZATION_VERSION, MetadataEntry, TensorToWrite, check_output_path,
     ggml_n_dims_shape, iter_row_chunks, llama_tensor_order_key, write_gguf)
 
-from dflashkit.codecs import QUANT_TYPES, preload_quantizers, quantize, tensor_nbytes, to_float32
+from dflashkit.codecs import QUANT_TYPES, f16_bits_to_f32, preload_quantizers, quantize, tensor_nbytes, to_float32
 from dflashkit.codecs.values import StoredScan, ValueCounts
 from .imatrix import ImportanceMatrix, load_imatrix
 from .imatrix_use import check_imatrix, gqa_of, needs_imatrix
@@ -125,6 +125,8 @@ def _producer(gguf_file: GGUFFile, info: TensorInfo, new_type: GGMLQuantizationT
     n_rows = info.n_elements // ne0 if ne0 else 0
     src_row = tensor_nbytes(info.ggml_type, (ne0,))
     same = info.ggml_type == new_type
+    # F16 rows ahead of a numba quantizer: decoded on every thread by numba, already loaded for the quantizer
+    fast_f16 = info.ggml_type == GGMLQuantizationType.F16 and getattr(QUANT_TYPES.get(new_type), "needs_numba", False)
 
     def chunks() -> Iterator[np.ndarray]:
         gguf_file.raw(info.name)  # validates the tensor lies inside the file
@@ -156,7 +158,8 @@ def _producer(gguf_file: GGUFFile, info: TensorInfo, new_type: GGMLQuantizationT
                     if same:
                         out = part.copy()
                     else:
-                        x = to_float32(part.reshape(-1, src_row), info.ggml_type, copy=False)
+                        x = (f16_bits_to_f32(part.reshape(-1, src_row)) if fast_f16 else
+                             to_float32(part.reshape(-1, src_row), info.ggml_type, copy=False))
                         counts.add(info.name, x, to_f16=new_type == GGMLQuantizationType.F16)
                         out = quantize(x, new_type, imatrix=weights)
                         del x
