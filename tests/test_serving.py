@@ -99,6 +99,39 @@ def test_gate_failures_name_the_combination() -> None:
         "d.gguf on t.gguf (draft cache f16, n-max 15): no speed-up measured (no target alone: pass --baseline-url)"]
 
 
+def test_a_server_capped_below_the_drafters_block_is_named() -> None:
+    from dflashkit.accept.serving_report import section_context
+
+    def remote(accepted: int, drafted: int, block: int = 16) -> ServingRun:
+        r = ServingRun("http://127.0.0.1:8080", "http://127.0.0.1:8080", "http://127.0.0.1:8080", None, None,
+                       block_size=block)
+        r.on = [completion(100, accepted=accepted, drafted=drafted) for _ in range(3)]
+        return r
+
+    # llama-server's default n-max: 32 decoded tokens in 8 rounds of 3 drafted, 3 accepted — τ 4.0
+    capped = remote(accepted=24, drafted=24)
+    assert (capped.drafts_at_most(), capped.capped_n_max(), capped.tau) == (3, 3, 4.0)
+    assert capped.acceptance_rate == 1.0
+    context = section_context(ServingResult([capped], NAMES[:3], 32, "http://127.0.0.1:8080", 1, []))
+    assert context.capped == [
+        "llama-server at http://127.0.0.1:8080: every reply drafted at most 3 token(s) a round and no "
+        "prompt's τ passed 4, where the drafter drafts up to 15 (block size 16) — the server's n-max is likely 3. "
+        "llama-server drafts at most 3 tokens a round unless told (its default n_max = 3, which its log prints): "
+        "start it with --spec-draft-n-max 15, or measure the choice with dflash-accept --llama-server BIN_DIR "
+        "--draft-n-max 4,8,15 (docs/serving.md, \"τ lower in my server?\")"]
+    # drafting the whole block (4 rounds of 15): no cap; 3 a round from a drafter of block 4 is its whole block
+    assert remote(accepted=28, drafted=60).capped_n_max() is None
+    assert remote(accepted=24, drafted=24, block=4).capped_n_max() is None
+    # a server dflashkit started was given its n-max: the figure is labelled with it, nothing to explain
+    ours = run_with([100], [100])
+    ours.block_size = 16
+    assert ours.capped_n_max() is None
+    # rounds that drafted fewer than the cap still bound it from below; a τ above k + 1 rules a cap of k out
+    mixed = remote(accepted=10, drafted=25)  # 22 rounds, 25 drafted: at most 2 a round
+    assert mixed.drafts_at_most() == 2 and mixed.capped_n_max() == 2
+    assert section_context(ServingResult([remote(28, 60)], NAMES[:3], 32, "u", 1, [])).capped == []
+
+
 def _reply(**timings: object) -> bytes:
     t = {"predicted_n": 5, "predicted_ms": 4.0, "draft_n": 8, "draft_n_accepted": 3, **timings}
     return json.dumps({"tokens": [1, 2, 3, 4, 5], "timings": t}).encode()
@@ -467,6 +500,46 @@ def test_server_url_measured_as_a_user_runs_it(real: dict, tmp_path: Path) -> No
     assert row["target"] == urls[0] and row["identical_output"] == "yes" and row["tau"] >= 4.0
     assert row["verdict"] in (VERDICT_GAIN, VERDICT_NO_GAIN, VERDICT_LOSS) and len(row["speedup_ci"]) == 2
     assert _ours(real["target"]) == []
+
+
+def test_server_url_at_llama_servers_default_n_max_names_the_cause(real: dict, tmp_path: Path) -> None:
+    # a user starts llama-server with the drafter and no --spec-draft-n-max, as a quick start would: it drafts 3 a
+    # round (n_max = 3), τ sits near 4 for a drafter whose τ is ~13 at 15 — the report says why and how to set it
+    from click.testing import CliRunner
+
+    from dflashkit.cli import accept_command
+    from dflashkit.llama_cpp.server import free_port
+
+    import urllib.request
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"p{i}", "text": t}) + "\n" for i, t in enumerate(real["texts"][:3])))
+    port = free_port()
+    proc = subprocess.Popen([str(real["bin"] / "llama-server"), "-m", str(real["target"]), "-md", str(real["bf16"]),
+                             "--spec-type", "draft-dflash", "--port", str(port), "-t", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + HANG_SECONDS
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.1)
+        res = CliRunner().invoke(accept_command, [
+            str(real["bf16"]), "--target", str(TRAINED / "target"), "--prompts", str(prompts), "--max-new-tokens",
+            "32", "--server-url", f"http://127.0.0.1:{port}", "--json", "-q"])
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    (row,) = next(s["rows"] for s in report["sections"] if s["id"] == "serving")
+    assert row["drafts_at_most"] == 3 and row["tau"] <= 4.0, row
+    (note,) = next(s["items"] for s in report["sections"] if s["id"] == "serving_n_max")
+    assert "every reply drafted at most 3 token(s) a round" in note and "the server's n-max is likely 3" in note
+    assert "start it with --spec-draft-n-max 15" in note
 
 
 def test_a_server_that_never_answers_is_timed_out(tmp_path: Path, drafter_gguf: Path) -> None:

@@ -24,12 +24,12 @@ from ..reporting import (Bar, BarGroup, ChartSpec, Column, EachSpec, FieldSpec, 
                         TableSpec, build, verdict)
 from ..runtime import LoadInfo
 from ..runtime.load import VERIFY_MODE
-from .serving import SECTIONS as SERVING_SECTIONS
 from .serving import VERDICT_GAIN as SERVING_GAIN
 from .serving import VERDICT_NO_GAIN as SERVING_NO_GAIN
 from .serving import combo_label
-from .serving import headline as serving_headline
-from .serving import section_context as serving_context
+from .serving_report import SECTIONS as SERVING_SECTIONS
+from .serving_report import headline as serving_headline
+from .serving_report import section_context as serving_context
 from ..stats import Comparison
 
 

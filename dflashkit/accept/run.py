@@ -203,31 +203,8 @@ def run_acceptance(
     if template_kwargs and not template:
         notes.append(f"target {runner.path} has no chat template: chat template kwargs {json.dumps(template_kwargs)} "
                      "were not used")
-    prompt_ids, plain, texts = [], [], []
-    total_tokens = 0
-    context = _context_length(runner)
+    prompt_ids, texts, plain = encode_prompts(runner, prompt_list, max_new_tokens, template_kwargs)
     vocab = _vocab_rows(runner)
-    for p in prompt_list:
-        ids, fallback = p.ids(runner, template_kwargs)
-        if not ids:
-            raise DFlashError(f"prompt {p.id}: encodes to no tokens — give it some text")
-        outside = [t for t in ids if not 0 <= t < vocab] if vocab else []
-        if outside:
-            raise DFlashError(f"prompt {p.id}: the tokenizer of {runner.path} gives token id {outside[0]}, outside the "
-                              f"model's vocabulary of {vocab} — its tokenizer.json (a post-processor's or an added "
-                              "token's id) does not fit the model")
-        if context is not None and len(ids) + max_new_tokens > context:
-            raise DFlashError(f"prompt {p.id}: {len(ids)} tokens + {max_new_tokens} new tokens exceed the target's "
-                              f"context of {context} (max_position_embeddings) — shorten the prompt or lower "
-                              "--max-new-tokens")
-        total_tokens += len(ids)
-        if total_tokens > MAX_PROMPT_TOKENS_TOTAL:  # the ids and texts of every prompt are kept for the whole run
-            raise DFlashError(f"prompt {p.id}: the prompts hold over {MAX_PROMPT_TOKENS_TOTAL:,} tokens together — "
-                              "give fewer or shorter prompts (--max-prompts uses the first N)")
-        prompt_ids.append(ids)
-        texts.append(p.rendered(runner, template_kwargs)[0])
-        if fallback:
-            plain.append(p.id)
     if llama_binary is not None and llama_binary.name != SERVER_BINARY:  # speculative-simple: the prompt is argv
 
         for p, text in zip(prompt_list, texts):
@@ -276,6 +253,40 @@ def run_acceptance(
         dtype=dtype, stop_token_ids=stops, notes=notes, reasoning=reasoning, chat_template_kwargs=template_kwargs,
         llama_cpp=llama_runs, target_gguf=gguf_used, serving=serving,
     )
+
+
+def encode_prompts(runner: HFTarget, prompt_list: Sequence[Prompt], max_new_tokens: int,
+                   template_kwargs: Mapping[str, Any]) -> tuple[list[list[int]], list[str], list[str]]:
+    """(token ids, the text the target reads, the ids of chat prompts fed as plain text) of every prompt, each
+    checked: some tokens, ids inside the vocabulary, room for ``max_new_tokens`` in the context, and the whole set
+    under `MAX_PROMPT_TOKENS_TOTAL`. The one rendering every measurement of a run shares (reference runtime,
+    llama.cpp, llama-server)."""
+    prompt_ids, plain, texts = [], [], []
+    total_tokens = 0
+    context = _context_length(runner)
+    vocab = _vocab_rows(runner)
+    for p in prompt_list:
+        ids, fallback = p.ids(runner, template_kwargs)
+        if not ids:
+            raise DFlashError(f"prompt {p.id}: encodes to no tokens — give it some text")
+        outside = [t for t in ids if not 0 <= t < vocab] if vocab else []
+        if outside:
+            raise DFlashError(f"prompt {p.id}: the tokenizer of {runner.path} gives token id {outside[0]}, outside the "
+                              f"model's vocabulary of {vocab} — its tokenizer.json (a post-processor's or an added "
+                              "token's id) does not fit the model")
+        if context is not None and len(ids) + max_new_tokens > context:
+            raise DFlashError(f"prompt {p.id}: {len(ids)} tokens + {max_new_tokens} new tokens exceed the target's "
+                              f"context of {context} (max_position_embeddings) — shorten the prompt or lower "
+                              "--max-new-tokens")
+        total_tokens += len(ids)
+        if total_tokens > MAX_PROMPT_TOKENS_TOTAL:  # the ids and texts of every prompt are kept for the whole run
+            raise DFlashError(f"prompt {p.id}: the prompts hold over {MAX_PROMPT_TOKENS_TOTAL:,} tokens together — "
+                              "give fewer or shorter prompts (--max-prompts uses the first N)")
+        prompt_ids.append(ids)
+        texts.append(p.rendered(runner, template_kwargs)[0])
+        if fallback:
+            plain.append(p.id)
+    return prompt_ids, texts, plain
 
 
 def _run_llama_cpp(binary: Path | None, runs: list[DrafterRun], texts: list[str], prompt_ids: list[list[int]],

@@ -16,7 +16,13 @@ discarded warm-up on each; so a busy machine slows both arms of a pair alike. Pe
 - identical output: the speculative tokens must equal the target's own greedy tokens — where not, the prompt, the
   first differing position and both tokens;
 - a verdict: *net gain* / *net loss* (the CI lies above / below 1), *no gain* (it spans 1), *output differs*,
-  *refused to load*, *crashed*, or *not measured* (``--server-url`` without ``--baseline-url``: no target alone).
+  *refused to load*, *crashed*, or *not measured* (``--server-url`` without ``--baseline-url``: no target alone);
+- the acceptance rate (accepted / drafted tokens, the figure llama-server's log prints) and, for a server the user
+  runs, the most it drafted a round: below the drafter's block − 1 in every reply, with no τ above it + 1, the
+  server's n-max is capped (llama-server's default is 3) and the report says so (`ServingRun.capped_n_max`).
+
+One pair of servers runs at a time, and nothing else of dflashkit's runs beside them: a timing never shares the
+machine with another. The report's sections are `serving_report`'s.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from ..llama_cpp.process import LlamaCppCrashed
 from ..llama_cpp.http import same_server
 from ..llama_cpp.server import REQUEST_TIMEOUT_S, Completion, LlamaServer, RemoteServer
 from ..llama_cpp.speculative_simple import LlamaCppRefused, PerPromptTau
-from ..reporting import Bar, BarGroup, ChartSpec, Column, NotesSpec, TableSpec, build_sections, distinct_labels
+from ..reporting import distinct_labels
 from ..stats import CONFIDENCE, paired_bootstrap_ci
 
 #: verdicts of a serving combination: stable strings, the JSON report's ``verdict``
@@ -84,10 +90,44 @@ class ServingRun(PerPromptTau):
     crashed: bool = False
     seed: int = 0
     label: str = ""  # the shortest path tail that tells the drafter from the others (`reporting.distinct_labels`)
+    block_size: int | None = None  # the drafter's block: what it could draft a round is block − 1
 
     @property
     def name(self) -> str:
         return self.label or Path(self.drafter).name or self.drafter
+
+    @property
+    def drafted(self) -> int:
+        return sum(c.draft_n for c in self.on)
+
+    @property
+    def accepted(self) -> int:
+        return sum(c.draft_accepted for c in self.on)
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted / drafted draft tokens: the figure llama-server's log prints (``draft acceptance rate``)."""
+        return self.accepted / self.drafted if self.drafted else math.nan
+
+    def drafts_at_most(self) -> int | None:
+        """The most tokens a round of this run drafted, as the replies tell it: per reply, its drafted tokens over
+        its rounds (decoded − accepted: each round commits its accepted draft plus one), rounded up; the largest
+        over replies. A reply gives no per-round counts, so this is a bound of what the server's n-max must be at
+        least — and, over replies of many rounds, the n-max itself. None without a drafting reply."""
+        per_reply = [math.ceil(c.draft_n / rounds - 1e-9) for c in self.on
+                     if c.speculated and (rounds := c.decoded - c.draft_accepted) > 0]
+        return max(per_reply) if per_reply else None
+
+    def capped_n_max(self) -> int | None:
+        """k when a server the user runs (no n-max of ours) drafted no more than k < block − 1 tokens a round in
+        every reply and no prompt's τ passed k + 1: its n-max is likely k (llama-server's own default is 3)."""
+        if self.draft_n_max is not None or self.block_size is None or not self.on:
+            return None
+        k = self.drafts_at_most()
+        taus = [t for t in self.taus if math.isfinite(t)]
+        if k is None or k >= self.block_size - 1 or not taus or max(taus) > k + 1 + 1e-9:
+            return None
+        return k
 
     @property
     def runs(self) -> list[Completion]:  # PerPromptTau's τ is over the runs with the drafter
@@ -315,7 +355,8 @@ def measure_serving(
                             draft_max=max(b for _, _, b in drafters) - 1, vocab=vocab)
         base = (RemoteServer(baseline_url, label=f"target alone {baseline_url}", request_timeout=timeout,
                              vocab=vocab) if baseline_url else None)
-        run = ServingRun(server_url, server_url, server_url, None, None, seed=seed)
+        run = ServingRun(server_url, server_url, server_url, None, None, seed=seed,
+                         block_size=max(b for _, _, b in drafters))
         measure(run, spec, base)
         runs.append(run)
         source = f"llama-server at {server_url}" + (f", target alone at {baseline_url}" if baseline_url else "")
@@ -334,7 +375,7 @@ def measure_serving(
                     for cache in draft_cache_types:
                         for n_max in draft_n_max:
                             n = n_max if n_max is not None else block - 1
-                            run = ServingRun(str(target), path, str(gguf), n, cache, seed=seed)
+                            run = ServingRun(str(target), path, str(gguf), n, cache, seed=seed, block_size=block)
                             runs.append(run)
                             try:
                                 with LlamaServer(llama_server, target, gguf, draft_max=n, draft_cache_type=cache,
@@ -354,106 +395,3 @@ def measure_serving(
              "τ per prompt = (predicted_n − 1) / (predicted_n − 1 − draft_n_accepted) (the first token comes from "
              "the prompt's prefill) and tok/s = (predicted_n − 1) / predicted_ms, both from the server's JSON timings"]
     return ServingResult(runs, list(prompt_names), max_new_tokens, source, threads, list(extra_args), notes)
-
-
-# ---------------------------------------------------------------------------------------------
-# Report sections (the accept report carries them): declared, built by reporting.build
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SectionContext:
-    """What the serving sections read: the result, its verdicts, its rows (the table's, the chart's) and the output
-    differences, each computed once (a verdict bootstraps the speed-up's CI)."""
-
-    s: ServingResult
-    verdicts: list[str]
-    rows: list[dict[str, Any]]
-    differ: list[str]
-
-
-def section_context(s: ServingResult) -> SectionContext:
-    verdicts = s.verdicts()
-    rows, differ = [], []
-    for r, v in zip(s.runs, verdicts):
-        diffs = r.differences(s.prompt_names)
-        differ += [f"{r.name} on {target_label(r)} ({combo_label(r)}): {d.text()}" for d in diffs[:3]]
-        rows.append(_row(r, v, diffs))
-    return SectionContext(s, verdicts, rows, differ)
-
-
-def _row(r: ServingRun, v: str, diffs: list[Difference]) -> dict[str, Any]:
-    ci = r.speedup_ci
-    measured = bool(r.on) and bool(r.off)
-    return {
-        "target": target_label(r), "target_gguf": r.target_gguf, "drafter": r.drafter,
-        "drafter_name": r.name, "drafter_gguf": r.drafter_gguf,
-        "draft_cache_type": r.draft_cache_type or "default", "draft_n_max": r.draft_n_max,
-        "tau": r.tau if r.on else None, "tau_per_prompt": r.taus,
-        "tokens_per_s_off": r.tokens_per_s_off if r.off else None,
-        "tokens_per_s_on": r.tokens_per_s_on if r.on else None,
-        "speedup": r.speedup if measured else None, "speedup_ci": list(ci) if ci else None,
-        "speedup_ci_text": f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ("no CI (< 2 prompts)" if measured else "—"),
-        "identical_output": ("yes" if not diffs else "no") if measured else "—",
-        "first_difference": None if not diffs else {"prompt": diffs[0].prompt, "position": diffs[0].position,
-                                                    "target_token": diffs[0].target_token,
-                                                    "speculative_token": diffs[0].speculative_token},
-        "drafted": sum(c.draft_n for c in r.on), "accepted": sum(c.draft_accepted for c in r.on),
-        "refused": r.refused, "verdict": v,
-    }
-
-
-def _flagged(c: SectionContext) -> set[int]:
-    return {i for i, v in enumerate(c.verdicts) if v in (VERDICT_LOSS, VERDICT_DIFFERS, VERDICT_REFUSED, VERDICT_CRASHED)}
-
-
-def _speedup_bars(c: SectionContext) -> list[BarGroup]:
-    groups: dict[str, list[Bar]] = {}
-    for r, row in zip(c.s.runs, c.rows):
-        if row["speedup"] is not None:
-            groups.setdefault(target_label(r), []).append(
-                Bar(f"{r.name} ({combo_label(r)})", row["speedup"], series=r.name, tag=str(r.draft_n_max or ""),
-                    flagged=row["verdict"] != VERDICT_GAIN))
-    return [BarGroup(k, v) for k, v in groups.items()]
-
-
-def _notes(c: SectionContext) -> list[str]:
-    return list(c.s.notes) + [
-        f"verdicts: {VERDICT_GAIN} / {VERDICT_LOSS} — the speed-up's CI lies above / below 1; {VERDICT_NO_GAIN} "
-        f"— it spans 1; {VERDICT_DIFFERS} — the speculative tokens are not the target's own greedy tokens"]
-
-
-_COLUMNS = [
-    Column("target", "target"), Column("drafter_name", "drafter"), Column("draft_cache_type", "draft cache"),
-    Column("draft_n_max", "n-max"), Column("tau", "τ", ".2f"), Column("tokens_per_s_off", "tok/s alone", ".1f"),
-    Column("tokens_per_s_on", "tok/s with drafter", ".1f"), Column("speedup", "speed-up", ".2f"),
-    Column("speedup_ci_text", f"{CONFIDENCE:.0%} CI"), Column("identical_output", "identical output"),
-    Column("verdict", "verdict"),
-]
-
-#: the serving table (every combination side by side), its speed-up chart, the output differences and notes;
-#: evaluated against a `section_context`
-SECTIONS = (
-    TableSpec("llama-server: speed-up against the target alone", _COLUMNS, lambda c: c.rows, id="serving",
-              flagged=_flagged, level=lambda c: "warning" if _flagged(c) else "info",
-              note=lambda c: f"measured through {c.s.source}: the same prompts, order and seeds for every combination"),
-    ChartSpec("llama-server speed-up (chart)", _speedup_bars, value_label="speed-up (×)", reference=1.0,
-              reference_label="target alone", id="serving_chart", scale="linear"),
-    NotesSpec("llama-server: output differences", lambda c: c.differ, id="serving_differences",
-              level=lambda c: "warning" if c.differ else "info",
-              empty="none: every speculative output equals the target's own"),
-    NotesSpec("llama-server notes", _notes, id="serving_notes"),
-)
-
-
-def report_sections(s: ServingResult) -> list[Any]:
-    """The serving sections of ``s`` (`SECTIONS`, built)."""
-    return build_sections(SECTIONS, section_context(s))
-
-
-def headline(s: ServingResult) -> str:
-    parts = []
-    for r, v in zip(s.runs, s.verdicts()):
-        speed = f" ×{r.speedup:.2f}" if r.on and r.off else ""
-        parts.append(f"{r.name} [{combo_label(r)}]{speed} ({v})")
-    return "llama-server: " + ", ".join(parts)

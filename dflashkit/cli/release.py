@@ -14,6 +14,8 @@ from .common import FiniteFloat, _parse_fraction, user_errors
 Examples:
   dflash-release z-lab/Qwen3-8B-DFlash-b16 out/ --target Qwen/Qwen3-8B
   dflash-release ./my-drafter out/ --target ./Qwen3-8B --types bf16,q8_0,q4_k_m_draft --ray
+  dflash-release ./my-drafter out/ --target ./Qwen3-8B --naming target --llama-server ~/llama.cpp/build/bin \
+      --target-gguf Qwen3-8B-Q4_K_M.gguf --draft-n-max 4,8,15
   dflash-release --check out/""")
 @click.argument("paths", nargs=-1, metavar="SRC OUTDIR")
 @click.option("--target", "target", metavar="DIR", help="The target model (HF folder): inspect, parity and τ run "
@@ -34,8 +36,19 @@ Examples:
 @click.option("--min-tau", type=click.FloatRange(min=0), metavar="TAU", help="τ gate, per type.")
 @click.option("--allow-failures", is_flag=True, help="Write the card even when a gate fails, with that row marked.")
 @click.option("--llama-cpp", metavar="BIN_DIR", help="Also measure τ in llama.cpp (passed to the τ step).")
-@click.option("--llama-server", metavar="BIN_DIR", help="Also measure speed-up through llama-server.")
+@click.option("--llama-server", "llama_server", metavar="BIN_DIR", multiple=True, help="Also measure each file's "
+              "speed-up through this build's llama-server, after every file job, one server pair at a time; repeat "
+              "it to measure two builds side by side.")
 @click.option("--target-gguf", metavar="FILE", help="The target as a GGUF, for --llama-cpp / --llama-server.")
+@click.option("--draft-n-max", "draft_n_max", metavar="N[,N…]", help="llama-server's --spec-draft-n-max values to "
+              "serve each file at (default: the drafter's block − 1); the card shows each type's best.")
+@click.option("--draft-cache-type", "draft_cache_type", metavar="T[,T…]", help="Draft KV cache types to serve at "
+              "(-ctkd/-ctvd: f16, q8_0, q4_0, …; default: the server's).")
+@click.option("--naming", type=click.Choice(["source", "target"]), default="source", show_default=True,
+              help="File names: source — <drafter>-<TYPE>.gguf; target — dflash-<target>-<TYPE>.gguf, as "
+              "ggml-org/convert names a drafter beside its target (Unsloth Studio finds it by that name).")
+@click.option("--target-name", metavar="NAME", help="The <target> of --naming target (default: the target's hub id "
+              "or folder name, its last part).")
 @click.option("--source-repo", metavar="ID", help="The hub repo a local SRC came from (the card's base_model).")
 @click.option("--source-revision", metavar="REV", help="Its revision.")
 @click.option("--target-repo", metavar="ID", help="The hub repo of a local --target (how the card names it; "
@@ -57,13 +70,15 @@ def release_command(paths: tuple[str, ...], target: str | None, types: str, prom
                     min_tau: float | None, allow_failures: bool, llama_cpp: str | None, llama_server: str | None,
                     target_gguf: str | None, source_repo: str | None, source_revision: str | None,
                     target_repo: str | None, workers: int | None, ray_address: str | None, ray_gpus_per_job: float,
-                    ray_timeout: float, check: bool, quiet: bool, imatrix: str | None) -> None:
+                    ray_timeout: float, check: bool, quiet: bool, imatrix: str | None, draft_n_max: str | None,
+                    draft_cache_type: str | None, naming: str, target_name: str | None) -> None:
     """Release SRC (an HF drafter folder or hub id) as GGUFs of every --types into OUTDIR, each checked (inspect
     --strict, diff and parity against the checkpoint, τ), with a model card (README.md), SHA256SUMS and
     release.json. Resumable: run it again after an interruption and the finished types are kept.
 
     Exit 0 when every gate passed (or --allow-failures); 1 naming the type and the gate or step that failed; 2 for
     usage. With --check OUTDIR: exit 0 when the folder is what its release.json says, else 1 with each problem."""
+    from ..accept.serving import cache_type_value, draft_n_max_value, parse_list
     from ..release import check_release, release
 
     if check:
@@ -81,14 +96,17 @@ def release_command(paths: tuple[str, ...], target: str | None, types: str, prom
     if target is None:
         raise UsageError("--target DIR is required: inspect, parity and τ run against the target")
     top1 = _parse_fraction(min_top1, "--min-top1")
+    n_max = parse_list(draft_n_max, "--draft-n-max", draft_n_max_value) if draft_n_max is not None else None
+    caches = parse_list(draft_cache_type, "--draft-cache-type", cache_type_value) if draft_cache_type else None
     say = None if quiet else (lambda m: click.echo(escape_name(m, limit=600), err=True))
     result = release(paths[0], paths[1], target=target, types=types, prompts=prompts_file,
                      max_prompts=max_prompts, max_new_tokens=max_new_tokens, seed=seed,
                      parity_rounds=parity_rounds, min_top1=top1 if top1 is not None else 0.75, min_tau=min_tau,
-                     allow_failures=allow_failures, llama_cpp=llama_cpp, llama_server=llama_server,
+                     allow_failures=allow_failures, llama_cpp=llama_cpp, llama_server=list(llama_server) or None,
                      target_gguf=target_gguf, source_repo=source_repo, source_revision=source_revision,
                      target_repo=target_repo, workers=workers, ray=ray_address, ray_gpus_per_job=ray_gpus_per_job,
-                     ray_timeout=ray_timeout, imatrix=imatrix, progress=say)
+                     ray_timeout=ray_timeout, imatrix=imatrix, draft_n_max=n_max, draft_cache_types=caches,
+                     naming=naming, target_name=target_name, progress=say)
     rec = result.record
     best = rec.get("recommended")
     marked = [f"{t} ({g['gate']})" for t, g in result.failures]

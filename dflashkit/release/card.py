@@ -11,17 +11,21 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
 import shlex
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple
 
 from ..reporting import Column, TableSpec, build_section, markdown_section, markdown_text
 from ..stats import CONFIDENCE, paired_bootstrap_ci, paired_comparison
+from .card_serving import md_name, naming_lines, serving_lines
+from .serving import MEASURED, best_entry
 
-#: the recommendation, as the card states it
+#: the recommendation, as the card states it: by speed-up where llama-server measured one, else by τ
 RECOMMEND_RULE = ("the smallest file that passed every gate and keeps at least 98 % of the reference type's τ "
                   "(the first type listed, over the same prompts)")
+RECOMMEND_SPEED_RULE = ("the smallest file that passed every gate whose speed-up through llama-server is a net gain "
+                        "and whose speed-up CI overlaps the fastest type's (each type at its best n-max, the first "
+                        "build measured)")
 RECOMMEND_FRACTION = 0.98
 TAGS = ["gguf", "speculative-decoding", "dflash", "llama.cpp"]
 
@@ -37,15 +41,6 @@ def sha256_of(path: Path) -> str:
 def sha256sums(folder: Path, names: Iterable[str]) -> str:
     """``sha256sum`` format (two spaces, then the name): ``sha256sum -c SHA256SUMS`` checks it."""
     return "".join(f"{sha256_of(folder / n)}  {n}\n" for n in names)
-
-
-_PLAIN_NAME = re.compile(r"^[A-Za-z0-9._/@:+=-]{1,200}$")
-
-
-def md_name(name: str) -> str:
-    """A name from input (a repo id, a file, a build) in the card's text: a code span where it is a plain name,
-    else escaped text — a backtick, a newline or HTML in a name cannot open a fence, a heading or an element."""
-    return f"`{name}`" if _PLAIN_NAME.match(name) else markdown_text(name).replace("`", "\\`")
 
 
 def shell_word(word: str) -> str:
@@ -80,7 +75,26 @@ def derived(release: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def recommended_by_speed(release: dict[str, Any]) -> str | None:
+    """`RECOMMEND_SPEED_RULE`; None when no type's speed-up was measured or none is a net gain."""
+    jobs = release["jobs"]
+    types = [t for t in release["types"] if t in jobs]
+    best = {t: e for t in types if (e := best_entry(jobs[t].get("serving", []))) is not None
+            and e.get("verdict") in MEASURED and e.get("speedup") is not None}
+    if not best:
+        return None
+    fastest = max(best, key=lambda t: (best[t]["speedup"], -types.index(t)))
+    low = (best[fastest]["speedup_ci"] or [best[fastest]["speedup"]] * 2)[0]
+    ok = [t for t in best if not jobs[t]["gates_failed"] and best[t]["verdict"] == "net gain"
+          and (best[t]["speedup_ci"] or [best[t]["speedup"]] * 2)[1] >= low]
+    return min(ok, key=lambda t: (jobs[t]["size_bytes"], types.index(t))) if ok else None
+
+
 def recommended(release: dict[str, Any]) -> str | None:
+    """The recommended type: by speed-up when one was measured (`recommended_by_speed`), else by τ."""
+    by_speed = recommended_by_speed(release)
+    if by_speed is not None:
+        return by_speed
     jobs = release["jobs"]
     types = [t for t in release["types"] if t in jobs]
     if not types:
@@ -110,10 +124,18 @@ class _Files(NamedTuple):
     extra: dict[str, dict[str, Any]]
 
 
+def _llama_tau(j: dict[str, Any]) -> str:
+    """llama.cpp's τ: llama-speculative-simple's (``--llama-cpp``), else llama-server's at the type's best n-max."""
+    if j["tau"].get("llama_cpp") is not None:
+        return _fmt(j["tau"]["llama_cpp"])
+    e = best_entry(j.get("serving", []))
+    return f"{_fmt(e['tau'])} (server, n-max {e['draft_n_max']})" if e and e.get("tau") is not None else "–"
+
+
 def _file_row(c: _Files, t: str) -> dict[str, Any]:
     j, d = c.jobs[t], c.extra[t]
     top1 = j["parity"]["top1"]
-    speed = [s["speedup"] for s in j.get("serving", []) if s.get("speedup") is not None]
+    e = best_entry(j.get("serving", []))
     return {
         "file": f"`{j['file']}`", "size": f"{j['size_bytes'] / 1e6:.2f} MB", "bpw": _fmt(j["bits_per_weight"], ".2f"),
         "tau": _fmt(j["tau"]["mean"]),
@@ -121,7 +143,7 @@ def _file_row(c: _Files, t: str) -> dict[str, Any]:
         "delta": "reference" if t == c.types[0] else _fmt(d["delta"], "+.3f"),
         "delta_ci": f"{d['delta_ci'][0]:+.3f} – {d['delta_ci'][1]:+.3f}" if d["delta_ci"] else "–",
         "top1": "–" if top1 is None else f"{top1:.2%}", "kl": _fmt(j["parity"]["kl_mean"], ".3g"),
-        "llama_cpp": _fmt(j["tau"].get("llama_cpp")), "speedup": _fmt(speed[0], ".2f") + "×" if speed else "–",
+        "llama_cpp": _llama_tau(j), "speedup": _speed_text(e),
         "gates": "; ".join(f"**FAILED {g['gate']}**: {g['why']}" for g in j["gates_failed"]) or "passed"}
 
 
@@ -136,6 +158,26 @@ def _file_columns(c: _Files) -> list[Column]:
 #: the card's table: one row per type, a type that failed a gate flagged
 FILES_TABLE = TableSpec("Files", _file_columns, lambda c: [_file_row(c, t) for t in c.types], id="files",
                         flagged=lambda c: {i for i, t in enumerate(c.types) if c.jobs[t]["gates_failed"]})
+
+
+def _llama_builds(release: dict[str, Any]) -> str:
+    """The llama.cpp builds a release ran, by what each did."""
+    parts = []
+    if release.get("llama_cpp"):
+        parts.append(f"{md_name(release['llama_cpp'])} (τ, `--llama-cpp`)")
+    if release.get("serving"):
+        parts += [f"{md_name(b)} (speed-up, `llama-server`)" for b in release["serving"]["builds"]]
+    return ", ".join(parts) or "not used (reference runtime only)"
+
+
+def _speed_text(e: dict[str, Any] | None) -> str:
+    """A speed-up as a figure: ×value, its CI and its verdict ("×1.25 [1.18, 1.32] net gain")."""
+    if e is None:
+        return "–"
+    if e.get("speedup") is None:
+        return e["verdict"]
+    ci = e.get("speedup_ci")
+    return f"×{e['speedup']:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "") + f" {e['verdict']}"
 
 
 def render_card(release: dict[str, Any]) -> str:
@@ -158,17 +200,30 @@ def render_card(release: dict[str, Any]) -> str:
              ]
     # the one Markdown table renderer of every report (reporting): escaped cells, failed rows flagged
     lines += markdown_section(build_section(FILES_TABLE, _Files(jobs, types, extra)))
+    lines += serving_lines(release, types)
     lines += ["", "## Recommended", ""]
+    by_speed = release.get("recommended_by") == "speed-up"
+    rule = RECOMMEND_SPEED_RULE if by_speed else RECOMMEND_RULE
     if best is not None:
-        lines.append(f"**{best}** (`{jobs[best]['file']}`): {RECOMMEND_RULE}.")
+        lines.append(f"**{best}** (`{jobs[best]['file']}`): {rule}.")
     else:
-        lines.append(f"None: no type meets the rule ({RECOMMEND_RULE}).")
+        lines.append(f"None: no type meets the rule ({rule}).")
+    if release.get("serving") and not by_speed:
+        lines.append("")
+        lines.append("No type's speed-up through llama-server is a net gain, so the τ rule chose.")
     run_file = jobs[best]["file"] if best else (jobs[types[0]]["file"] if types else "DRAFTER.gguf")
+    chosen = best_entry(jobs[best].get("serving", [])) if best else None
+    n_max = chosen["draft_n_max"] if chosen and chosen.get("draft_n_max") else release["block_size"] - 1
+    cache = chosen.get("draft_cache_type") if chosen else None
     lines += ["", "## Run it beside its target", "", "```bash",
               f"llama-server -m {shell_word(target_gguf)} -md {shell_word(run_file)} --spec-type "
-              f"{shell_word(release['spec_type'])} --spec-draft-n-max {release['block_size'] - 1}", "```", "",
+              f"{shell_word(release['spec_type'])} --spec-draft-n-max {n_max}"
+              + (f" -ctkd {shell_word(cache)} -ctvd {shell_word(cache)}" if cache else ""), "```", "",
               f"{md_name(target_gguf)}: the target model as a GGUF ({target} converted with llama.cpp's "
-              "`convert_hf_to_gguf.py`), any quant type.", "",
+              "`convert_hf_to_gguf.py`), any quant type."
+              + (f" `--spec-draft-n-max {n_max}`: the n-max that served this file fastest." if chosen else
+                 f" `--spec-draft-n-max {n_max}`: the drafter's whole block (llama-server drafts only 3 tokens a "
+                 "round unless told)."), "", *naming_lines(release, target, target_gguf), "",
               "## How the figures were measured", "",
               "- Files: `dflash-convert SRC BASE.gguf --outtype f32 --target TARGET`, then "
               "`dflash-quantize BASE.gguf FILE TYPE` per type (byte-identical to llama-quantize).",
@@ -187,7 +242,7 @@ def render_card(release: dict[str, Any]) -> str:
                                             else ""),
               f"- Target: {target}",
               f"- dflashkit {markdown_text(release['dflashkit_version'])}",
-              f"- llama.cpp: {md_name(release['llama_cpp']) if release['llama_cpp'] else 'not used (reference runtime only)'}",
+              f"- llama.cpp: {_llama_builds(release)}",
               "- Checksums: `SHA256SUMS` (`sha256sum -c SHA256SUMS`); every figure: `release.json`; "
               "`dflash-release --check .` verifies both.", ""]
     content = f"---\n{card_data(release).to_yaml()}\n---\n\n" + "\n".join(lines)

@@ -4,7 +4,9 @@ Checked, reading nothing outside OUTDIR (`inside`: base names, no links, regular
 
 - ``release.json`` reads and fits the schema (`schema`): types, ranges, finite numbers, bounded lengths;
 - every figure that can be re-derived from the folder is: each file's size and checksum, its parameter count and
-  bits per weight (from the GGUF's header), τ's mean from its per-prompt values, the recommended type;
+  bits per weight (from the GGUF's header), τ's mean from its per-prompt values, each llama-server figure (τ, the
+  acceptance rate, the speed-up, its CI and its verdict from the per-prompt speeds), the recommended type and the
+  rule that chose it;
 - the card is exactly the card the record renders (`card.render_card`), so an edited figure in either is found,
   named by its line;
 - ``SHA256SUMS`` lists exactly the release's files with their checksums: a line that ``sha256sum -c`` would fail
@@ -25,10 +27,11 @@ from typing import Any
 
 from ..errors import DFlashError
 from ..files import MAX_JSON_CONTAINERS, json_container_count
-from .card import recommended, render_card
+from .card import recommended, recommended_by_speed, render_card
 from .inside import NotInside, read_inside, sha256_inside
 from .run import CARD, RECORD, SUMS, TIMINGS, release_types
 from .schema import RecordError, validate_record
+from .serving import MEASURED, speedup_of, verdict_of
 
 _SUM_LINE = re.compile(r"^([0-9a-fA-F]{64}) [ *](.+)$")
 MAX_CARD_BYTES = 1 << 20
@@ -98,9 +101,35 @@ def _check_files(out: Path, record: dict[str, Any], problems: list[str]) -> None
                 (job["tau"]["mean"] is not None and job["tau"]["mean"] != mean):
             problems.append(f"{out / RECORD}: jobs.{t}.tau.mean is {job['tau']['mean']}, its per-prompt values give "
                             f"{mean:.6g}")
+        _check_serving(out, record, t, job, problems)
     if record["complete"] and record.get("recommended") != recommended(record):
         problems.append(f"{out / RECORD}: recommended is {record.get('recommended')}, its figures give "
                         f"{recommended(record)}")
+    by = "speed-up" if recommended_by_speed(record) is not None else "τ"
+    if record["complete"] and record.get("recommended_by") != by:
+        problems.append(f"{out / RECORD}: recommended_by is {record.get('recommended_by')}, its figures give {by}")
+
+
+def _check_serving(out: Path, record: dict[str, Any], t: str, job: dict[str, Any], problems: list[str]) -> None:
+    """Each serving figure again from its per-prompt values: τ, the acceptance rate, the speed-up, its CI, and a
+    measured verdict (output differs, refused and crashed are what the server did: kept as recorded)."""
+    from ..llama_cpp.speculative_simple import mean_tau
+
+    seed = int(record["settings"]["seed"])
+    for k, e in enumerate(job.get("serving", [])):
+        where = f"{out / RECORD}: jobs.{t}.serving[{k}]"
+        tau = mean_tau([math.nan if x is None else x for x in e["tau_per_prompt"]])
+        if (e["tau"] is None) != (not math.isfinite(tau)) or (e["tau"] is not None and e["tau"] != tau):
+            problems.append(f"{where}.tau is {e['tau']}, its per-prompt values give {tau:.6g}")
+        rate = e["accepted"] / e["drafted"] if e["drafted"] else None
+        if e["acceptance_rate"] != rate:
+            problems.append(f"{where}.acceptance_rate is {e['acceptance_rate']}, accepted / drafted give {rate}")
+        speedup, ci = speedup_of(e["per_prompt_tokens_per_s"], seed)
+        if e["verdict"] in MEASURED and (e["speedup"], e["speedup_ci"]) != (speedup, ci):
+            problems.append(f"{where}: speed-up {e['speedup']} {e['speedup_ci']} recorded, its per-prompt speeds "
+                            f"give {speedup} {ci}")
+        elif e["verdict"] in MEASURED and e["verdict"] != verdict_of(speedup, ci):
+            problems.append(f"{where}.verdict is {e['verdict']}, its speed-up and CI give {verdict_of(speedup, ci)}")
 
 
 def _check_card(out: Path, record: dict[str, Any], problems: list[str]) -> bytes | None:

@@ -56,6 +56,33 @@ def release_name(src: str | os.PathLike, source_repo: str | None) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "-", base)[:120] or "drafter"
 
 
+#: how the type files are named: ``source`` — ``<release name>-<TYPE>.gguf`` (the drafter's name); ``target`` —
+#: ``dflash-<target>-<TYPE>.gguf``, ggml-org/convert's name for a drafter beside its target's files, the sibling
+#: name Unsloth Studio finds a drafter by
+NAMINGS = ("source", "target")
+_TARGET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def file_prefix(naming: str, name: str, target: str | os.PathLike, target_repo: str | None,
+                target_name: str | None) -> tuple[str, str | None]:
+    """(the type files' prefix, the target's name in it): ``name`` for the source naming; ``dflash-<target>`` for
+    the target naming, ``<target>`` being ``target_name`` or the target's hub id / folder name (its last part)."""
+    if naming not in NAMINGS:
+        raise UsageError(f"--naming {naming}: choose {' or '.join(NAMINGS)}")
+    if naming == "source":
+        if target_name is not None:
+            raise UsageError("--target-name names the files after the target: use it with --naming target")
+        return name, None
+    given = target_name is not None
+    short = target_name if given else public_name(target, target_repo).rstrip("/").split("/")[-1]
+    if not given:
+        short = re.sub(r"[^A-Za-z0-9._-]", "-", short).lstrip("-._")[:100]
+    if not short or not _TARGET_NAME.match(short):
+        raise UsageError(f"--target-name {short!r}: give the target's name as letters, digits, '.', '_' or '-' "
+                         "(at most 100, starting with a letter or digit), e.g. --target-name Qwen3-8B")
+    return f"dflash-{short}", short
+
+
 def _license_of(src: Path) -> str | None:
     """The source card's ``license`` when it is one short string; a card that is no regular file, too big or
     malformed only leaves the license out."""
@@ -114,10 +141,13 @@ def inputs_digest(src: str | os.PathLike, target: str | os.PathLike, prompts: st
     paths, the settings, the llama.cpp build and target GGUF — must match for a release to write into a folder
     holding one; the second — the fingerprint of every file under them, the prompts' bytes, dflashkit's version —
     is sealed with each job, so a job made from other weights is measured again rather than kept."""
+    def each(fn: Any, v: Any) -> Any:  # a value, or a list of them (--llama-server builds)
+        return [fn(x) for x in v] if isinstance(v, (list, tuple)) else fn(v)
+
     identity = {"source": _where(src), "target": _where(target), "prompts": _where(prompts), "settings": settings,
-                "llama": {k: _where(v) for k, v in sorted(llama.items())}}
+                "llama": {k: each(_where, v) for k, v in sorted(llama.items())}}
     content = {"source": fingerprint(src), "target": fingerprint(target), "prompts": _prompts_digest(prompts),
-               "llama": {k: fingerprint(v) for k, v in sorted(llama.items())}, "version": version}
+               "llama": {k: each(fingerprint, v) for k, v in sorted(llama.items())}, "version": version}
     return tuple(hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()  # type: ignore
                  for doc in (identity, content))
 

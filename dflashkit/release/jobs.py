@@ -2,7 +2,8 @@
 
 quantize (`quantize_gguf`, llama-quantize's policy) → ``inspect --strict`` with the target (`inspect_path`) → diff
 against the checkpoint (`diff_drafters`) → parity against the checkpoint (`run_parity`) → τ (`run_acceptance`, the
-reference runtime, and llama.cpp / llama-server when given). Each step is the library function its command calls;
+reference runtime, and llama.cpp's ``--llama-cpp`` when given). No timing runs here: jobs may share the machine,
+so speed-ups are measured after every job, alone (`serving`). Each step is the library function its command calls;
 nothing goes through a command line. `run_job` takes and returns plain data (a `JobSpec`, a dict), so the same call
 runs in this process, in a process pool or as a Ray task, and gives the same figures (one torch thread per job:
 float reductions do not depend on the worker's thread count).
@@ -40,7 +41,6 @@ class JobSpec:
     min_top1: float = 0.75
     min_tau: float | None = None
     llama_cpp: str | None = None
-    llama_server: str | None = None
     target_gguf: str | None = None
     llama_cpp_args: tuple[str, ...] = ()
     imatrix: str | None = None  # an importance matrix every quantized type is made with (--imatrix)
@@ -111,8 +111,7 @@ def run_job(spec: JobSpec) -> dict[str, Any]:
         step = "τ"
         accept = run_acceptance(spec.target, [str(out)], spec.prompts, max_new_tokens=spec.max_new_tokens,
                                 seed=spec.seed, max_prompts=spec.max_prompts, llama_cpp=spec.llama_cpp,
-                                llama_server=spec.llama_server, target_gguf=spec.target_gguf,
-                                llama_cpp_args=spec.llama_cpp_args)
+                                target_gguf=spec.target_gguf, llama_cpp_args=spec.llama_cpp_args)
         run = accept.drafters[0]
         record["tau"] = {"mean": _finite(run.tau), "per_prompt": [_finite(t) for t in run.taus],
                          "nonfinite_rounds": run.nonfinite_rounds, "prompts": len(run.taus),
@@ -121,12 +120,6 @@ def run_job(spec: JobSpec) -> dict[str, Any]:
             lc = accept.llama_cpp[0]
             record["tau"]["llama_cpp"] = _finite(lc.tau) if not lc.refused else None
             record["tau"]["llama_cpp_refused"] = lc.refused
-        if accept.serving is not None:  # llama-server: speed-up against the target alone
-            names = accept.serving.prompt_names
-            record["serving"] = [{"target_gguf": Path(r.target_gguf).name, "draft_n_max": r.draft_n_max,
-                                  "draft_cache_type": r.draft_cache_type, "speedup": _finite(r.speedup),
-                                  "speedup_ci": list(r.speedup_ci) if r.speedup_ci else None,
-                                  "verdict": r.verdict(names)} for r in accept.serving.runs]
         if run.nonfinite_rounds:
             failed.append({"gate": GATE_NONFINITE, "why": f"{run.nonfinite_rounds} round(s) with NaN/Inf logits"})
         if spec.min_tau is not None and not (run.tau >= spec.min_tau):
@@ -134,7 +127,9 @@ def run_job(spec: JobSpec) -> dict[str, Any]:
     except DFlashError as exc:
         raise DFlashError(f"{spec.type_name}: {step}: {exc}") from None
     record["gates_failed"] = failed
-    record["seconds"] = round(time.time() - started, 3)
+    finished = time.time()
+    record["seconds"] = round(finished - started, 3)
+    record["started"], record["finished"] = round(started, 3), round(finished, 3)
     record["worker_pid"] = os.getpid()
     return record
 

@@ -5,7 +5,8 @@ process pool (the default, sized to the machine) or as Ray tasks (``ray``: an ex
 `runners`). OUTDIR is the release's alone (`outdir`: its own folder or nothing, never inside an input, one
 release at a time, a work folder it made). ``release.json`` is rewritten after every finished job; a release cut
 short and run again keeps each job whose record is sealed by this machine (`seal`) and whose file still has the
-recorded checksum, and redoes the rest. Whatever ends a run early — a failed job, Ctrl-C, TERM, HUP — the folder
+recorded checksum, and redoes the rest. With ``--llama-server`` the speed-ups are measured after every job has
+finished, one combination at a time, nothing else running (`serving`). Whatever ends a run early — a failed job, Ctrl-C, TERM, HUP — the folder
 is left as ``release.json`` records it: a type file it does not record is removed. The card, ``SHA256SUMS`` and
 the final ``release.json`` are written when every job is done and every gate passed (or ``allow_failures``).
 
@@ -15,6 +16,7 @@ record keeps only a digest of what the figures depend on (`inputs`).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -28,14 +30,15 @@ from ..errors import DFlashError, UsageError
 from ..files import (MAX_JSON_CONTAINERS, check_output, json_container_count, read_json, signals_unwind,
                      write_text_atomic)
 from ..filetypes import ALL_FILE_TYPES
-from .card import recommended, render_card, sha256_of, sha256sums
-from .inputs import _license_of, check_names, inputs_digest, public_name, release_name
+from .card import recommended, recommended_by_speed, render_card, sha256_of, sha256sums
+from .inputs import _license_of, check_names, file_prefix, inputs_digest, public_name, release_name
 from .inside import NotInside, sha256_inside
 from .jobs import JobSpec
 from .outdir import Claim, check_outside_inputs, claim, foreign_entry, read_pending, remove_unrecorded
 from .runners import DEFAULT_RAY_TIMEOUT_S, connect_ray, disconnect_ray, run_in_process, run_pool, run_ray
 from .schema import FORMAT, MAX_RELEASE_PROMPTS, RecordError, validate_record
 from .seal import machine_key, seal, verify
+from .serving import build_name, host_description, run_serving
 
 DEFAULT_TYPES = ("BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_K_M_DRAFT")
 CARD, SUMS, RECORD = "README.md", "SHA256SUMS", "release.json"
@@ -69,7 +72,7 @@ class Options:
     min_tau: float | None
     allow_failures: bool
     llama_cpp: str | os.PathLike | None
-    llama_server: str | os.PathLike | None
+    llama_servers: tuple[str, ...]  # --llama-server builds, measured side by side
     target_gguf: str | os.PathLike | None
     source_repo: str | None
     source_revision: str | None
@@ -79,6 +82,8 @@ class Options:
     ray_gpus_per_job: float
     ray_timeout: float
     imatrix: str | os.PathLike | None = None
+    draft_n_max: tuple[int | None, ...] = (None,)
+    draft_cache_types: tuple[str | None, ...] = (None,)
 
 
 def release_types() -> tuple[str, ...]:
@@ -158,15 +163,23 @@ def release(
     types: str | Sequence[str] = DEFAULT_TYPES, prompts: str | os.PathLike | None = None,
     max_prompts: int | None = None, max_new_tokens: int = 64, seed: int = 0, parity_rounds: int = 4,
     min_top1: float = 0.75, min_tau: float | None = None, allow_failures: bool = False,
-    llama_cpp: str | os.PathLike | None = None, llama_server: str | os.PathLike | None = None,
+    llama_cpp: str | os.PathLike | None = None,
+    llama_server: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
     target_gguf: str | os.PathLike | None = None, source_repo: str | None = None,
     source_revision: str | None = None, target_repo: str | None = None, workers: int | None = None,
     ray: str | None = None, ray_gpus_per_job: float = 0.0, ray_timeout: float = DEFAULT_RAY_TIMEOUT_S,
-    imatrix: str | os.PathLike | None = None, progress: Callable[[str], None] | None = None,
+    imatrix: str | os.PathLike | None = None, draft_n_max: Sequence[int] | None = None,
+    draft_cache_types: Sequence[str] | None = None, naming: str = "source", target_name: str | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> ReleaseResult:
     """Release ``src`` into ``outdir`` (module doc). Raises `DFlashError` naming the type and the gate or step that
     failed (gates: unless ``allow_failures``, which writes the card with those rows marked); KeyboardInterrupt
-    saying what the record holds when interrupted."""
+    saying what the record holds when interrupted.
+
+    ``llama_server``: one build's bin/ folder or several (measured side by side), with ``target_gguf``; each type's
+    file is served at every ``draft_n_max`` (default: the block − 1) × ``draft_cache_types`` (default: the
+    server's). ``naming="target"`` names the files ``dflash-<target>-<TYPE>.gguf`` (``target_name``, default the
+    target's hub id or folder name), else ``<name>-<TYPE>.gguf``."""
     say = progress or (lambda message: None)
     _check_arguments(seed, workers, max_prompts, ray_timeout)
     type_names = parse_types(types)
@@ -176,7 +189,8 @@ def release(
     if not out.parent.is_dir():
         raise DFlashError(f"{out}: the folder {out.parent} does not exist")
     check_outside_inputs(out, [src, target])
-    if target_gguf is not None and llama_cpp is None and llama_server is None:
+    servers = _servers(llama_server, target_gguf, draft_n_max, draft_cache_types, src)
+    if target_gguf is not None and llama_cpp is None and not servers:
         raise UsageError("--target-gguf only matters with --llama-cpp or --llama-server BIN_DIR")
     from ..filetypes import NEEDS_IMATRIX
 
@@ -186,7 +200,8 @@ def release(
     if imatrix is not None and not Path(imatrix).is_file():
         raise UsageError(f"--imatrix {imatrix}: no such file")
     name = release_name(src, source_repo)
-    files = {t: f"{name}-{t}.gguf" for t in type_names}
+    prefix, short_target = file_prefix(naming, name, target, target_repo, target_name)
+    files = {t: f"{prefix}-{t}.gguf" for t in type_names}
     settings = {"prompts": Path(prompts).name if prompts else "dflashkit's built-in set", "max_prompts": max_prompts,
                 "max_new_tokens": max_new_tokens, "seed": seed, "parity_rounds": parity_rounds,
                 "min_top1": min_top1, "min_tau": min_tau}
@@ -194,20 +209,25 @@ def release(
                  "--prompts": settings["prompts"], "--source-revision": source_revision,
                  "--target-gguf": Path(target_gguf).name if target_gguf else None,
                  "--imatrix": Path(imatrix).name if imatrix else None,
-                 "--llama-server / --llama-cpp": _build_name(llama_server or llama_cpp)})
+                 "--llama-cpp": build_name(llama_cpp),
+                 **{f"--llama-server {b}": build_name(b) for b in servers}})
     from .. import __version__
 
-    digest, content = inputs_digest(src, target, prompts, settings, {"llama_cpp": llama_cpp,
-                                                                    "llama_server": llama_server,
-                                                                    "target_gguf": target_gguf, "imatrix": imatrix},
-                                    __version__)
+    n_max = tuple(draft_n_max) if draft_n_max else (None,)
+    caches = tuple(draft_cache_types) if draft_cache_types else (None,)
+    digest, content = inputs_digest(src, target, prompts, {**settings, "naming": [naming, prefix],
+                                                           "draft_n_max": n_max, "draft_cache_types": caches},
+                                    {"llama_cpp": llama_cpp, "llama_server": list(servers),
+                                     "target_gguf": target_gguf, "imatrix": imatrix}, __version__)
     options = Options(prompts, max_prompts, max_new_tokens, seed, parity_rounds, min_top1, min_tau, allow_failures,
-                      llama_cpp, llama_server, target_gguf, source_repo, source_revision, target_repo, workers, ray,
-                      ray_gpus_per_job, ray_timeout, imatrix)
+                      llama_cpp, servers, target_gguf, source_repo, source_revision, target_repo, workers, ray,
+                      ray_gpus_per_job, ray_timeout, imatrix, n_max, caches)
+    naming_record = {"naming": naming, "file_prefix": prefix, "target_name": short_target}
     with signals_unwind():  # TERM / HUP unwind like Ctrl-C: workers killed, OUTDIR left as its record says
         claimed = claim(out)
         try:
-            return _run(claimed, src, target, type_names, files, name, settings, (digest, content), say, options)
+            return _run(claimed, src, target, type_names, files, name, settings, (digest, content), say, options,
+                        naming_record)
         except BaseException as exc:
             if claimed.owned:  # only files this release started writing: a user's files are never touched
                 remove_unrecorded(claimed, read_pending(claimed), _recorded(out))
@@ -236,7 +256,8 @@ def _recorded(out: Path) -> set[str]:
 
 
 def _run(claimed: Claim, src: Any, target: Any, type_names: list[str], files: dict[str, str], name: str,
-         settings: dict[str, Any], digests: tuple[str, str], say: Callable[[str], None], o: Options) -> ReleaseResult:
+         settings: dict[str, Any], digests: tuple[str, str], say: Callable[[str], None], o: Options,
+         naming: dict[str, Any]) -> ReleaseResult:
     out = claimed.out
     previous = _load_previous(out, digests[0])
     # the type files that are this release's: the ones its record lists, and the ones a run cut short was writing
@@ -253,7 +274,7 @@ def _run(claimed: Claim, src: Any, target: Any, type_names: list[str], files: di
     ray = connect_ray(o.ray, o.ray_gpus_per_job, o.ray_timeout) if o.ray is not None else None
     try:
         return _run_connected(claimed, src, target, type_names, files, name, settings, digests, say, o, previous, ray,
-                              ours)
+                              ours, naming)
     finally:
         if ray is not None:
             disconnect_ray(ray[1])
@@ -262,7 +283,7 @@ def _run(claimed: Claim, src: Any, target: Any, type_names: list[str], files: di
 def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str], files: dict[str, str], name: str,
                    settings: dict[str, Any], digests: tuple[str, str], say: Callable[[str], None], o: Options,
                    previous: dict[str, Any] | None, ray: tuple[Any, str | None] | None,
-                   ours: set[str]) -> ReleaseResult:
+                   ours: set[str], naming: dict[str, Any]) -> ReleaseResult:
     from .. import __version__
     from ..converters.convert import convert
     from ..drafters import open_drafter
@@ -298,14 +319,17 @@ def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str],
         "target": public_name(target, o.target_repo),
         "target_gguf_name": Path(o.target_gguf).name if o.target_gguf else
         f"{public_name(target, o.target_repo).split('/')[-1]}.gguf", "dflashkit_version": __version__,
-        "llama_cpp": _build_name(o.llama_server or o.llama_cpp),
+        "llama_cpp": build_name(o.llama_cpp), **naming,
+        "serving": {"builds": [build_name(b) for b in o.llama_servers], "host": host_description(),
+                    "draft_n_max": list(o.draft_n_max), "draft_cache_types": list(o.draft_cache_types)}
+        if o.llama_servers else None,
         "settings": settings, "base_sha256": base_sha256, "jobs": {}, "complete": False,
     }
     if o.imatrix is not None:  # provenance: which matrix every quantized type was made with
         record["imatrix"] = {"name": Path(o.imatrix).name, "sha256": sha256_of(Path(o.imatrix))}
     record["base_seal"] = seal({"base_sha256": base_sha256}, f"{digest}:{content}", key)
     job_key = f"{digest}:{content}:{base_sha256}"  # a kept job was made from these very inputs and weights
-    timings: dict[str, Any] = {"jobs": {}}
+    timings: dict[str, Any] = {"jobs": {}, "serving": []}
     skipped = []
     for t in type_names:
         kept = _kept_job(previous, out, t, job_key, key)
@@ -317,8 +341,7 @@ def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str],
                      str(o.prompts) if o.prompts else None, o.max_prompts, o.max_new_tokens, o.seed,
                      o.parity_rounds, o.min_top1, o.min_tau,
                      str(o.llama_cpp) if o.llama_cpp else None,
-                     str(o.llama_server) if o.llama_server else None,
-                     str(o.target_gguf) if o.target_gguf else None,
+                     str(o.target_gguf) if o.target_gguf and o.llama_cpp else None,  # the τ step's; serving: below
                      imatrix=str(o.imatrix) if o.imatrix else None)
              for t in type_names if t not in record["jobs"]]
     errors: list[str] = []
@@ -333,7 +356,7 @@ def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str],
                           f"{spec.type_name}: {type(result).__name__}: {result}")
             say(f"{spec.type_name}: failed: {errors[-1]}")
             return
-        timings["jobs"][spec.type_name] = {"seconds": result.pop("seconds"), "worker_pid": result.pop("worker_pid")}
+        timings["jobs"][spec.type_name] = {k: result.pop(k) for k in ("seconds", "worker_pid", "started", "finished")}
         result["sha256"] = sha256_of(Path(spec.out))
         result["seal"] = seal(result, job_key, key)
         record["jobs"][spec.type_name] = result
@@ -351,16 +374,33 @@ def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str],
         run_in_process(specs, done, say)
     elif specs:
         run_pool(specs, n, done, say)
-    timings["total_seconds"] = round(time.time() - started, 3)
-    timings["runner"] = "ray" if o.ray is not None else "in-process" if n == 1 else f"process pool of {n}"
     if errors:
         raise DFlashError(errors[0] + (f" (and {len(errors) - 1} more job(s) failed)" if len(errors) > 1 else ""))
+    if o.llama_servers:  # every job has finished: the timings run alone, one combination at a time
+        from ..accept.serve import serve_files
+
+        timings["host"] = record["serving"]["host"]
+
+        def served(t: str) -> None:
+            job = record["jobs"][t]
+            job.pop("seal", None)
+            job["seal"] = seal(job, job_key, key)
+            save()
+
+        run_serving(record["jobs"], type_names, {t: out / f for t, f in files.items()}, target, o.llama_servers,
+                    functools.partial(serve_files, prompts=o.prompts, target_gguf=o.target_gguf,
+                                      max_new_tokens=o.max_new_tokens, seed=o.seed, max_prompts=o.max_prompts,
+                                      draft_n_max=o.draft_n_max, draft_cache_types=o.draft_cache_types),
+                    timings["serving"], served, say)
+    timings["total_seconds"] = round(time.time() - started, 3)
+    timings["runner"] = "ray" if o.ray is not None else "in-process" if n == 1 else f"process pool of {n}"
     failed = [(t, g) for t in type_names for g in record["jobs"][t]["gates_failed"]]
     if failed and not o.allow_failures:
         t, g = failed[0]
         raise DFlashError(f"{t}: the {g['gate']} gate failed: {g['why']} — no card written (--allow-failures writes "
                           "it with the row marked)")
     record["recommended"] = recommended(record)
+    record["recommended_by"] = "speed-up" if recommended_by_speed(record) is not None else "τ"
     record["complete"] = True
     save()
     write_text_atomic(out / TIMINGS, dumps(timings, indent=2) + "\n", force=True)
@@ -373,10 +413,34 @@ def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str],
     return ReleaseResult(out, record, [s.type_name for s in specs], skipped)
 
 
-def _build_name(bin_dir: str | os.PathLike | None) -> str | None:
-    """A llama.cpp build as the card names it: its folder's name (``…/llama-build-b11549/bin`` → llama-build-b11549),
-    never its path on this machine."""
-    if bin_dir is None:
-        return None
-    p = Path(os.path.abspath(bin_dir))
-    return (p.parent.name if p.name == "bin" and p.parent.name else p.name) or "llama.cpp"
+def _servers(llama_server: Any, target_gguf: Any, draft_n_max: Sequence[int] | None,
+             draft_cache_types: Sequence[str] | None, src: Any) -> tuple[str, ...]:
+    """The ``--llama-server`` builds as a tuple, their options checked before any work: a target GGUF, a
+    llama-server in each folder, builds the card can tell apart, an n-max the drafter can draft."""
+    servers = tuple(str(b) for b in ([] if llama_server is None else [llama_server]
+                                     if isinstance(llama_server, (str, os.PathLike)) else llama_server))
+    if not servers:
+        if draft_n_max or draft_cache_types:
+            raise UsageError("--draft-n-max / --draft-cache-type are how llama-server serves the files: give "
+                             "--llama-server BIN_DIR too")
+        return servers
+    if target_gguf is None:
+        raise UsageError("--llama-server needs the target as a GGUF: pass --target-gguf FILE")
+    if not Path(target_gguf).is_file():
+        raise UsageError(f"--target-gguf {target_gguf}: no such file")
+    from ..llama_cpp.server import find_server
+
+    names: dict[str, str] = {}
+    for b in servers:
+        find_server(b)
+        n = build_name(b) or b
+        if n in names:
+            raise UsageError(f"--llama-server {b}: the card would name it {n}, as it names {names[n]} — give the "
+                             "builds folders of different names")
+        names[n] = b
+    if draft_n_max:
+        from ..accept.run import _block_size
+        from ..accept.serving import check_n_max_fits
+
+        check_n_max_fits([(str(src), None, _block_size(src))], list(draft_n_max))
+    return servers

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping
 
 from ..errors import DFlashError
 
-FORMAT = "dflashkit-release/2"
+FORMAT = "dflashkit-release/3"
 #: prompts one release measures τ over: its bootstraps and its card stay bounded whatever a record claims
 MAX_RELEASE_PROMPTS = 10_000
 MAX_TEXT = 2000  # characters of any free-text value (a gate's reason, a refusal)
@@ -139,16 +139,27 @@ HASH = text(64, pattern=HEX64)
 COUNT = integer(0, 2**62)
 SEED = integer(0, 2**63 - 1)
 
-#: one type's serving figures (a llama-server combination)
-SERVING_RUN = Obj({
-    "target_gguf": text(MAX_NAME), "draft_n_max": integer(1, 256, null=True),
-    "draft_cache_type": text(16, null=True), "speedup": number(0.0, 1e6, null=True),
-    "speedup_ci": listing(number(0.0, 1e6), 2, null=True, min_len=2), "verdict": text(64),
-}, optional={
-    "build": text(MAX_NAME, null=True), "tau": number(1.0, 257.0, null=True),
-    "acceptance_rate": FRACTION, "drafted": COUNT, "accepted": COUNT, "tokens_per_s_off": number(0, 1e9, null=True),
-    "tokens_per_s_on": number(0, 1e9, null=True), "tau_unknown_prompts": COUNT,
-})
+VERDICTS = ("net gain", "no gain", "net loss", "output differs", "refused to load", "crashed", "not measured")
+SPEED = number(0.0, 1e9, null=True)
+
+
+def serving_run(max_prompts: int) -> Obj:
+    """One type's figures through llama-server at one (build, target GGUF, cache type, n-max)."""
+    return Obj({
+        "build": text(MAX_NAME), "target_gguf": text(MAX_NAME), "draft_n_max": integer(1, 4096, null=True),
+        "draft_cache_type": text(16, null=True), "tau": number(1.0, 4097.0, null=True),
+        "tau_per_prompt": listing(number(0.0, 4097.0, null=True), max_prompts),
+        "acceptance_rate": FRACTION, "drafted": COUNT, "accepted": COUNT, "tokens_per_s_on": SPEED,
+        "tokens_per_s_off": SPEED, "per_prompt_tokens_per_s": listing(listing(SPEED, 2, min_len=2), max_prompts),
+        "speedup": number(0.0, 1e6, null=True), "speedup_ci": listing(number(0.0, 1e6), 2, null=True, min_len=2),
+        "verdict": text(64, choices=VERDICTS), "refused": text(null=True),
+    })
+
+
+#: how the release served its files: the builds (by name), the host, the sweep
+SERVING = Obj({"builds": listing(text(MAX_NAME), 16, min_len=1), "host": text(200),
+               "draft_n_max": listing(integer(1, 4096, null=True), 64, min_len=1),
+               "draft_cache_types": listing(text(16, null=True), 16, min_len=1)}, null=True)
 
 
 def job_schema(max_prompts: int) -> Obj:
@@ -164,7 +175,7 @@ def job_schema(max_prompts: int) -> Obj:
                    optional={"llama_cpp": number(0.0, 4097.0, null=True), "llama_cpp_refused": text(null=True)}),
         "gates_failed": listing(Obj({"gate": text(32), "why": text()}), 16),
         "sha256": HASH,
-    }, optional={"serving": listing(SERVING_RUN, 4096), "seal": HASH})
+    }, optional={"serving": listing(serving_run(max_prompts), 4096), "seal": HASH})
 
 
 SETTINGS = Obj({
@@ -201,8 +212,11 @@ def _validate(record: Any, known_types: tuple[str, ...]) -> None:
         "source": Obj({"repo": text(MAX_NAME), "revision": text(MAX_NAME, null=True), "license": text(MAX_NAME, null=True)}),
         "target": text(MAX_NAME), "target_gguf_name": text(MAX_NAME), "dflashkit_version": text(64),
         "llama_cpp": text(MAX_TEXT, null=True), "settings": SETTINGS, "base_sha256": HASH,
+        "naming": text(16, choices=("source", "target")), "file_prefix": text(MAX_NAME, pattern=SAFE_NAME),
+        "target_name": text(100, null=True, pattern=SAFE_NAME), "serving": SERVING,
         "jobs": mapping(type_name, job, len(known_types)), "complete": boolean(),
     }, optional={"recommended": text(32, null=True, choices=known_types),
+                 "recommended_by": text(16, choices=("speed-up", "τ")),
                  "base_seal": text(64, null=True, pattern=HEX64),
                  "imatrix": Obj({"name": text(MAX_NAME), "sha256": HASH})})(record, "")
     types = record["types"]
@@ -213,12 +227,15 @@ def _validate(record: Any, known_types: tuple[str, ...]) -> None:
             raise RecordError(f"jobs.{t}: a job of a type the record does not list in types")
         if j["type"] != t:
             raise RecordError(f"jobs.{t}.type: {_describe(j['type'])} is not {t}")
-        if j["file"] != f"{record['name']}-{t}.gguf":
-            raise RecordError(f"jobs.{t}.file: {_describe(j['file'])} is not {record['name']}-{t}.gguf, the name "
-                              "the release gives it")
+        if j["file"] != f"{record['file_prefix']}-{t}.gguf":
+            raise RecordError(f"jobs.{t}.file: {_describe(j['file'])} is not {record['file_prefix']}-{t}.gguf, the "
+                              "name the release gives it")
         tau = j["tau"]
         if len(tau["per_prompt"]) != tau["prompts"]:
             raise RecordError(f"jobs.{t}.tau.per_prompt: {len(tau['per_prompt'])} values for {tau['prompts']} prompts")
+        for k, e in enumerate(j.get("serving", [])):
+            if len(e["tau_per_prompt"]) > tau["prompts"] or len(e["per_prompt_tokens_per_s"]) > tau["prompts"]:
+                raise RecordError(f"jobs.{t}.serving[{k}]: more per-prompt values than the {tau['prompts']} prompts")
     if record["complete"] and any(t not in record["jobs"] for t in types):
         missing = next(t for t in types if t not in record["jobs"])
         raise RecordError(f"complete: true, but jobs has no {missing}")

@@ -1,0 +1,72 @@
+"""The llama-server half of ``dflash-accept`` on its own: drafter GGUFs through llama-server against the target
+alone, with no reference runs — ``dflash-release``'s serving step, which measures its finished files one
+combination at a time after every file job (`dflashkit.release.serving`).
+
+The prompts are rendered, encoded and checked exactly as `run_acceptance` does it (`encode_prompts`), so the
+figures are the ones ``dflash-accept --llama-server`` gives for the same files, prompts and seed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from ..errors import UsageError
+from ..llama_cpp import check_extra_args
+from ..llama_cpp.server import REQUEST_TIMEOUT_S, find_server
+from ..runtime import HFTarget
+from .prompts import Prompt, load_prompts, reasoning_template_kwargs
+from .run import _block_size, _vocab_rows, encode_prompts
+from .serving import ServingResult, check_n_max_fits, check_serving_options, measure_serving
+
+
+def serve_files(
+    target: str | os.PathLike | HFTarget,
+    drafters: Sequence[str | os.PathLike],
+    prompts: str | os.PathLike | Sequence[Prompt] | None = None,
+    *,
+    llama_server: str | os.PathLike,
+    target_gguf: str | os.PathLike | Sequence[str | os.PathLike],
+    max_new_tokens: int = 128,
+    seed: int = 0,
+    max_prompts: int | None = None,
+    draft_n_max: Sequence[int | None] = (None,),
+    draft_cache_types: Sequence[str | None] = (None,),
+    threads: int = 1,
+    llama_cpp_args: Sequence[str] = (),
+    llama_cpp_timeout: float = REQUEST_TIMEOUT_S,
+    reasoning: str | None = None,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> ServingResult:
+    """Every drafter GGUF × target GGUF × draft cache type × n-max through ``llama_server`` (`measure_serving`),
+    the target (an HF dir, or an `HFTarget` already loaded) giving the prompts' text and the vocabulary bound."""
+    say = progress or (lambda message: None)
+    ggufs = [target_gguf] if isinstance(target_gguf, (str, os.PathLike)) else list(target_gguf)
+    if not ggufs:
+        raise UsageError("--llama-server needs the target as a GGUF: pass --target-gguf FILE")
+    for g in ggufs:
+        if not Path(g).is_file():
+            raise UsageError(f"--target-gguf {g}: no such file")
+    extra_args = check_extra_args(llama_cpp_args)
+    check_serving_options(llama_server, None, draft_n_max, draft_cache_types, max_new_tokens)
+    blocks = [_block_size(d) for d in drafters]
+    check_n_max_fits([(str(d), None, b) for d, b in zip(drafters, blocks)], draft_n_max)
+    find_server(llama_server)
+    runner = target if isinstance(target, HFTarget) else HFTarget(target)
+    if isinstance(prompts, (str, os.PathLike)) or prompts is None:
+        prompt_list = load_prompts(prompts, limit=max_prompts)
+    else:
+        prompt_list = list(prompts)
+    prompt_list = prompt_list[:max_prompts] if max_prompts else prompt_list
+    template = getattr(runner.tokenizer, "chat_template", None)
+    template_kwargs = {**reasoning_template_kwargs(reasoning, template if isinstance(template, str) else None),
+                       **dict(chat_template_kwargs or {})}
+    prompt_ids, texts, _ = encode_prompts(runner, prompt_list, max_new_tokens, template_kwargs)
+    return measure_serving([(str(d), str(d), b) for d, b in zip(drafters, blocks)], texts,
+                           [p.id for p in prompt_list], llama_server=llama_server, target_ggufs=ggufs,
+                           draft_n_max=draft_n_max, draft_cache_types=draft_cache_types,
+                           max_new_tokens=max_new_tokens, prompt_tokens=[len(ids) for ids in prompt_ids], seed=seed,
+                           threads=threads, extra_args=extra_args, progress=say, timeout=float(llama_cpp_timeout),
+                           vocab=_vocab_rows(runner))
