@@ -8,6 +8,7 @@ Rows (``--rows`` picks some; default all):
 - ``bf16scan`` bf16 → bf16 again, against revision 5125974 (the converter before the NaN / inf scan of copied
               tensors) and ``copy_floor.py``, same run: the scan must cost ≤ 10 % of its time and keep the peak ≤ 60 MB
 - ``q4km``    f16 GGUF → Q4_K_M: ``llama-quantize`` (2 threads) vs ``dflash-quantize``; the bytes must be identical
+- ``newtypes`` the same for every type issue 40 added (Q4_0 … Q2_K): ≥ 2x faster, peak no higher than llama-quantize's
 - ``tensor``  one 8192 × 8192 f32 tensor, whole command, Q4_K / Q6_K / Q8_0: ``llama-quantize --pure`` on one
               thread (ggml's reference quantizer) vs ``dflash-quantize --pure``; bytes identical
 - ``parity``  ``dflash-parity`` HF vs Q8_0 GGUF at Qwen3-4B-DFlash-b16 dims (no reference; goal < 60 s, < 2.5 GB)
@@ -30,7 +31,7 @@ reference's tokenizer step cheaper than with the real one.
 Environment: ``DFLASHKIT_LLAMA_CPP_SRC`` (llama.cpp source tree, default the llama-cpp-python 0.3.36 sdist's
 ``vendor/llama.cpp`` in ~/.cache/dflashkit), ``DFLASHKIT_LLAMA_CPP_BIN`` (folder with ``llama-quantize``).
 
-    python benchmarks/commands_vs_reference.py [--rows f16,bf16,bf16scan,q4km,tensor,parity,large] [--pairs 3] [--workdir DIR] [--keep]
+    python benchmarks/commands_vs_reference.py [--rows f16,bf16,bf16scan,q4km,newtypes,tensor,parity,large] [--pairs 3] [--workdir DIR] [--keep]
 """
 
 from __future__ import annotations
@@ -345,23 +346,39 @@ def row_bf16scan(work: Path, pairs: int) -> None:
            f"(time ratio {ratio:.2f}; copy floor, benchmarks/copy_floor.py: {floor_s:.2f} s)")
 
 
-def row_q4km(work: Path, pairs: int) -> None:
+def _quantize_vs_llama(work: Path, pairs: int, ftype: str, goal_peak: float = 2.0) -> None:
+    """f16 GGUF (4B dims) -> ``ftype``: llama-quantize on 2 threads vs dflash-quantize on 2, bytes identical."""
     f16 = work / "f16.gguf"
     if not f16.exists():
         ours("convert_command", [str(work / "drafter4b"), str(f16), "--outtype", "f16", "--target",
                                  str(work / "target4b"), "-q", "--force"])
     ref, our = [], []
     for _ in range(pairs):
-        ref.append(run_external([str(LLAMA_BIN / "llama-quantize"), str(f16), str(work / "ref-q4.gguf"), "Q4_K_M", "2"]))
-        our.append(ours("quantize_command", [str(f16), str(work / "q4.gguf"), "Q4_K_M", "--force"],
+        ref.append(run_external([str(LLAMA_BIN / "llama-quantize"), str(f16), str(work / "ref-q.gguf"), ftype, "2"]))
+        our.append(ours("quantize_command", [str(f16), str(work / "q.gguf"), ftype, "--force"],
                         {"DFLASHKIT_THREADS": "2"}))
-        if not filecmp.cmp(work / "ref-q4.gguf", work / "q4.gguf", shallow=False):
-            raise SystemExit("Q4_K_M output differs from llama-quantize's")
-        (work / "ref-q4.gguf").unlink()
+        if not filecmp.cmp(work / "ref-q.gguf", work / "q.gguf", shallow=False):
+            raise SystemExit(f"{ftype} output differs from llama-quantize's")
+        (work / "ref-q.gguf").unlink()
     speed = statistics.median(x[0] for x in ref) / statistics.median(x[0] for x in our)
-    peak_ok = max(o[1] for o in our) <= 2 * max(x[1] for x in ref)
-    record("f16 -> Q4_K_M (4B dims), bytes identical", "llama-quantize, 2 threads", ref, our,
-           ">= 2x faster, peak <= 2x llama-quantize's", speed >= 2 and peak_ok)
+    peak_ratio = max(o[1] for o in our) / max(x[1] for x in ref)
+    record(f"f16 -> {ftype} (4B dims), bytes identical", "llama-quantize, 2 threads", ref, our,
+           f">= 2x faster, peak <= {goal_peak:g}x llama-quantize's", speed >= 2 and peak_ratio <= goal_peak,
+           f"(speed {speed:.2f}x, peak ratio {peak_ratio:.2f})")
+
+
+def row_q4km(work: Path, pairs: int) -> None:
+    _quantize_vs_llama(work, pairs, "Q4_K_M", goal_peak=2.0)
+
+
+#: issue 40's types: each at least 2x faster than llama-quantize on 2 threads, with a peak no higher than its
+#: ($DFLASHKIT_BENCH_NEW_TYPES=Q3_K_L,Q2_K measures a subset)
+NEW_TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "IQ4_XS", "Q3_K_L", "Q3_K_M", "Q3_K_S", "Q2_K")
+
+
+def row_newtypes(work: Path, pairs: int) -> None:
+    for ftype in os.environ.get("DFLASHKIT_BENCH_NEW_TYPES", ",".join(NEW_TYPES)).split(","):  # a subset: rerun some
+        _quantize_vs_llama(work, pairs, ftype, goal_peak=1.0)
 
 
 def row_tensor(work: Path, pairs: int) -> None:
@@ -455,14 +472,14 @@ def main() -> None:
     print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; {machine()}; "
           f"load average {os.getloadavg()[0]:.1f}; {args.pairs} interleaved pairs per row, medians", flush=True)
     try:
-        if {"f16", "bf16", "bf16scan", "q4km", "parity"} & set(rows) and not (work / "drafter4b" / "config.json").exists():
+        if {"f16", "bf16", "bf16scan", "q4km", "newtypes", "parity"} & set(rows) and not (work / "drafter4b" / "config.json").exists():
             print("writing a synthetic Qwen3-4B-DFlash-b16-size drafter ...", flush=True)
             write_checkpoint(work / "drafter4b", CONFIG_4B)
             write_hf_target(work / "target4b", CONFIG_4B)
             warm_page_cache(work / "drafter4b")
         for name in rows:
-            {"f16": row_f16, "bf16": row_bf16, "bf16scan": row_bf16scan, "q4km": row_q4km, "tensor": row_tensor, "parity": row_parity,
-             "large": row_large}[name](work, args.pairs)
+            {"f16": row_f16, "bf16": row_bf16, "bf16scan": row_bf16scan, "q4km": row_q4km, "newtypes": row_newtypes,
+             "tensor": row_tensor, "parity": row_parity, "large": row_large}[name](work, args.pairs)
     finally:
         if args.json:
             args.json.write_text(json.dumps({"machine": machine(), "rows": ROWS}, indent=2))
