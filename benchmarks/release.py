@@ -1,11 +1,18 @@
 """dflash-release of the trained pair (six types), three ways, on this machine: in-process (``--jobs 1``), the local
-process pool (the default) and Ray on a local cluster (``--ray``; the driver starts it with the machine's CPUs).
+process pool (the default) and Ray on a local cluster (``--ray``; the driver starts it with the machine's CPUs);
+then the release with its serving step and the same files through ``dflash-accept --llama-server``.
 
     python benchmarks/release.py [--out /tmp/release-bench] [--example docs/example-release/README.md]
 
 Per way: wall time of the whole command (start-up included) and the peak of the summed RSS of the command's process
 tree (the driver, its pool workers, Ray's daemons and workers), sampled every 0.1 s. The three releases must be
-identical (every file byte for byte, timings.json aside); the script checks it, and ``--example`` copies the card.
+identical (every file byte for byte, timings.json aside); the script checks it.
+
+Serving (with $DFLASHKIT_LLAMA_CPP_BIN / $DFLASHKIT_LLAMA_CPP_MAINLINE_BIN, the builds .ci/run makes): the default
+pool release with ``--llama-server`` of both builds, ``--draft-n-max 4,8,15`` and ``--naming target``, against the
+target GGUF llama.cpp's own converter makes — its card is what ``--example`` copies —, then ``dflash-accept
+--llama-server`` of each build on the very files the release wrote, same prompts, tokens, seed and n-max, one after
+the other: each type's speed-up from the release beside the one dflash-accept measures.
 """
 
 from __future__ import annotations
@@ -71,6 +78,60 @@ def run(label: str, extra: list[str], out: Path) -> tuple[float, int]:
     return wall, peak[0]
 
 
+def serving_comparison(out: Path, builds: dict[str, str]) -> list[str]:
+    """The release with its serving step, then dflash-accept on its files: a Markdown table side by side."""
+    import json
+
+    from dflashkit.llama_cpp import target_gguf_from_hf
+
+    src = os.environ.get("DFLASHKIT_LLAMA_CPP_SRC")
+    target_gguf = out / "tiny-qwen3-bf16.gguf"
+    out.mkdir(parents=True, exist_ok=True)
+    target_gguf_from_hf(TRAINED / "target", target_gguf, Path(src))
+    folder = out / "served"
+    extra = ["--target-gguf", str(target_gguf), "--draft-n-max", "4,8,15", "--naming", "target", "--target-name",
+             "tiny-qwen3"]
+    for bin_dir in builds.values():
+        extra += ["--llama-server", bin_dir]
+    wall, peak = run("pool + serving", extra, folder)
+    record = json.loads((folder / "release.json").read_text())
+    timings = json.loads((folder / "timings.json").read_text())
+    last_job = max(j["finished"] for j in timings["jobs"].values())
+    serving = sorted((s["started"], s["finished"]) for s in timings["serving"])
+    alone = all(a >= last_job for a, _ in serving) and all(e <= b for (_, e), (b, _) in zip(serving, serving[1:]))
+    files = [folder / record["jobs"][t]["file"] for t in record["types"]]
+    accepted: dict[str, dict] = {}
+    for name, bin_dir in builds.items():
+        report = out / f"accept-{name}.json"
+        cmd = [sys.executable, "-c", "from dflashkit.cli import accept_command; accept_command()", *map(str, files),
+               "--target", str(TRAINED / "target"), "--llama-server", bin_dir, "--target-gguf", str(target_gguf),
+               "--draft-n-max", "4,8,15", "--max-new-tokens", str(record["settings"]["max_new_tokens"]),
+               "--json", "-q", "-o", str(report)]
+        subprocess.run(cmd, check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        rows = next(s["rows"] for s in json.loads(report.read_text())["sections"] if s["id"] == "serving")
+        accepted[name] = {(Path(r["drafter"]).name, r["draft_n_max"]): r for r in rows}
+    from dflashkit.release.serving import build_name
+
+    by_card_name = {build_name(bin_dir): name for name, bin_dir in builds.items()}
+    lines = [f"Release with its serving step (pool, both builds, n-max 4, 8, 15): {wall:.1f} s wall, peak "
+             f"{peak / 1e6:.0f} MB; serving steps after the last job and one at a time: {'yes' if alone else 'NO'} "
+             f"(timings.json, {len(serving)} steps); host {record['serving']['host']}.", "",
+             "| type | build | n-max | release: speed-up [95 % CI] | verdict | dflash-accept: speed-up [95 % CI] "
+             "| verdict | release τ | accept τ |", "|---|---|---:|---|---|---|---|---:|---:|"]
+
+    def fig(speedup: float | None, ci: list | None) -> str:
+        return "–" if speedup is None else f"×{speedup:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+
+    for t in record["types"]:
+        job = record["jobs"][t]
+        for e in job["serving"]:
+            a = accepted[by_card_name[e["build"]]].get((job["file"], e["draft_n_max"]))
+            lines.append(f"| {t} | {e['build']} | {e['draft_n_max']} | {fig(e['speedup'], e['speedup_ci'])} | "
+                         f"{e['verdict']} | {fig(a['speedup'], a['speedup_ci']) if a else '–'} | "
+                         f"{a['verdict'] if a else '–'} | {e['tau']:.2f} | {a['tau'] if a else float('nan'):.2f} |")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("/tmp/dflashkit-release-bench"))
@@ -94,15 +155,24 @@ def main() -> None:
             if f.name != "timings.json" and f.read_bytes() != (folder / f.name).read_bytes():
                 raise SystemExit(f"{label}: {f.name} differs from the in-process release")
     print("all three releases identical (every file byte for byte, timings.json aside)")
+    builds = {name: os.environ[var] for name, var in (("0.3.36", "DFLASHKIT_LLAMA_CPP_BIN"),
+                                                      ("b11549", "DFLASHKIT_LLAMA_CPP_MAINLINE_BIN"))
+              if os.environ.get(var)}
+    if not builds:
+        print("no llama.cpp build ($DFLASHKIT_LLAMA_CPP_BIN): the serving part is left out")
+        return
+    print("\n".join(serving_comparison(args.out / "serving", builds)))
     if args.example:
         args.example.parent.mkdir(parents=True, exist_ok=True)
-        card = (first / "README.md").read_text()
+        card = (args.out / "serving" / "served" / "README.md").read_text()
         args.example.write_text(
             "# Example: the card dflash-release writes\n\n"
-            f"Written by `dflash-release fixtures/trained/drafter OUT --target fixtures/trained/target` on "
-            f"{datetime.date.today()} (`python benchmarks/release.py --example {args.example}`). **Its figures are "
-            "the tiny trained test pair's** (a 2-layer, 256-wide drafter of a 4-layer target, `fixtures/trained/`), "
-            "not a real model's; the card of a real release has the same sections.\n\n"
+            f"Written by `dflash-release fixtures/trained/drafter OUT --target fixtures/trained/target --llama-server "
+            f"BUILD_0.3.36 --llama-server BUILD_b11549 --target-gguf tiny-qwen3-bf16.gguf --draft-n-max 4,8,15 "
+            f"--naming target --target-name tiny-qwen3` on {datetime.date.today()} (`python benchmarks/release.py "
+            f"--example {args.example}`). **Its figures are the tiny trained test pair's** (a 2-layer, 256-wide "
+            "drafter of a 4-layer target, `fixtures/trained/`, on a 2-core CPU, where the drafter costs about what "
+            "the target costs), not a real model's; the card of a real release has the same sections.\n\n"
             f"`````markdown\n{card}`````\n")
         print(f"card copied to {args.example}")
 
