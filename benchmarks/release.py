@@ -78,7 +78,7 @@ def run(label: str, extra: list[str], out: Path) -> tuple[float, int]:
     return wall, peak[0]
 
 
-def serving_comparison(out: Path, builds: dict[str, str]) -> list[str]:
+def serving_comparison(out: Path, builds: dict[str, str], prompts: Path, max_new_tokens: int) -> list[str]:
     """The release with its serving step, then dflash-accept on its files: a Markdown table side by side."""
     import json
 
@@ -90,7 +90,7 @@ def serving_comparison(out: Path, builds: dict[str, str]) -> list[str]:
     target_gguf_from_hf(TRAINED / "target", target_gguf, Path(src))
     folder = out / "served"
     extra = ["--target-gguf", str(target_gguf), "--draft-n-max", "4,8,15", "--naming", "target", "--target-name",
-             "tiny-qwen3"]
+             "tiny-qwen3", "--prompts", str(prompts), "--max-new-tokens", str(max_new_tokens)]
     for bin_dir in builds.values():
         extra += ["--llama-server", bin_dir]
     wall, peak = run("pool + serving", extra, folder)
@@ -105,7 +105,7 @@ def serving_comparison(out: Path, builds: dict[str, str]) -> list[str]:
         report = out / f"accept-{name}.json"
         cmd = [sys.executable, "-c", "from dflashkit.cli import accept_command; accept_command()", *map(str, files),
                "--target", str(TRAINED / "target"), "--llama-server", bin_dir, "--target-gguf", str(target_gguf),
-               "--draft-n-max", "4,8,15", "--max-new-tokens", str(record["settings"]["max_new_tokens"]),
+               "--draft-n-max", "4,8,15", "--max-new-tokens", str(max_new_tokens), "--prompts", str(prompts),
                "--json", "-q", "-o", str(report)]
         subprocess.run(cmd, check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
         rows = next(s["rows"] for s in json.loads(report.read_text())["sections"] if s["id"] == "serving")
@@ -136,12 +136,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("/tmp/dflashkit-release-bench"))
     ap.add_argument("--example", type=Path, help="copy the card here (docs/example-release/README.md)")
+    ap.add_argument("--serving-prompts", type=Path, default=TRAINED / "prompts.jsonl",
+                    help="the serving part's prompts (default: the trained pair's own, where its τ is ~14)")
+    ap.add_argument("--serving-tokens", type=int, default=128)
+    ap.add_argument("--serving-only", action="store_true", help="leave the three ways out")
     args = ap.parse_args()
     load = os.getloadavg()[0]
     print(f"# dflash-release benchmark, {datetime.date.today()}, {platform.machine()}, {os.cpu_count()} CPUs "
           f"(load average {load:.1f}), Python {platform.python_version()}")
     ways = [("in-process (--jobs 1)", "in-process", ["--jobs", "1"]), ("process pool (default)", "pool", []),
-            ("Ray, local cluster (--ray)", "ray", ["--ray"])]
+            ("Ray, local cluster (--ray)", "ray", ["--ray"])] if not args.serving_only else []
     results = {}
     print(f"{'way':28s} {'wall s':>8s} {'peak RSS MB':>12s}")
     for label, name, extra in ways:
@@ -149,19 +153,20 @@ def main() -> None:
         wall, peak = run(label, extra, folder)
         results[label] = folder
         print(f"{label:28s} {wall:8.1f} {peak / 1e6:12.0f}")
-    first = next(iter(results.values()))
+    first = next(iter(results.values()), None)
     for label, folder in results.items():
-        for f in first.iterdir():
+        for f in first.iterdir():  # type: ignore[union-attr]
             if f.name != "timings.json" and f.read_bytes() != (folder / f.name).read_bytes():
                 raise SystemExit(f"{label}: {f.name} differs from the in-process release")
-    print("all three releases identical (every file byte for byte, timings.json aside)")
+    if results:
+        print("all three releases identical (every file byte for byte, timings.json aside)")
     builds = {name: os.environ[var] for name, var in (("0.3.36", "DFLASHKIT_LLAMA_CPP_BIN"),
                                                       ("b11549", "DFLASHKIT_LLAMA_CPP_MAINLINE_BIN"))
               if os.environ.get(var)}
     if not builds:
         print("no llama.cpp build ($DFLASHKIT_LLAMA_CPP_BIN): the serving part is left out")
         return
-    print("\n".join(serving_comparison(args.out / "serving", builds)))
+    print("\n".join(serving_comparison(args.out / "serving", builds, args.serving_prompts, args.serving_tokens)))
     if args.example:
         args.example.parent.mkdir(parents=True, exist_ok=True)
         card = (args.out / "serving" / "served" / "README.md").read_text()
@@ -169,7 +174,8 @@ def main() -> None:
             "# Example: the card dflash-release writes\n\n"
             f"Written by `dflash-release fixtures/trained/drafter OUT --target fixtures/trained/target --llama-server "
             f"BUILD_0.3.36 --llama-server BUILD_b11549 --target-gguf tiny-qwen3-bf16.gguf --draft-n-max 4,8,15 "
-            f"--naming target --target-name tiny-qwen3` on {datetime.date.today()} (`python benchmarks/release.py "
+            f"--naming target --target-name tiny-qwen3 --prompts {args.serving_prompts.name} --max-new-tokens "
+            f"{args.serving_tokens}` on {datetime.date.today()} (`python benchmarks/release.py "
             f"--example {args.example}`). **Its figures are the tiny trained test pair's** (a 2-layer, 256-wide "
             "drafter of a 4-layer target, `fixtures/trained/`, on a 2-core CPU, where the drafter costs about what "
             "the target costs), not a real model's; the card of a real release has the same sections.\n\n"
