@@ -125,11 +125,16 @@ class _Files(NamedTuple):
 
 
 def _llama_tau(j: dict[str, Any]) -> str:
-    """llama.cpp's τ: llama-speculative-simple's (``--llama-cpp``), else llama-server's at the type's best n-max."""
+    """llama.cpp's τ beside the reference's: llama-speculative-simple's (``--llama-cpp``, the whole block), else
+    llama-server's at the largest n-max it served (the first build; the n-max is said: τ cannot pass n-max + 1)."""
     if j["tau"].get("llama_cpp") is not None:
         return _fmt(j["tau"]["llama_cpp"])
-    e = best_entry(j.get("serving", []))
-    return f"{_fmt(e['tau'])} (server, n-max {e['draft_n_max']})" if e and e.get("tau") is not None else "–"
+    entries = [e for e in j.get("serving", []) if e.get("tau") is not None]
+    if not entries:
+        return "–"
+    first = [e for e in entries if e["build"] == entries[0]["build"]]
+    e = max(first, key=lambda e: (e["draft_n_max"] or 0, -first.index(e)))
+    return f"{_fmt(e['tau'])} (server, n-max {e['draft_n_max']})"
 
 
 def _file_row(c: _Files, t: str) -> dict[str, Any]:
@@ -143,7 +148,8 @@ def _file_row(c: _Files, t: str) -> dict[str, Any]:
         "delta": "reference" if t == c.types[0] else _fmt(d["delta"], "+.3f"),
         "delta_ci": f"{d['delta_ci'][0]:+.3f} – {d['delta_ci'][1]:+.3f}" if d["delta_ci"] else "–",
         "top1": "–" if top1 is None else f"{top1:.2%}", "kl": _fmt(j["parity"]["kl_mean"], ".3g"),
-        "llama_cpp": _llama_tau(j), "speedup": _speed_text(e),
+        "llama_cpp": _llama_tau(j),
+        "speedup": _speed_text(e) + (f" (n-max {e['draft_n_max']})" if e and e.get("draft_n_max") else ""),
         "gates": "; ".join(f"**FAILED {g['gate']}**: {g['why']}" for g in j["gates_failed"]) or "passed"}
 
 
