@@ -61,13 +61,15 @@ def main() -> None:
     import torch  # noqa: F401
 
     print(f"import torch: {time.perf_counter() - T0:.2f} s, RSS {rss_mb()[0]} MB", file=sys.stderr)
-    from dflashkit import cli, diff, parity
+    from dflashkit import cli
+    from dflashkit.parity import run as parity
     from dflashkit.runtime import dflash
 
     parity.load_drafter = phase("load drafter", parity.load_drafter)
     parity.load_target_head = phase("load target head", parity.load_target_head)
     parity._run_rounds = phase("all rounds", parity._run_rounds)
-    diff.diff_drafters = phase("weight section", diff.diff_drafters)
+    parity._project = phase("  head, every round of both", parity._project)
+    parity.diff_drafters = phase("weight section", parity.diff_drafters)
     dflash.DFlashDraftModel.draft = phase("  draft", dflash.DFlashDraftModel.draft)
     counts = {"matmuls": 0, "values": 0}
     packed = dflash.Linear._packed_forward

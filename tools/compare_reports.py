@@ -185,7 +185,11 @@ res["release card"] = norm(render_card(record))
 failed = copy.deepcopy(record)
 last = failed["types"][-1]
 failed["jobs"][last]["gates_failed"] = [{"gate": "parity", "why": "top-1 50% < 75% | [x](y)"}]
-failed["jobs"][last]["serving"] = [{"speedup": 1.75}]
+failed["jobs"][last]["serving"] = [{"build": "b", "target_gguf": "t.gguf", "draft_n_max": 15,
+    "draft_cache_type": None, "tau": 4.0, "tau_per_prompt": [4.0], "acceptance_rate": 0.75, "drafted": 4,
+    "accepted": 3, "tokens_per_s_on": 175.0, "tokens_per_s_off": 100.0, "per_prompt_tokens_per_s": [[175.0, 100.0]],
+    "speedup": 1.75, "speedup_ci": None, "verdict": "net gain", "refused": None}]
+failed["serving"] = {"builds": ["b"], "host": "x86_64, 2 cores", "draft_n_max": [15], "draft_cache_types": [None]}
 res["release card with a failed gate"] = norm(render_card(failed))
 (out / "reports.json").write_text(json.dumps(res, ensure_ascii=False, indent=1))
 '''

@@ -17,19 +17,27 @@ Where the inputs come from:
 - no target: hidden states and embeddings are seeded random and only the drafters' output hidden
   states are compared — logits need a target head.
 
+The drafters run one after the other — the reference through every round, then the candidate on the very same
+inputs — so only one drafter's weights are resident at a time (a 4B-size pair: 1.0 GB of bf16, not 1.6 GB with the
+Q8_0 beside it). With a GGUF target the vocabulary projection waits until both have drafted: the head is read
+through a map of its file, never copied, and applied once to every round of both drafters (`Linear.forward_many`:
+each call as it would be alone, so the same floats); only an HF target's rounds need the reference's tokens as
+they go (the target accepts what matches them), and its head is in memory with the target anyway.
+
 This module is the run: the inputs of every round (`_Inputs`), `run_parity` and its rounds, the ``--dump`` file.
 The figures compared are `dflashkit.parity.stats`; the result, its verdict and its report `dflashkit.parity.result`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -43,6 +51,10 @@ from .stats import (HiddenStats, LogitStats, accepted_prefix, hidden_rows, hidde
 from ..target_rules import Target, check_runtime_fit
 from ..runtime.dflash import RMSNorm
 from ..runtime import DFlashDraftModel, HFTarget, LoadInfo, TargetHead, load_drafter, load_target_head
+from ..runtime.dflash import DraftStep
+from ..runtime.linear import Linear
+from ..runtime.load import runtime_spec
+from ..runtime.zoo import model_class_for
 from ..runtime.target import DEFAULT_PROMPT, GreedyStream
 
 
@@ -167,36 +179,38 @@ def run_parity(
         # checked now, not after a long run; the dump must never replace a file parity reads
         dump = check_output(dump, inputs=[reference, candidate, target], force=force, label="--dump")
 
-    models = {
-        # packed: weights stay in their file type (unpacked per matmul, same float32 values): a few GB less
-        "reference": load_drafter(reference, device=device, dtype=dtype, keep_quantized=keep_quantized, packed=True),
-        "candidate": load_drafter(candidate, device=device, dtype=dtype, keep_quantized=keep_quantized, packed=True),
-    }
-    ref_model = models["reference"]
-    block = ref_model.spec.block_size
+    paths = {"reference": reference, "candidate": candidate}
+    # both drafters' specs and every check of them before either loads (their weights load one at a time)
+    skeletons = {side: model_class_for(spec)(spec) for side, spec in
+                 ((side, runtime_spec(path)) for side, path in paths.items())}
+    block = skeletons["reference"].spec.block_size
     mode = "hf-target" if hf_target else "gguf-target" if target is not None else "no-target"
-    _check_pair(ref_model, models["candidate"], mode)
+    _check_pair(skeletons["reference"], skeletons["candidate"], mode)
+
+    def load(path: str | os.PathLike) -> DFlashDraftModel:
+        # packed: weights stay in their file type (unpacked per matmul, same float32 values): a few GB less
+        return load_drafter(path, device=device, dtype=dtype, keep_quantized=keep_quantized, packed=True)
 
     runner: HFTarget | None = None
     if hf_target:
         runner = HFTarget(target, device=device)  # type: ignore[arg-type]
         head: TargetHead | None = runner.head(dtype=dtype)
     else:
-        head = (load_target_head(target, device=device, dtype=dtype, keep_quantized=keep_quantized, packed=True)
-                if target else None)
+        head = (load_target_head(target, device=device, dtype=dtype, keep_quantized=keep_quantized, packed=True,
+                                 mapped=True) if target else None)
     if head is not None:  # the drafter ↔ target rule table, as every command runs it
         fit = Target(str(target), head.hidden_size, runner.n_layers if runner else None, head.vocab_size)
-        for side, path in (("reference", reference), ("candidate", candidate)):
-            check_runtime_fit(models[side].spec, fit, f"{side} drafter {path}")
+        for side, path in paths.items():
+            check_runtime_fit(skeletons[side].spec, fit, f"{side} drafter {path}")
     if runner is not None:
-        inputs = _hf_inputs(runner, head, models, prompt, prompt_ids)
+        inputs = _hf_inputs(runner, head, skeletons, prompt, prompt_ids)
     else:
-        inputs = _random_inputs(head, models, rounds, block, seed)
+        inputs = _random_inputs(head, skeletons, rounds, block, seed)
 
-    run = _run_rounds(models, inputs, rounds, block, torch.device(device))
+    run = _run_rounds(paths, load, inputs, rounds, block, torch.device(device))
     result = ParityResult(
-        reference=models["reference"].load_info,  # type: ignore[arg-type]
-        candidate=models["candidate"].load_info,  # type: ignore[arg-type]
+        reference=run.infos["reference"],  # type: ignore[arg-type]
+        candidate=run.infos["candidate"],  # type: ignore[arg-type]
         mode=mode,
         target=str(target) if target is not None else None,
         device=device,
@@ -210,10 +224,10 @@ def run_parity(
         hidden_overall=run.hidden_overall,
         prompt_ids=inputs.tokens(inputs.first_start) if hf_target else None,
     )
-    specs = {side: m.spec for side, m in models.items()}
+    specs = {side: m.spec for side, m in skeletons.items()}
     first = run.first
-    # Nothing below runs a model: drop the weights (2 GB packed for a 4B-size pair) before the diff streams its own.
-    del models, ref_model, head, inputs, run, runner  # (an HF target's model too)
+    # Nothing below runs a model: drop what is left (the head, an HF target's model) before the diff streams its own.
+    del head, inputs, run, runner
     gc.collect()
     if weights:
 
@@ -243,36 +257,141 @@ class _Run:
     hidden_per_position: list[tuple[int, HiddenStats]]
     hidden_overall: HiddenStats
     first: _FirstRound
+    infos: dict[str, LoadInfo]
 
 
-def _run_rounds(models: dict[str, DFlashDraftModel], inputs: _Inputs, rounds: int, block: int,
-                device: torch.device) -> _Run:
-    caches = {side: m.new_cache() for side, m in models.items()}
+class _Projected(torch.nn.Module):
+    """The target head, its projection of known hidden states already computed (`TargetHead.forward_many`): a
+    drafter's ``head_step`` asks it for exactly those tensors; anything else goes to the head itself."""
+
+    def __init__(self, head: TargetHead, done: dict[int, torch.Tensor]) -> None:
+        super().__init__()
+        self.head, self.done = head, done
+
+    @property
+    def vocab_size(self) -> int:
+        return self.head.vocab_size
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head.embed(ids)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        got = self.done.get(id(hidden))
+        return got if got is not None else self.head(hidden)
+
+
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """torch on one intra-op thread for a drafter's round: small matmuls alternating with unpacking, where more
+    threads spin (a 4B-size pair: 8.0 → 6.5 s of CPU, the same wall time) — and one thread keeps every float of the
+    run the same whatever the machine's core count. An HF target's own forwards keep their threads."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _drop_backbone(m: DFlashDraftModel) -> None:
+    """Free a drafter's decoder layers and ``fc`` (nearly all of its weights) once it has drafted every round; what
+    its ``head_step`` reads (an own head, ``d2t``, DSpark's heads) stays."""
+    for part in (m.fc, m.layers):
+        for lin in part.modules():
+            if isinstance(lin, Linear):
+                lin.weight = lin.qdata = None
+
+
+def _draft_side(m: DFlashDraftModel, side: str, inputs: _Inputs, schedule: list[tuple[int, int]], rounds: int,
+                block: int, device: torch.device, head: TargetHead | None
+                ) -> tuple[list[DraftStep], list[torch.Tensor], dict[str, Any]]:
+    """Every round of one drafter: its steps, each round's anchor (the block's first id, where a head step starts)
+    and the first round's inputs. The reference fills ``schedule`` (each round's context start and block start,
+    advanced by what the target accepts of its draft); the candidate runs the same schedule. ``head`` None: hidden
+    states only (the logits come later, `_project`)."""
+    cache = m.new_cache()
+    dtype = next(x.weight.dtype for x in m.modules() if isinstance(x, RMSNorm))  # the compute dtype
+    steps: list[DraftStep] = []
+    anchors: list[torch.Tensor] = []
+    first: dict[str, Any] = {}
+    prev, start = 0, inputs.first_start
+    for r in range(rounds):
+        if side == "candidate":
+            prev, start = schedule[r]
+        positions = torch.arange(prev, start + block, device=device)[None]
+        blocks = torch.tensor([[inputs.tokens(start + 1)[start]] + [m.spec.mask_token_id or 0] * (block - 1)],
+                              device=device)
+        if inputs.head is not None:
+            noise = m.noise_embedding(blocks, inputs.head)
+        else:
+            rows = torch.cat([inputs.noise[start : start + 1], inputs.noise[-1:].expand(block - 1, -1)])
+            noise = (rows[None] * m.embedding_scale).to(device=device, dtype=dtype)
+        context = inputs.feats[side](prev, start).to(device=device, dtype=dtype)
+        with _one_thread():
+            step = m.draft(context, blocks, positions, cache, head, noise_embedding=noise)
+        steps.append(step)
+        anchors.append(blocks[:, 0])
+        if r == 0:
+            first = {"context": context, "blocks": blocks, "noise": noise, "positions": positions}
+        if side == "reference":
+            schedule.append((prev, start))
+            if inputs.has_truth and step.tokens is not None:
+                produced = accepted_prefix(step.tokens[0].tolist(), inputs.tokens(start + block)[start + 1 :]) + 1
+            else:
+                produced = block  # no target to verify: the reference's whole draft (+ a bonus token) is accepted
+            prev, start = start, start + produced
+    return steps, anchors, first
+
+
+def _project(models: dict[str, DFlashDraftModel], steps: dict[str, list[DraftStep]],
+             anchors: dict[str, list[torch.Tensor]], head: TargetHead) -> None:
+    """Every round's logits and tokens, both drafters, the head applied once over all of them (`_Projected`)."""
+    wanted = [(side, r, s.hidden[:, models[side].first_draft_slot :, :]) for side in steps
+              for r, s in enumerate(steps[side])]
+    own = {side for side, m in models.items() if m.lm_head is not None}  # a drafter's own head: its own matmul
+    asks = [x for side, _, x in wanted if side not in own]
+    with _one_thread():
+        done = dict(zip(map(id, asks), head.forward_many(asks))) if asks else {}
+    projected = _Projected(head, done)
+    for side, r, draft_hidden in wanted:
+        with _one_thread():
+            steps[side][r] = models[side].head_step(steps[side][r].hidden, draft_hidden, anchors[side][r], projected,
+                                                    0.0)
+    head.release()
+
+
+def _run_rounds(paths: dict[str, Any], load: Callable[[Any], DFlashDraftModel], inputs: _Inputs, rounds: int,
+                block: int, device: torch.device) -> _Run:
     head = inputs.head
-    dtype = next(m.weight.dtype for m in models["reference"].modules() if isinstance(m, RMSNorm))  # the compute dtype
-    start, prev = inputs.first_start, 0
+    # An HF target's rounds follow the reference's tokens as they come: logits in each round. Otherwise the head
+    # waits until both drafters have drafted, and runs once over all their rounds.
+    defer = head is not None and not inputs.has_truth
+    schedule: list[tuple[int, int]] = []
+    steps: dict[str, list[DraftStep]] = {}
+    firsts: dict[str, dict[str, Any]] = {}
+    anchors: dict[str, list[torch.Tensor]] = {}
+    models: dict[str, DFlashDraftModel] = {}
+    infos: dict[str, LoadInfo] = {}
+    for side in ("reference", "candidate"):
+        m = load(paths[side])
+        infos[side] = m.load_info  # type: ignore[attr-defined]
+        steps[side], anchors[side], firsts[side] = _draft_side(m, side, inputs, schedule, rounds, block, device,
+                                                               None if defer else head)
+        _drop_backbone(m)  # one drafter's weights at a time
+        models[side] = m
+        gc.collect()
+    if defer:
+        assert head is not None
+        _project(models, steps, anchors, head)
+    first = _FirstRound({k: f["context"] for k, f in firsts.items()}, {k: f["blocks"] for k, f in firsts.items()},
+                        {k: f["noise"] for k, f in firsts.items()}, {k: v[0] for k, v in steps.items()},
+                        firsts["reference"]["positions"])
+
     logit_rounds: list[dict[str, np.ndarray]] = []
     hidden_rounds: list[dict[str, np.ndarray]] = []
     rounds_out: list[RoundResult] = []
-    first: _FirstRound | None = None
-    for r in range(rounds):
-        positions = torch.arange(prev, start + block, device=device)[None]
-        steps, blocks, noises, contexts = {}, {}, {}, {}
-        for side, m in models.items():
-            ids = [inputs.tokens(start + 1)[start]] + [m.spec.mask_token_id or 0] * (block - 1)
-            blocks[side] = torch.tensor([ids], device=device)
-            if head is not None:
-                noises[side] = m.noise_embedding(blocks[side], head)
-            else:
-                rows = torch.cat([inputs.noise[start : start + 1], inputs.noise[-1:].expand(block - 1, -1)])
-                noises[side] = (rows[None] * m.embedding_scale).to(device=device, dtype=dtype)
-            contexts[side] = inputs.feats[side](prev, start).to(device=device, dtype=dtype)
-            steps[side] = m.draft(contexts[side], blocks[side], positions, caches[side], head,
-                                  noise_embedding=noises[side])
-        if first is None:
-            first = _FirstRound(contexts, blocks, noises, steps, positions)
-
-        ref, cand = steps["reference"], steps["candidate"]
+    for r, (ref, cand) in enumerate(zip(steps["reference"], steps["candidate"])):
+        prev, start = schedule[r]
         hidden_rounds.append(hidden_rows(ref.hidden[0].float().cpu(), cand.hidden[0].float().cpu()))
         ref_tokens = cand_tokens = None
         cand_acc = ref_acc = None
@@ -288,9 +407,8 @@ def _run_rounds(models: dict[str, DFlashDraftModel], inputs: _Inputs, rounds: in
             ref_acc = accepted_prefix(ref_tokens, inputs.tokens(start + block)[start + 1 :])
             produced = ref_acc + 1
         else:
-            produced = block  # no target to verify: the reference's whole draft (+ a bonus token) is accepted
+            produced = block
         rounds_out.append(RoundResult(r, start, start - prev, ref_tokens, cand_tokens, cand_acc, ref_acc, produced))
-        prev, start = start, start + produced
 
     positions_logit: list[tuple[int, LogitStats]] = []
     overall = None
@@ -302,7 +420,6 @@ def _run_rounds(models: dict[str, DFlashDraftModel], inputs: _Inputs, rounds: in
         overall = logit_stats(rows)
     hrows = {k: np.concatenate([h[k] for h in hidden_rounds]) for k in hidden_rounds[0]}
     hpos = np.tile(np.arange(block), len(hidden_rounds))
-    assert first is not None
     return _Run(
         rounds=rounds_out,
         per_position=positions_logit,
@@ -310,6 +427,7 @@ def _run_rounds(models: dict[str, DFlashDraftModel], inputs: _Inputs, rounds: in
         hidden_per_position=[(p, hidden_stats(select_rows(hrows, hpos == p))) for p in range(block)],
         hidden_overall=hidden_stats(hrows),
         first=first,
+        infos=infos,
     )
 
 

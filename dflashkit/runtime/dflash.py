@@ -83,6 +83,15 @@ class TargetHead(nn.Module):
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden)
 
+    def forward_many(self, hiddens: list[torch.Tensor]) -> list[torch.Tensor]:
+        """``forward`` of each hidden state, the head unpacked once for all (`Linear.forward_many`: the same floats)."""
+        return self.lm_head.forward_many(hiddens)
+
+    def release(self) -> None:
+        """Drop the pages of a head read through a file map (`Linear.release`)."""
+        for lin in {id(x): x for x in (self.embed_table, self.lm_head) if x is not None}.values():
+            lin.release()
+
 
 # ---------------------------------------------------------------------------------------------
 # The model

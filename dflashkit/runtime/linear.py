@@ -11,6 +11,7 @@ concern — and the one place the float32 rounding of a blocked matmul is decide
 
 from __future__ import annotations
 
+import mmap
 import threading
 from typing import Any, Callable
 
@@ -36,6 +37,7 @@ class Linear(nn.Module):
         self.register_buffer("qdata", None)  # uint8 [out_features, row_bytes] when quantized
         self.ggml_type: Any = None
         self.packed = False  # qdata holds the file's bytes, unpacked to float32 at each forward
+        self.file_map: mmap.mmap | None = None  # the private file map qdata is a view of (`release`)
 
     @property
     def is_quantized(self) -> bool:
@@ -75,6 +77,31 @@ class Linear(nn.Module):
         else:
             run_tiles(tiles, self.in_features, run)
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
+
+    def forward_many(self, xs: list[torch.Tensor]) -> list[torch.Tensor]:
+        """``forward`` of each ``x``, a packed weight unpacked once for all of them: each ``x`` meets the same tiles
+        in the same calls as alone, so the same floats (a vocabulary projection of several rounds, one pass)."""
+        if not (self.qdata is not None and self.packed) or any(
+                x.device.type != "cpu" or (x.requires_grad and torch.is_grad_enabled()) for x in xs):
+            return [self(x) for x in xs]
+        outs: list[list[torch.Tensor]] = [[] for _ in xs]
+
+        def run(a: int, b: int, buf: torch.Tensor) -> None:
+            w = unpack_rows(self.qdata[a:b], self.ggml_type, (b - a, self.in_features), out=buf)
+            for out, x in zip(outs, xs):
+                out.append(F.linear(x, w.to(x.dtype), None if self.bias is None else self.bias[a:b]))
+
+        run_tiles(packed_tiles(self.out_features, self.in_features, xs[0].device), self.in_features, run)
+        return [o[0] if len(o) == 1 else torch.cat(o, dim=-1) for o in outs]
+
+    def release(self) -> None:
+        """Drop the pages of a weight read through a file map (``file_map``, `runtime.load`'s ``mapped``) from this
+        process; the map stays valid and reads them again from the page cache."""
+        if self.file_map is not None:
+            try:
+                self.file_map.madvise(mmap.MADV_DONTNEED)
+            except (AttributeError, OSError, ValueError):  # a platform without madvise: the pages stay
+                pass
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows ``ids`` of the weight as float32 (an embedding lookup), unpacking only those rows."""

@@ -12,6 +12,7 @@ own (``embed_tokens`` / ``lm_head``; MiMo's ``mask_embedding.pt`` row), which re
 
 from __future__ import annotations
 
+import mmap
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,23 +130,9 @@ def load_drafter(
     ``packed`` (float32 only): matrices stay in the file's 16-bit or ggml type and are unpacked at each
     matmul (`Linear.set_packed`) — the same results at a fraction of the memory (dflash-parity)."""
     dev, dt = resolve_device(device), resolve_dtype(dtype)
-    if Path(path).is_dir():  # named before its family reads the config (which may refuse it in its own words)
-        refuse_unsupported(_hf_architecture(Path(path)), str(Path(path) / "config.json"))
+    _name_unsupported(path)
     with open_drafter(path) as f:
-        spec = f.require_spec()
-        if (problem := f.weight_type_problem()) is not None:  # e.g. I32 weights: never multiplied as integers
-            raise DFlashError(f"{problem} — refusing to run this drafter")
-        refuse_unsupported(spec.architecture, str(path))  # e.g. a Gemma-4 DSpark GGUF: a backbone this runtime lacks
-        family = f.family or family_for_spec(spec)
-        used = runtime_tensors(f, spec)
-        # the runtime-only fields (own embeddings / head, DSpark heads, interleaved RoPE, speculators' window)
-        # from the family's spec and the tensors at hand
-        spec = runtime_config(family, spec, kind=f.kind, shapes={c: f.tensors[c].shape for c in used},
-                              config=f.metadata if f.kind == "hf" else None,
-                              path=str(Path(path) / "config.json") if f.kind == "hf" else str(path))
-        shapes = _loader_shapes(f, spec)
-        # same rules as convert, and shapes before allocating (a d2t sets the own head's rows)
-        check_runnable(spec, {c: SimpleNamespace(shape=s) for c, s in shapes.items()}, f.path)
+        spec, used, shapes = _runtime_spec(f, path)
         model = model_class_for(spec)(spec)
         quantized = keep_quantized and kernels_available()
         notes = reference_notes(spec)
@@ -180,6 +167,37 @@ def load_drafter(
         )
     model.load_info = info  # type: ignore[attr-defined]
     return model.eval()
+
+
+def runtime_spec(path: str | os.PathLike) -> DrafterSpec:
+    """The spec `load_drafter` would run ``path`` with, every check of it made, no weight read: what a command
+    checks two drafters by before it loads either (dflash-parity loads them one at a time)."""
+    _name_unsupported(path)
+    with open_drafter(path) as f:
+        return _runtime_spec(f, path)[0]
+
+
+def _name_unsupported(path: str | os.PathLike) -> None:
+    if Path(path).is_dir():  # named before its family reads the config (which may refuse it in its own words)
+        refuse_unsupported(_hf_architecture(Path(path)), str(Path(path) / "config.json"))
+
+
+def _runtime_spec(f: DrafterFile, path: str | os.PathLike) -> tuple[DrafterSpec, list[str], dict[str, tuple[int, ...]]]:
+    spec = f.require_spec()
+    if (problem := f.weight_type_problem()) is not None:  # e.g. I32 weights: never multiplied as integers
+        raise DFlashError(f"{problem} — refusing to run this drafter")
+    refuse_unsupported(spec.architecture, str(path))  # e.g. a Gemma-4 DSpark GGUF: a backbone this runtime lacks
+    family = f.family or family_for_spec(spec)
+    used = runtime_tensors(f, spec)
+    # the runtime-only fields (own embeddings / head, DSpark heads, interleaved RoPE, speculators' window)
+    # from the family's spec and the tensors at hand
+    spec = runtime_config(family, spec, kind=f.kind, shapes={c: f.tensors[c].shape for c in used},
+                          config=f.metadata if f.kind == "hf" else None,
+                          path=str(Path(path) / "config.json") if f.kind == "hf" else str(path))
+    shapes = _loader_shapes(f, spec)
+    # same rules as convert, and shapes before allocating (a d2t sets the own head's rows)
+    check_runnable(spec, {c: SimpleNamespace(shape=s) for c, s in shapes.items()}, f.path)
+    return spec, used, shapes
 
 
 def _loader_shapes(f: DrafterFile, spec: DrafterSpec) -> dict[str, tuple[int, ...]]:
@@ -262,6 +280,16 @@ def _packed_bytes(raw: np.ndarray, rows: int) -> torch.Tensor:
         dst[a : a + step] = src[a : a + step]
         release_pages(raw)
     return data
+
+
+def _mapped_bytes(path: Path, offset: int, nbytes: int, rows: int) -> tuple[torch.Tensor, mmap.mmap]:
+    """A tensor's stored bytes as uint8 [rows, row_bytes] over a private (copy-on-write, never written) map of the
+    file: no copy, pages resident only once read (the reader checked the extent against the file's size)."""
+    with open(path, "rb") as f:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)  # the map outlives the descriptor
+    if offset + nbytes > len(mm):
+        raise DFlashError(f"{path}: a tensor's data runs past the end of the file (it shrank since it was read)")
+    return torch.from_numpy(np.frombuffer(mm, dtype=np.uint8, count=nbytes, offset=offset).reshape(rows, -1)), mm
 
 
 def _qmatmul_path(model: DFlashDraftModel, dev: torch.device) -> str:
@@ -347,18 +375,21 @@ def _fill(model: DFlashDraftModel, f: DrafterFile, used: list[str], shapes: Mapp
 
 
 def load_target_head(target: str | os.PathLike, *, device: str | torch.device = "cpu", dtype: str | torch.dtype = "float32",
-                     keep_quantized: bool = False, packed: bool = False) -> TargetHead:
+                     keep_quantized: bool = False, packed: bool = False, mapped: bool = False) -> TargetHead:
     """``embed_tokens`` and ``lm_head`` of a target GGUF (``token_embd`` / ``output``) or HF directory.
 
     A target without a separate output matrix ties the head to the embedding, as llama.cpp and
-    transformers do.
+    transformers do. ``mapped`` (with ``packed``, a GGUF on the CPU): the stored bytes are not copied but read
+    through a private map of the file — resident only while a matmul or a lookup reads them, and dropped again
+    with `TargetHead.release` (dflash-parity applies a 151 k vocabulary's head once, after both drafters).
     """
     dev, dt = resolve_device(device), resolve_dtype(dtype)
     p = Path(target)
     if p.is_dir():
         embed, head, bias = _hf_head(p)
     elif p.is_file():
-        return _gguf_head(p, dev, dt, keep_quantized, packed=packed and dt == torch.float32 and not keep_quantized)
+        packed = packed and dt == torch.float32 and not keep_quantized
+        return _gguf_head(p, dev, dt, keep_quantized, packed=packed, mapped=mapped and packed and dev.type == "cpu")
     else:
         raise DFlashError(f"target {p}: no such file or directory")
     lm = Linear(embed.shape[1], head.shape[0])
@@ -368,7 +399,8 @@ def load_target_head(target: str | os.PathLike, *, device: str | torch.device = 
     return TargetHead(torch.from_numpy(embed).to(device=dev, dtype=dt), lm, source=str(p))
 
 
-def _gguf_head(path: Path, dev: torch.device, dt: torch.dtype, keep_quantized: bool, *, packed: bool = False) -> TargetHead:
+def _gguf_head(path: Path, dev: torch.device, dt: torch.dtype, keep_quantized: bool, *, packed: bool = False,
+               mapped: bool = False) -> TargetHead:
 
     with open_gguf(path) as g:
         if "token_embd.weight" not in g.tensors:
@@ -378,7 +410,11 @@ def _gguf_head(path: Path, dev: torch.device, dt: torch.dtype, keep_quantized: b
             def table(name: str) -> Linear:
                 info = g.tensors[name]
                 lin = Linear(info.shape[1], info.shape[0])
-                lin.set_packed(_packed_bytes(g.array(name), info.shape[0]).to(dev), info.ggml_type)
+                if mapped:
+                    data, lin.file_map = _mapped_bytes(path, info.offset, info.nbytes, info.shape[0])
+                else:
+                    data = _packed_bytes(g.array(name), info.shape[0]).to(dev)
+                lin.set_packed(data, info.ggml_type)
                 return lin
 
             embed_table = table("token_embd.weight")
