@@ -39,7 +39,7 @@ from ..errors import DFlashError, UsageError
 from ..llama_cpp.process import LlamaCppCrashed
 from ..llama_cpp.http import same_server
 from ..llama_cpp.server import REQUEST_TIMEOUT_S, Completion, LlamaServer, RemoteServer
-from ..llama_cpp.speculative_simple import LlamaCppRefused, PerPromptTau
+from ..llama_cpp.speculative_simple import CountedRuns, LlamaCppRefused
 from ..reporting import distinct_labels
 from ..stats import CONFIDENCE, paired_bootstrap_ci
 
@@ -76,7 +76,7 @@ class Difference:
 
 
 @dataclass
-class ServingRun(PerPromptTau):
+class ServingRun(CountedRuns):
     """One combination: ``on[i]`` / ``off[i]`` ↔ prompt i (``off`` empty without a target alone to ask)."""
 
     target_gguf: str
@@ -95,19 +95,6 @@ class ServingRun(PerPromptTau):
     @property
     def name(self) -> str:
         return self.label or Path(self.drafter).name or self.drafter
-
-    @property
-    def drafted(self) -> int:
-        return sum(c.draft_n for c in self.on)
-
-    @property
-    def accepted(self) -> int:
-        return sum(c.draft_accepted for c in self.on)
-
-    @property
-    def acceptance_rate(self) -> float:
-        """Accepted / drafted draft tokens: the figure llama-server's log prints (``draft acceptance rate``)."""
-        return self.accepted / self.drafted if self.drafted else math.nan
 
     def drafts_at_most(self) -> int | None:
         """The most tokens a round of this run drafted, as the replies tell it: per reply, its drafted tokens over

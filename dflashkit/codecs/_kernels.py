@@ -49,7 +49,7 @@ from ._kernels_kquants import q6_k_kernel, qk_kernel
 from ._kernels_kquants_mirror import make_qkx2_quants, make_qx_quants_rmse1, q4_k_scalar, q5_k_scalar, q6_k_scalar
 from ._kernels_legacy import q4_0_kernel, q5_0_kernel, q5_1_kernel, q8_0_kernel
 from ._kernels_lowbit import iq4_kernel, q2_k_kernel, q3_k_kernel, q4_1_kernel
-from ._kernels_weighted import (iq4_w_kernel, legacy_w_kernel, q2_k_w_kernel, q3_k_w_kernel, q45_k_w_kernel,
+from ._kernels_weighted import (iq4_w_kernel, legacy_w_kernel, q23_k_w_kernel, q45_k_w_kernel,
                                 q6_k_w_kernel)
 
 __all__ = [
@@ -64,5 +64,5 @@ __all__ = [
     "qk_kernel", "q6_k_kernel", "make_qkx2_quants", "q4_k_scalar", "q5_k_scalar", "make_qx_quants_rmse1", "q6_k_scalar",
     # the low-bit types, and every type's importance-weighted quantizer
     "q4_1_kernel", "q2_k_kernel", "q3_k_kernel", "iq4_kernel",
-    "legacy_w_kernel", "q2_k_w_kernel", "q3_k_w_kernel", "q45_k_w_kernel", "q6_k_w_kernel", "iq4_w_kernel",
+    "legacy_w_kernel", "q23_k_w_kernel", "q45_k_w_kernel", "q6_k_w_kernel", "iq4_w_kernel",
 ]

@@ -15,13 +15,13 @@ from ._kernels_c_ops import (
     _F0, _F1, _F_HALF, _F_TENTH, _JIT, as_int8, c_f32_to_i32, fp16_to_fp32, fp32_to_fp16, nearest_int, njit,
     require_recorded_sha256,
 )
-from ._kernels_make import best_index_int8, make_q3_quants, make_qkx2_quants
+from ._kernels_make import best_index_int8, k_scratch, make_q3_quants, make_qkx2_quants, running_max
 from . import _kernels_make
 
 #: sha256 of ``_kernels_c_ops.py`` and ``_kernels_make.py``, whose helpers these kernels inline (numba's cache is
 #: keyed on this file's text only)
 C_OPS_SHA256 = "7b23dae62d456d5e0b8c1772218738daa90cff1db2a739219283c3ae8a2c3ea2"
-MAKE_SHA256 = "b104fe4e951eed907b577077da6b9e246210dabbb26b9a8ec500aba836794942"
+MAKE_SHA256 = "90a2551bf0a17ad9b26077267a1ed48512c3f625b789bdbc46804d94e7593c6d"
 require_recorded_sha256(C_OPS_SHA256, __name__)
 require_recorded_sha256(MAKE_SHA256, __name__, _kernels_make.__file__)
 
@@ -69,19 +69,12 @@ def q4_1_kernel(x, out):  # type: ignore[no-untyped-def]
 @njit(**_JIT)
 def q2_k_ref_block(x, off, o, pos, L, Laux, weights, scales, mins):  # type: ignore[no-untyped-def]
     """quantize_row_q2_K_ref on one super-block x[off:off+256] into o[pos:pos+84] (scales, qs, d, dmin)."""
-    max_scale = _F0
-    max_min = _F0
     for j in range(16):
         for l in range(16):
             weights[l] = abs(x[off + 16 * j + l])
-        sc, m = make_qkx2_quants(x, off + 16 * j, 16, 3, weights, L, 16 * j, Laux, np.float32(-0.5), _F_TENTH, 15,
-                                 True)
-        scales[j] = sc
-        mins[j] = m
-        if sc > max_scale:
-            max_scale = sc
-        if m > max_min:
-            max_min = m
+        scales[j], mins[j] = make_qkx2_quants(x, off + 16 * j, 16, 3, weights, L, 16 * j, Laux, np.float32(-0.5),
+                                              _F_TENTH, 15, True)
+    max_scale, max_min = running_max(scales, 16), running_max(mins, 16)
     if max_scale > _F0:
         iscale = _F15 / max_scale
         for j in range(16):
@@ -98,25 +91,27 @@ def q2_k_ref_block(x, off, o, pos, L, Laux, weights, scales, mins):  # type: ign
         put16(o, pos + 82, fp32_to_fp16(max_min / _F15))
     else:
         put16(o, pos + 82, fp32_to_fp16(_F0))
-    dh = fp16_to_fp32(np.int64(o[pos + 80]) | (np.int64(o[pos + 81]) << 8))
-    mh = fp16_to_fp32(np.int64(o[pos + 82]) | (np.int64(o[pos + 83]) << 8))
+    q2_k_finish(x, off, o, pos, L, fp16_to_fp32(np.int64(o[pos + 80]) | (np.int64(o[pos + 81]) << 8)),
+                fp16_to_fp32(np.int64(o[pos + 82]) | (np.int64(o[pos + 83]) << 8)))
+
+
+@njit(**_JIT)
+def q2_k_finish(x, off, o, pos, L, dh, mh):  # type: ignore[no-untyped-def]
+    """Q2_K's last pass (ref and impl alike): each sub-block's levels again from its stored 4-bit scale and min
+    (``d = dh * (sc & 0xF)``, ``m = mh * (sc >> 4)``; a zero d keeps the search's levels), then the 2-bit packing."""
     for j in range(16):
         d = dh * np.float32(o[pos + j] & 0xF)
         if d == _F0:
             continue
-        dm = mh * np.float32(o[pos + j] >> 4)
+        m = mh * np.float32(o[pos + j] >> 4)
         for ii in range(16):
-            L[16 * j + ii] = max(0, min(3, nearest_int((x[off + 16 * j + ii] + dm) / d)))
+            L[16 * j + ii] = max(0, min(3, nearest_int((x[off + 16 * j + ii] + m) / d)))
     pack_2bit(L, o, pos + 16)
 
 
 @njit(**_JIT)
 def q2_k_kernel(x, out):  # type: ignore[no-untyped-def]
-    L = np.zeros(256, np.int64)
-    Laux = np.zeros(16, np.int64)
-    weights = np.zeros(16, np.float32)
-    scales = np.zeros(16, np.float32)
-    mins = np.zeros(16, np.float32)
+    L, Laux, weights, scales, mins, _, _, _ = k_scratch(16, 16)
     for b in range(x.shape[0]):
         q2_k_ref_block(x[b], 0, out[b], 0, L, Laux, weights, scales, mins)
 

@@ -8,13 +8,17 @@ works on ``x[off:off+n]`` of a 1-D float32 array (C's pointer arithmetic) and wr
 at its own offset ``lo``; where C keeps levels in ``uint8_t`` the value stored is masked to 8 bits and read back so,
 exactly as C wraps it. Every sum is float32 and sequential, every int → float conversion explicit (module doc of
 ``_kernels``).
+
+Also the pieces several quantizers share verbatim in C: a running maximum of sub-block scales (`running_max`) and
+Q6_K's last pass (`q6_k_finish`, quantize_row_q6_K_ref's and _impl's alike).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._kernels_c_ops import _F0, _F1, _F_TENTH, _GROUP_MAX_EPS, _JIT, nearest_int, njit, require_recorded_sha256
+from ._kernels_c_ops import (_F0, _F1, _F_TENTH, _GROUP_MAX_EPS, _JIT, as_int8, fp16_to_fp32, fp32_to_fp16, nearest_int,
+                             njit, require_recorded_sha256)
 
 #: sha256 of ``_kernels_c_ops.py`` (see there)
 C_OPS_SHA256 = "7b23dae62d456d5e0b8c1772218738daa90cff1db2a739219283c3ae8a2c3ea2"
@@ -39,8 +43,9 @@ def qx_weight(x, off, i, qw, qoff, has_w, rmse_type):  # type: ignore[no-untyped
 
 
 @njit(**_JIT)
-def make_qx_quants(x, off, n, nmax, L, lo, rmse_type, qw, qoff, has_w):  # type: ignore[no-untyped-def]
-    """make_qx_quants(n, nmax, x + off, L + lo, rmse_type, has_w ? qw + qoff : NULL); int8 levels + nmax."""
+def max_abs(x, off, n):  # type: ignore[no-untyped-def]
+    """(the largest |x|, the value that has it — the first on a tie, a NaN never) over x[off:off+n], C's
+    ``if (ax > amax) { amax = ax; max = x[i]; }`` from 0."""
     mx = _F0
     amax = _F0
     for i in range(n):
@@ -48,9 +53,15 @@ def make_qx_quants(x, off, n, nmax, L, lo, rmse_type, qw, qoff, has_w):  # type:
         if ax > amax:
             amax = ax
             mx = x[off + i]
+    return amax, mx
+
+
+@njit(**_JIT)
+def make_qx_quants(x, off, n, nmax, L, lo, rmse_type, qw, qoff, has_w):  # type: ignore[no-untyped-def]
+    """make_qx_quants(n, nmax, x + off, L + lo, rmse_type, has_w ? qw + qoff : NULL); int8 levels + nmax."""
+    amax, mx = max_abs(x, off, n)
     if amax < _GROUP_MAX_EPS:
-        for i in range(n):
-            L[lo + i] = 0
+        L[lo : lo + n] = 0
         return _F0
     fnmax = np.float32(nmax)
     iscale = np.float32(-nmax) / mx
@@ -100,16 +111,9 @@ def make_qx_quants(x, off, n, nmax, L, lo, rmse_type, qw, qoff, has_w):  # type:
 @njit(**_JIT)
 def make_q3_quants(x, off, n, nmax, L, lo, do_rmse):  # type: ignore[no-untyped-def]
     """make_q3_quants(n, nmax, x + off, L + lo, do_rmse): weights x*x, 5 passes of per-value refinement."""
-    mx = _F0
-    amax = _F0
-    for i in range(n):
-        ax = abs(x[off + i])
-        if ax > amax:
-            amax = ax
-            mx = x[off + i]
+    amax, mx = max_abs(x, off, n)
     if amax < _GROUP_MAX_EPS:
-        for i in range(n):
-            L[lo + i] = 0
+        L[lo : lo + n] = 0
         return _F0
     iscale = np.float32(-nmax) / mx
     if do_rmse:
@@ -155,6 +159,22 @@ def make_q3_quants(x, off, n, nmax, L, lo, do_rmse):  # type: ignore[no-untyped-
 @njit(**_JIT)
 def make_qkx2_quants(x, off, n, nmax, w, L, lo, Laux, rmin, rdelta, nstep, use_mad):  # type: ignore[no-untyped-def]
     """make_qkx2_quants(n, nmax, x + off, w, L + lo, &the_min, Laux, rmin, rdelta, nstep, use_mad): (scale, the_min)."""
+    return _make_qkx(x, off, n, nmax, w, L, lo, Laux, rmin, rdelta, nstep, use_mad, False)
+
+
+@njit(**_JIT)
+def make_qkx3_quants(x, off, n, nmax, w, L, lo, Laux, rmin, rdelta, nstep):  # type: ignore[no-untyped-def]
+    """make_qkx3_quants(n, nmax, x + off, w, L + lo, &the_min, Laux, rmin, rdelta, nstep, use_mad = false):
+    (scale, the_min). Weights are always given here (every caller passes them)."""
+    return _make_qkx(x, off, n, nmax, w, L, lo, Laux, rmin, rdelta, nstep, False, True)
+
+
+@njit(**_JIT)
+def _make_qkx(x, off, n, nmax, w, L, lo, Laux, rmin, rdelta, nstep, use_mad, x3):  # type: ignore[no-untyped-def]
+    """The body make_qkx2_quants and make_qkx3_quants share, statement by statement; ``x3`` picks qkx3's two
+    differences: ``mx <= mn`` for ``mx == mn``, and a step's level ``MIN(v, nmax)`` rounded (v when below nmax) for
+    ``MAX(0, MIN(nmax, nearest_int(v)))``. ``mn`` is updated in place by an accepted step and the later steps'
+    iscale / (x - min) use the updated value, exactly as in C."""
     mn = x[off]
     mx = x[off]
     sum_w = w[0]
@@ -169,7 +189,7 @@ def make_qkx2_quants(x, off, n, nmax, w, L, lo, Laux, rmin, rdelta, nstep, use_m
         sum_x += w[i] * xi
     if mn > _F0:
         mn = _F0
-    if mx == mn:
+    if (mx <= mn) if x3 else (mx == mn):
         for i in range(n):
             L[lo + i] = 0
         return _F0, -mn
@@ -193,7 +213,11 @@ def make_qkx2_quants(x, off, n, nmax, w, L, lo, Laux, rmin, rdelta, nstep, use_m
         sum_xl = _F0
         for i in range(n):
             xi = x[off + i]
-            l = max(0, min(nmax, nearest_int(iscale * (xi - mn))))
+            v = iscale * (xi - mn)
+            if x3:
+                l = nearest_int(v if v < fnmax else fnmax) if v > _F0 else 0  # MIN(v, nmax): v, unless v >= nmax
+            else:
+                l = max(0, min(nmax, nearest_int(v)))
             Laux[i] = l
             wl = w[i] * np.float32(l)
             sum_l += wl
@@ -215,74 +239,6 @@ def make_qkx2_quants(x, off, n, nmax, w, L, lo, Laux, rmin, rdelta, nstep, use_m
                 for i in range(n):
                     L[lo + i] = Laux[i]
                 best_error = cur_error
-                scale = this_scale
-                mn = this_min
-    return scale, -mn
-
-
-@njit(**_JIT)
-def make_qkx3_quants(x, off, n, nmax, w, L, lo, Laux, rmin, rdelta, nstep):  # type: ignore[no-untyped-def]
-    """make_qkx3_quants(n, nmax, x + off, w, L + lo, &the_min, Laux, rmin, rdelta, nstep, use_mad = false):
-    (scale, the_min). Weights are always given here (every caller passes them)."""
-    mn = x[off]
-    mx = x[off]
-    sum_w = w[0]
-    sum_x = sum_w * x[off]
-    for i in range(1, n):
-        xi = x[off + i]
-        if xi < mn:
-            mn = xi
-        if xi > mx:
-            mx = xi
-        sum_w += w[i]
-        sum_x += w[i] * xi
-    if mn > _F0:
-        mn = _F0
-    if mx <= mn:
-        for i in range(n):
-            L[lo + i] = 0
-        return _F0, -mn
-    fnmax = np.float32(nmax)
-    iscale = fnmax / (mx - mn)
-    scale = _F1 / iscale
-    best_mad = _F0
-    for i in range(n):
-        xi = x[off + i]
-        l = max(0, min(nmax, nearest_int(iscale * (xi - mn))))
-        L[lo + i] = l
-        diff = scale * np.float32(l) + mn - xi
-        best_mad += w[i] * (diff * diff)
-    if nstep < 1:
-        return scale, -mn
-    for step in range(nstep + 1):
-        iscale = (rmin + rdelta * np.float32(step) + fnmax) / (mx - mn)
-        sum_l = _F0
-        sum_l2 = _F0
-        sum_xl = _F0
-        for i in range(n):
-            xi = x[off + i]
-            v = iscale * (xi - mn)
-            l = nearest_int(v if v < fnmax else fnmax) if v > _F0 else 0  # MIN(v, nmax): v, unless v >= nmax
-            Laux[i] = l
-            wl = w[i] * np.float32(l)
-            sum_l += wl
-            sum_l2 += wl * np.float32(l)
-            sum_xl += wl * xi
-        D = sum_w * sum_l2 - sum_l * sum_l
-        if D > _F0:
-            this_scale = (sum_w * sum_xl - sum_x * sum_l) / D
-            this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D
-            if this_min > _F0:
-                this_min = _F0
-                this_scale = sum_xl / sum_l2
-            mad = _F0
-            for i in range(n):
-                diff = this_scale * np.float32(Laux[i]) + this_min - x[off + i]
-                mad += w[i] * (diff * diff)
-            if mad < best_mad:
-                for i in range(n):
-                    L[lo + i] = Laux[i]
-                best_mad = mad
                 scale = this_scale
                 mn = this_min
     return scale, -mn
@@ -367,3 +323,58 @@ def best_index_int8(n, val, x):  # type: ignore[no-untyped-def]
         else:
             ml = mav
     return mu - 1 if x - np.float32(val[mu - 1]) < np.float32(val[mu]) - x else mu
+
+
+@njit(**_JIT)
+def k_scratch(nsub, sub):  # type: ignore[no-untyped-def]
+    """A K-quant super-block's scratch: levels L[256], trial levels Laux[sub], weights[sub], and per sub-block
+    scales, mins, weight sums and the scales' and mins' codes ([nsub] each)."""
+    return (np.zeros(256, np.int64), np.zeros(sub, np.int64), np.zeros(sub, np.float32), np.zeros(nsub, np.float32),
+            np.zeros(nsub, np.float32), np.zeros(nsub, np.float32), np.zeros(nsub, np.int64), np.zeros(nsub, np.int64))
+
+
+@njit(**_JIT)
+def running_max(a, n):  # type: ignore[no-untyped-def]
+    """``max = 0; for j: if (a[j] > max) max = a[j]`` over a[0:n] (a NaN never wins), as C keeps max_scale."""
+    mx = _F0
+    for j in range(n):
+        if a[j] > mx:
+            mx = a[j]
+    return mx
+
+
+@njit(**_JIT)
+def q6_k_finish(x, off, o, pos, L, scales, sc8):  # type: ignore[no-untyped-def]
+    """Q6_K's last pass on the block x[off:off+256] → o[pos:pos+210] (ql[128] qh[64] scales[16] d[2]) from its 16
+    sub-block ``scales``: all zeros when the largest is below GROUP_MAX_EPS, else int8 scales from the largest by
+    magnitude, every level again from its stored scale (a zero d keeps the search's), then the 4 + 2-bit packing."""
+    max_abs_scale, max_scale = max_abs(scales, 0, 16)
+    if max_abs_scale < _GROUP_MAX_EPS:
+        o[pos : pos + 210] = 0
+        return
+    iscale = np.float32(-128.0) / max_scale
+    d16 = fp32_to_fp16(_F1 / iscale)
+    o[pos + 208] = d16 & 0xFF
+    o[pos + 209] = (d16 >> 8) & 0xFF
+    for ib in range(16):
+        s8 = as_int8(min(127, nearest_int(iscale * scales[ib])))
+        sc8[ib] = s8
+        o[pos + 192 + ib] = s8 & 0xFF
+    dh = fp16_to_fp32(d16)
+    for j in range(16):
+        d = dh * np.float32(sc8[j])
+        if d == _F0:
+            continue
+        for ii in range(16):
+            L[16 * j + ii] = max(-32, min(31, nearest_int(x[off + 16 * j + ii] / d))) + 32
+    for half in range(2):
+        j = 128 * half
+        for l in range(32):
+            q1 = L[j + l] & 0xF
+            q2 = L[j + l + 32] & 0xF
+            q3 = L[j + l + 64] & 0xF
+            q4 = L[j + l + 96] & 0xF
+            o[pos + 64 * half + l] = q1 | (q3 << 4)
+            o[pos + 64 * half + l + 32] = q2 | (q4 << 4)
+            o[pos + 128 + 32 * half + l] = ((L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2)
+                                            | ((L[j + l + 64] >> 4) << 4) | ((L[j + l + 96] >> 4) << 6))

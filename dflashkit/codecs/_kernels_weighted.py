@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._kernels_c_ops import _F0, _F1, _GROUP_MAX_EPS, _JIT, as_int8, fp16_to_fp32, fp32_to_fp16, nearest_int, njit
+from ._kernels_c_ops import _F0, _JIT, fp16_to_fp32, fp32_to_fp16, nearest_int, njit
 from ._kernels_c_ops import require_recorded_sha256
-from ._kernels_lowbit import iq4_superblock, pack_2bit, put16, q3_k_finish, q3_k_put_scale
-from ._kernels_make import make_qkx3_quants, make_qp_quants, make_qx_quants
+from ._kernels_lowbit import iq4_superblock, put16, q2_k_finish, q3_k_finish, q3_k_put_scale
+from ._kernels_make import k_scratch, make_qkx3_quants, make_qp_quants, make_qx_quants, q6_k_finish
 from . import _kernels_lowbit, _kernels_make
 
 #: sha256 of the helper files these kernels inline (numba's cache is keyed on this file's text only)
 C_OPS_SHA256 = "7b23dae62d456d5e0b8c1772218738daa90cff1db2a739219283c3ae8a2c3ea2"
-MAKE_SHA256 = "b104fe4e951eed907b577077da6b9e246210dabbb26b9a8ec500aba836794942"
-LOWBIT_SHA256 = "9e7f4119fcf33281a00611f0a33d9afb22336c286107cfe006e5f8807aa3d9eb"
+MAKE_SHA256 = "90a2551bf0a17ad9b26077267a1ed48512c3f625b789bdbc46804d94e7593c6d"
+LOWBIT_SHA256 = "cca8484c86eef341f8f0eb760ec2c76f1eef30c2c3bb235bd746d620979480c2"
 require_recorded_sha256(C_OPS_SHA256, __name__)
 require_recorded_sha256(MAKE_SHA256, __name__, _kernels_make.__file__)
 require_recorded_sha256(LOWBIT_SHA256, __name__, _kernels_lowbit.__file__)
@@ -43,10 +43,24 @@ def _row_sigma2(xr):  # type: ignore[no-untyped-def]
 
 @njit(**_JIT)
 def _sigma_weights(xr, off, qw, n, sigma2, weight):  # type: ignore[no-untyped-def]
-    """``weight[j] = qw[j] * sqrtf(sigma2 + x[j]*x[j])`` over x[off:off+n] and qw[off:off+n]."""
+    """``weight[j] = qw[j] * sqrtf(sigma2 + x[j]*x[j])`` over x[off:off+n] and qw[off:off+n]; returns their sum
+    (``sumw += weight[l]`` in order, as the K impls sum them after)."""
     for j in range(n):
         xj = xr[off + j]
         weight[j] = qw[off + j] * np.sqrt(sigma2 + xj * xj)
+    sumw = _F0
+    for j in range(n):
+        sumw += weight[j]
+    return sumw
+
+
+@njit(**_JIT)
+def _sum_sq(xr, off, n):  # type: ignore[no-untyped-def]
+    """``sumx2 += x[j]*x[j]`` over x[off:off+n]."""
+    s = _F0
+    for j in range(n):
+        s += xr[off + j] * xr[off + j]
+    return s
 
 
 @njit(**_JIT)
@@ -98,86 +112,50 @@ def legacy_w_kernel(x, qw, out, kind):  # type: ignore[no-untyped-def]
 
 
 @njit(**_JIT)
-def q2_k_w_kernel(x, qw, out):  # type: ignore[no-untyped-def]
-    """quantize_row_q2_K_impl: make_qkx3_quants per 16 with sigma-weights, make_qp_quants for scales and mins."""
-    L = np.zeros(256, np.int64)
-    Laux = np.zeros(16, np.int64)
-    weight = np.zeros(16, np.float32)
-    scales = np.zeros(16, np.float32)
-    mins = np.zeros(16, np.float32)
-    sw = np.zeros(16, np.float32)
-    Ls = np.zeros(16, np.int64)
-    Lm = np.zeros(16, np.int64)
+def q23_k_w_kernel(x, qw, out, kind):  # type: ignore[no-untyped-def]
+    """quantize_row_q2_K_impl (``kind`` 2) / quantize_row_q3_K_impl (3) over every super-block of every row."""
+    scratch = k_scratch(16, 16)
     for r in range(x.shape[0]):
-        xr = x[r]
-        o = out[r]
-        for i in range(xr.shape[0] // 256):
-            off = 256 * i
-            pos = 84 * i
-            for j in range(16):
-                sw[j] = _F0
-            sumx2 = _F0
-            for j in range(256):
-                sumx2 += xr[off + j] * xr[off + j]
-            sigma2 = sumx2 / _F256
-            for j in range(16):
-                _sigma_weights(xr, off + 16 * j, qw, 16, sigma2, weight)
-                for l in range(16):
-                    sw[j] += weight[l]
-                scales[j], mins[j] = make_qkx3_quants(xr, off + 16 * j, 16, 3, weight, L, 16 * j, Laux, _F_M09,
-                                                      _F_005, 36)
-            dm = make_qp_quants(16, 15, scales, Ls, sw)
-            mm = make_qp_quants(16, 15, mins, Lm, sw)
-            d16 = fp32_to_fp16(dm)
-            m16 = fp32_to_fp16(mm)
-            put16(o, pos + 80, d16)
-            put16(o, pos + 82, m16)
-            dm = fp16_to_fp32(d16)
-            mm = fp16_to_fp32(m16)
-            for j in range(16):
-                o[pos + j] = (Ls[j] | (Lm[j] << 4)) & 0xFF
-            for j in range(16):
-                d = dm * np.float32(o[pos + j] & 0xF)
-                if d == _F0:
-                    continue
-                m = mm * np.float32(o[pos + j] >> 4)
-                for ii in range(16):
-                    L[16 * j + ii] = max(0, min(3, nearest_int((xr[off + 16 * j + ii] + m) / d)))
-            pack_2bit(L, o, pos + 16)
+        for i in range(x.shape[1] // 256):
+            if kind == 2:
+                _q2_k_w_block(x[r], 256 * i, qw, out[r], 84 * i, scratch)
+            else:
+                _q3_k_w_block(x[r], 256 * i, qw, out[r], 110 * i, scratch)
 
 
 @njit(**_JIT)
-def q3_k_w_kernel(x, qw, out):  # type: ignore[no-untyped-def]
-    """quantize_row_q3_K_impl: make_qx_quants(16, 4) per 16 with sigma-weights, the scales by make_qx_quants(32)."""
-    L = np.zeros(256, np.int64)
-    weight = np.zeros(16, np.float32)
-    scales = np.zeros(16, np.float32)
-    sw = np.zeros(16, np.float32)
-    Ls = np.zeros(16, np.int64)
-    for r in range(x.shape[0]):
-        xr = x[r]
-        o = out[r]
-        for i in range(xr.shape[0] // 256):
-            off = 256 * i
-            pos = 110 * i
-            sumx2 = _F0
-            for j in range(256):
-                sumx2 += xr[off + j] * xr[off + j]
-            sigma2 = _F2 * sumx2 / _F256
-            for j in range(16):
-                _sigma_weights(xr, off + 16 * j, qw, 16, sigma2, weight)
-                sumw = _F0
-                for l in range(16):
-                    sumw += weight[l]
-                sw[j] = sumw
-                scales[j] = make_qx_quants(xr, off + 16 * j, 16, 4, L, 16 * j, 1, weight, 0, True)
-            for k in range(12):
-                o[pos + 96 + k] = 0
-            d_block = make_qx_quants(scales, 0, 16, 32, Ls, 0, 1, sw, 0, True)
-            for j in range(16):
-                q3_k_put_scale(o, pos + 96, j, Ls[j])
-            put16(o, pos + 108, fp32_to_fp16(d_block))
-            q3_k_finish(xr, off, o, pos, L)
+def _q2_k_w_block(xr, off, qw, o, pos, scratch):  # type: ignore[no-untyped-def]
+    """quantize_row_q2_K_impl on one super-block: make_qkx3_quants per 16 with sigma-weights, make_qp_quants for
+    the scales and the mins."""
+    L, Laux, weight, scales, mins, sw, Ls, Lm = scratch
+    sigma2 = _sum_sq(xr, off, 256) / _F256
+    for j in range(16):
+        sw[j] = _sigma_weights(xr, off + 16 * j, qw, 16, sigma2, weight)
+        scales[j], mins[j] = make_qkx3_quants(xr, off + 16 * j, 16, 3, weight, L, 16 * j, Laux, _F_M09, _F_005, 36)
+    d16 = fp32_to_fp16(make_qp_quants(16, 15, scales, Ls, sw))
+    m16 = fp32_to_fp16(make_qp_quants(16, 15, mins, Lm, sw))
+    put16(o, pos + 80, d16)
+    put16(o, pos + 82, m16)
+    for j in range(16):
+        o[pos + j] = (Ls[j] | (Lm[j] << 4)) & 0xFF
+    q2_k_finish(xr, off, o, pos, L, fp16_to_fp32(d16), fp16_to_fp32(m16))
+
+
+@njit(**_JIT)
+def _q3_k_w_block(xr, off, qw, o, pos, scratch):  # type: ignore[no-untyped-def]
+    """quantize_row_q3_K_impl on one super-block: make_qx_quants(16, 4) per 16 with sigma-weights, the scales by
+    make_qx_quants(32)."""
+    L, _, weight, scales, _, sw, Ls, _ = scratch
+    sigma2 = _F2 * _sum_sq(xr, off, 256) / _F256
+    for j in range(16):
+        sw[j] = _sigma_weights(xr, off + 16 * j, qw, 16, sigma2, weight)
+        scales[j] = make_qx_quants(xr, off + 16 * j, 16, 4, L, 16 * j, 1, weight, 0, True)
+    o[pos + 96 : pos + 108] = 0
+    d_block = make_qx_quants(scales, 0, 16, 32, Ls, 0, 1, sw, 0, True)
+    for j in range(16):
+        q3_k_put_scale(o, pos + 96, j, Ls[j])
+    put16(o, pos + 108, fp32_to_fp16(d_block))
+    q3_k_finish(xr, off, o, pos, L)
 
 
 @njit(**_JIT)
@@ -191,14 +169,7 @@ def _k4_scale_min(o, pos, j):  # type: ignore[no-untyped-def]
 @njit(**_JIT)
 def q45_k_w_kernel(x, qw, out, nmax):  # type: ignore[no-untyped-def]
     """quantize_row_q4_K_impl (nmax 15) / q5_K_impl (nmax 31) with weights."""
-    L = np.zeros(256, np.int64)
-    Laux = np.zeros(32, np.int64)
-    weight = np.zeros(32, np.float32)
-    scales = np.zeros(8, np.float32)
-    mins = np.zeros(8, np.float32)
-    sw = np.zeros(8, np.float32)
-    Ls = np.zeros(8, np.int64)
-    Lm = np.zeros(8, np.int64)
+    L, Laux, weight, scales, mins, sw, Ls, Lm = k_scratch(8, 32)
     ts = 144 if nmax == 15 else 176
     for r in range(x.shape[0]):
         xr = x[r]
@@ -206,16 +177,9 @@ def q45_k_w_kernel(x, qw, out, nmax):  # type: ignore[no-untyped-def]
         for i in range(xr.shape[0] // 256):
             off = 256 * i
             pos = ts * i
-            sum_x2 = _F0
-            for l in range(256):
-                sum_x2 += xr[off + l] * xr[off + l]
-            sigma2 = _F2 * sum_x2 / _F256
+            sigma2 = _F2 * _sum_sq(xr, off, 256) / _F256
             for j in range(8):
-                _sigma_weights(xr, off + 32 * j, qw, 32, sigma2, weight)
-                sumw = _F0
-                for l in range(32):
-                    sumw += weight[l]
-                sw[j] = sumw
+                sw[j] = _sigma_weights(xr, off + 32 * j, qw, 32, sigma2, weight)
                 scales[j], mins[j] = make_qkx3_quants(xr, off + 32 * j, 32, nmax, weight, L, 32 * j, Laux, _F_M09,
                                                       _F_005, 36)
             d_block = make_qp_quants(8, 63, scales, Ls, sw)
@@ -285,43 +249,9 @@ def q6_k_w_kernel(x, qw, out):  # type: ignore[no-untyped-def]
         for i in range(xr.shape[0] // 256):
             off = 256 * i
             pos = 210 * i
-            max_scale = _F0
-            max_abs_scale = _F0
             for ib in range(16):
-                s = make_qx_quants(xr, off + 16 * ib, 16, 32, L, 16 * ib, 1, qw, off + 16 * ib, True)
-                scales[ib] = s
-                if abs(s) > max_abs_scale:
-                    max_abs_scale = abs(s)
-                    max_scale = s
-            if max_abs_scale < _GROUP_MAX_EPS:
-                for k in range(210):
-                    o[pos + k] = 0
-                continue
-            iscale = np.float32(-128.0) / max_scale
-            d16 = fp32_to_fp16(_F1 / iscale)
-            put16(o, pos + 208, d16)
-            for ib in range(16):
-                s8 = as_int8(min(127, nearest_int(iscale * scales[ib])))
-                sc8[ib] = s8
-                o[pos + 192 + ib] = s8 & 0xFF
-            dh = fp16_to_fp32(d16)
-            for j in range(16):
-                d = dh * np.float32(sc8[j])
-                if d == _F0:
-                    continue
-                for ii in range(16):
-                    L[16 * j + ii] = max(-32, min(31, nearest_int(xr[off + 16 * j + ii] / d))) + 32
-            for half in range(2):
-                j = 128 * half
-                for l in range(32):
-                    q1 = L[j + l] & 0xF
-                    q2 = L[j + l + 32] & 0xF
-                    q3 = L[j + l + 64] & 0xF
-                    q4 = L[j + l + 96] & 0xF
-                    o[pos + 64 * half + l] = q1 | (q3 << 4)
-                    o[pos + 64 * half + l + 32] = q2 | (q4 << 4)
-                    o[pos + 128 + 32 * half + l] = ((L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2)
-                                                    | ((L[j + l + 64] >> 4) << 4) | ((L[j + l + 96] >> 4) << 6))
+                scales[ib] = make_qx_quants(xr, off + 16 * ib, 16, 32, L, 16 * ib, 1, qw, off + 16 * ib, True)
+            q6_k_finish(xr, off, o, pos, L, scales, sc8)
 
 
 @njit(**_JIT)

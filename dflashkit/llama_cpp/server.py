@@ -69,6 +69,9 @@ class Completion(CountedRounds):
         """What the decode forwards committed (the prefill's first token is not a round)."""
         return self.decoded, self.draft_accepted
 
+    def drafted_accepted(self) -> tuple[int, int]:
+        return self.draft_n, self.draft_accepted
+
     @property
     def ended_early(self) -> bool:
         """An end token or a stop word ended the generation before ``n_predict`` (`ENDED_EARLY`)."""

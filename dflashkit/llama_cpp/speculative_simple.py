@@ -72,6 +72,10 @@ class CountedRounds:
     def committed_accepted(self) -> tuple[int, int]:
         raise NotImplementedError
 
+    def drafted_accepted(self) -> tuple[int, int]:
+        """Draft tokens proposed and accepted."""
+        raise NotImplementedError
+
     @property
     def rounds(self) -> int:
         committed, accepted = self.committed_accepted()
@@ -101,6 +105,9 @@ class LlamaCppPromptRun(CountedRounds):
     def committed_accepted(self) -> tuple[int, int]:
         return self.n_predict, self.n_accept
 
+    def drafted_accepted(self) -> tuple[int, int]:
+        return self.n_drafted, self.n_accept
+
 
 class PerPromptTau:
     """τ over prompts of a run with ``runs`` (each with a ``tau``): both runtimes' drafter runs share it."""
@@ -117,8 +124,27 @@ class PerPromptTau:
         return mean_tau(self.taus)
 
 
+class CountedRuns(PerPromptTau):
+    """A `PerPromptTau` whose runs are `CountedRounds`: the draft tokens proposed and accepted over every prompt,
+    and their ratio — llama.cpp's "draft acceptance rate" (speculative-simple and llama-server alike)."""
+
+    runs: list[CountedRounds]
+
+    @property
+    def drafted(self) -> int:
+        return sum(r.drafted_accepted()[0] for r in self.runs)
+
+    @property
+    def accepted(self) -> int:
+        return sum(r.drafted_accepted()[1] for r in self.runs)
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else math.nan
+
+
 @dataclass
-class LlamaCppDrafterRun(PerPromptTau):
+class LlamaCppDrafterRun(CountedRuns):
     """One drafter over every prompt: ``runs[i]`` ↔ prompt i, or ``refused`` (llama.cpp's own message)."""
 
     path: str
@@ -126,14 +152,6 @@ class LlamaCppDrafterRun(PerPromptTau):
     runs: list[LlamaCppPromptRun] = field(default_factory=list)
     refused: str | None = None  # llama.cpp's reason, or the crash (``crashed``)
     crashed: bool = False
-
-    @property
-    def drafted(self) -> int:
-        return sum(r.n_drafted for r in self.runs)
-
-    @property
-    def accepted(self) -> int:
-        return sum(r.n_accept for r in self.runs)
 
 
 class LlamaCppRefused(DFlashError):
