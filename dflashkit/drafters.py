@@ -25,7 +25,7 @@ from . import bounds
 from .codecs import to_float32
 from .dialects import Dialect, detect_dialect, spec_from_gguf_metadata
 from .errors import DFlashError
-from .families import DEFAULT_FAMILY, DrafterFamily, architecture_of, expected_tensors, family_for_spec, read_hf_config
+from .families import DEFAULT_FAMILY, DrafterFamily, architecture_of, family_for_spec, read_hf_config
 from .io.gguf_reader import GGUFFile, open_gguf
 from .quant_types import KNOWN_TYPES, is_quantized
 from .io.safetensors_reader import SafetensorsCheckpoint, SafetensorsTensor, open_checkpoint
@@ -148,7 +148,8 @@ class DrafterFile:
         file lacks, the name this file's dialect would give it."""
         display = {c: t.name for c, t in self.tensors.items()}
         if self.dialect is not None and self.spec is not None:
-            for c in expected_tensors(self.spec):
+            family = self.family if self.family is not None else family_for_spec(self.spec)
+            for c in family.expected_tensors(self.spec):
                 if c not in display and self.dialect.has_tensor(c):
                     display[c] = self.dialect.gguf_name(c)
         return display

@@ -18,7 +18,7 @@ from gguf import GGMLQuantizationType, GGUFValueType
 
 from ..dialects import Dialect, encode_metadata
 from ..errors import DFlashError
-from ..families import family_for_spec, has_conv_selector
+from ..families import DrafterFamily, family_for_spec
 from ..filetypes import CONVERT_OUTTYPES, outtype_file_type
 from ..families.tensor_set import check_tensor_set
 from ..io.gguf_writer import QUANTIZATION_VERSION, MetadataEntry, llama_tensor_order_key
@@ -96,19 +96,20 @@ def _json_value(entry: MetadataEntry) -> Any:
 # ---------------------------------------------------------------------------------------------
 
 
-def check_dialect_holds(spec: DrafterSpec, dialect: Dialect, source: str, *, hint: str = "") -> None:
+def check_dialect_holds(family: DrafterFamily, dialect: Dialect, source: str, *, hint: str = "") -> None:
     """A dialect without names for per-layer convolutions and a candidate selector cannot hold a drafter
-    that has them (DFlash 2)."""
-    if has_conv_selector(spec) and not dialect.names_conv_selector:
+    whose family has them (DFlash 2)."""
+    if family.conv_selector and not dialect.names_conv_selector:
         raise DFlashError(
             f"{source}: a DFlash 2 drafter cannot be written in the {dialect.name} dialect "
             f"(it has no conv/selector tensors){hint}"
         )
 
 
-def check_tensors(spec: DrafterSpec, shapes: Mapping[str, tuple[int, ...]], source: str, display: Mapping[str, str]) -> None:
+def check_tensors(spec: DrafterSpec, shapes: Mapping[str, tuple[int, ...]], source: str, display: Mapping[str, str],
+                  family: DrafterFamily | None = None) -> None:
     """The source's canonical tensors against the spec's family (first mismatch is the error)."""
-    check_tensor_set(spec, shapes, source=source, display_names=display)
+    check_tensor_set(spec, shapes, source=source, display_names=display, family=family)
 
 
 def target_uses_mrope(target: TargetInfo) -> bool:
@@ -139,37 +140,46 @@ def spec_with_target(spec: DrafterSpec, target: TargetInfo, dialect: Dialect) ->
 
 @dataclass
 class Validated:
-    """A source that passed every check: its spec (overrides and the target's facts applied), its target and
-    the family's final tensors (checked and rewritten, e.g. DSpark's absolute ``d2t``)."""
+    """A source that passed every check: its spec (overrides and the target's facts applied), its family (the
+    registry asked once), its target and the family's final tensors (checked and rewritten, e.g. DSpark's
+    absolute ``d2t``)."""
 
     spec: DrafterSpec
+    family: DrafterFamily
     target: TargetInfo | None
     finals: dict[str, tuple[Any, GGMLQuantizationType]]
 
 
 def validate(
     spec: DrafterSpec, *, source: str, dialect: Dialect, shapes: Mapping[str, tuple[int, ...]],
-    display: Mapping[str, str], overrides: Mapping[str, int | None], target: Any = None, family: Any = None,
-    read_raw: Callable[[str], Any] | None = None, mask_source: str | None = None, hint: str = "",
+    display: Mapping[str, str], overrides: Mapping[str, int | None], target: Any = None,
+    family: DrafterFamily | None = None, read_raw: Callable[[str], Any] | None = None, mask_source: str | None = None,
+    hint: str = "",
 ) -> Validated:
     """Every check of a conversion or a translation, in one place and one pass, in the order their errors are
     reported: the dialect can hold the drafter, the flags agree with the source, the spec rules, the family's
     rules on its tensors, the tensor set, the family's final tensors, the drafter ↔ target rules (with the target
-    loaded) and the mask token. The first broken check is a one-line DFlashError; nothing is written before."""
-    check_dialect_holds(spec, dialect, source, hint=hint)
+    loaded) and the mask token. The first broken check is a one-line DFlashError; nothing is written before.
+
+    ``family``: the family that read the source (`DrafterFile.family`), looked up here only when the caller has
+    none — the registry is asked once, and every check and the caller's `build_metadata` use that one.
+    ``read_raw`` (a conversion: the source's raw tensors): the family's hooks also check the source's own
+    tensors and finalize them."""
+    family = family if family is not None else family_for_spec(spec)
+    check_dialect_holds(family, dialect, source, hint=hint)
     spec = apply_overrides(spec, source, **overrides)
     check_spec(spec, source)
-    if family is not None:
+    if read_raw is not None:
         family.check_source(spec, shapes, source)  # first: names the family's key (d2t, lm_head)
-    check_tensors(spec, shapes, source, display)
+    check_tensors(spec, shapes, source, display, family)
     finals = {}
-    if family is not None and read_raw is not None:
+    if read_raw is not None:
         finals = {c: family.finalize_tensor(spec, c, read_raw(c), source) for c in family.final_tensors if c in shapes}
     target_info = load_target(target) if target is not None else None
     if target_info is not None:
         spec = spec_with_target(spec, target_info, dialect)
     require_mask_in_vocab(spec, mask_source or source)
-    return Validated(spec, target_info, finals)
+    return Validated(spec, family, target_info, finals)
 
 
 def apply_overrides(
@@ -218,6 +228,7 @@ def build_metadata(
     file_type: int,
     tokenizer: Sequence[MetadataEntry] = (),
     general: Sequence[MetadataEntry] = (),
+    family: DrafterFamily | None = None,
 ) -> list[MetadataEntry]:
     """Every metadata entry of a drafter GGUF, in the order llama.cpp writes them.
 
@@ -228,9 +239,10 @@ def build_metadata(
     (llama.cpp adds the mask token id last). llama-quantize order (every other file type): the same
     with general.quantization_version and general.file_type moved to the end, as llama-quantize
     re-sets them. So a conversion, a translation and a conversion + quantization of the same
-    drafter are byte-identical to what llama.cpp's tools make of it.
+    drafter are byte-identical to what llama.cpp's tools make of it. ``family``: the spec's family when the
+    caller has it (`Validated.family`); looked up otherwise.
     """
-    family = family_for_spec(spec)
+    family = family if family is not None else family_for_spec(spec)
     drafter = encode_metadata(spec, dialect, arch, skip=family.metadata_fields)
     body = [e for e in drafter if not e.key.startswith("tokenizer.")]
     last = [e for e in drafter if e.key.startswith("tokenizer.")]

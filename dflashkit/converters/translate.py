@@ -113,6 +113,7 @@ def translate_gguf(
             spec, source=str(src), dialect=table, shapes={c: t.shape for c, t in drafter.tensors.items()},
             display=drafter.display_names(), overrides={"num_target_layers": num_target_layers,
                                                         "mask_token_id": mask_token_id}, target=target,
+            family=drafter.family,
         )
         spec, target_info = checked.spec, checked.target
         tokenizer = _tokenizer_entries(drafter)
@@ -133,7 +134,8 @@ def translate_gguf(
             for kv in drafter._gguf.kvs.values()  # type: ignore[union-attr]
             if kv.key.startswith("general.")
         ]
-        metadata = build_metadata(spec, table, arch, file_type=file_type, tokenizer=tokenizer, general=general)
+        metadata = build_metadata(spec, table, arch, file_type=file_type, tokenizer=tokenizer, general=general,
+                                  family=checked.family)
         qv = drafter.metadata.get("general.quantization_version")
         if qv is not None:
             metadata = [

@@ -13,7 +13,8 @@ from typing import Mapping
 from ..bounds import escape_name
 from ..errors import DFlashError
 from ..spec import DrafterSpec
-from . import expected_tensors, optional_tensors
+from .base import DrafterFamily
+from . import family_for_spec
 
 
 def _shape_field_hint(canonical: str, spec: DrafterSpec) -> str:
@@ -46,10 +47,13 @@ def tensor_set_problems(
     *,
     source: str,
     display_names: Mapping[str, str] | None = None,
+    family: DrafterFamily | None = None,
 ) -> list[tuple[str, str]]:
     """Every mismatch between canonical tensor ids + shapes and the spec, as (kind, one-line message);
-    kind is "layer_count", "missing", "unused" or "shape"."""
+    kind is "layer_count", "missing", "unused" or "shape". ``family``: the spec's family when the caller has
+    already resolved it (the registry is asked otherwise)."""
     display = display_names or {}
+    family = family if family is not None else family_for_spec(spec)
     problems: list[tuple[str, str]] = []
     layer_ids = [int(n.split(".")[1]) for n in shapes if n.startswith("layers.")]
     if layer_ids and max(layer_ids) + 1 != spec.n_layers:
@@ -58,12 +62,12 @@ def tensor_set_problems(
             f"{source}: config num_hidden_layers = {spec.n_layers} but the highest layer tensor is "
             f"layers.{max(layer_ids)} ({max(layer_ids) + 1} layers)",
         ))
-    required = expected_tensors(spec)
+    required = family.expected_tensors(spec)
     missing = [n for n in required if n not in shapes]
     if missing:
         shown = ", ".join(escape_name(display.get(n, n)) for n in missing[:8]) + (f" (+{len(missing) - 8} more)" if len(missing) > 8 else "")
         problems.append(("missing", f"{source}: missing tensor(s) for this config: {shown}"))
-    allowed = {**optional_tensors(spec), **required}
+    allowed = {**family.optional_tensors(spec), **required}
     extra = [n for n in shapes if n not in allowed]
     if extra:
         shown = ", ".join(escape_name(display.get(n, n)) for n in extra[:8])
@@ -87,8 +91,9 @@ def check_tensor_set(
     *,
     source: str,
     display_names: Mapping[str, str] | None = None,
+    family: DrafterFamily | None = None,
 ) -> None:
     """Raise on the first mismatch found by `tensor_set_problems`."""
-    problems = tensor_set_problems(spec, shapes, source=source, display_names=display_names)
+    problems = tensor_set_problems(spec, shapes, source=source, display_names=display_names, family=family)
     if problems:
         raise DFlashError(problems[0][1])

@@ -262,5 +262,5 @@ def _spec_checks(ctx: InspectContext, drafter: DrafterFile, spec: DrafterSpec, *
         )
     shapes = {c: t.shape for c, t in drafter.tensors.items()}
     display = drafter.display_names()  # missing tensors named the way this file's dialect would
-    for kind, message in tensor_set_problems(spec, shapes, source=str(path), display_names=display):
+    for kind, message in tensor_set_problems(spec, shapes, source=str(path), display_names=display, family=drafter.family):
         yield error(f"drafter.tensor_{kind}", message)
