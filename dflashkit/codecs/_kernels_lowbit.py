@@ -188,10 +188,46 @@ def q3_k_kernel(x, out):  # type: ignore[no-untyped-def]
         q3_k_ref_block(x[b], 0, out[b], 0, L, scales)
 
 
+KVALUES_IQ4NL_F32 = KVALUES_IQ4NL.astype(np.float32)
+
+
 @njit(**_JIT)
-def iq4_superblock(x, off, sbs, o, pos, qw, qoff, has_w, L, weight, scales):  # type: ignore[no-untyped-def]
+def iq4_trial_sums(x, xo, weight, trials):  # type: ignore[no-untyped-def]
+    """The 16 scale trials of one 32-value block at once: for each inverse scale ``trials[0, t]``, Σ w·q·x into
+    ``trials[1, t]`` and Σ w·q·q into ``trials[2, t]``, q = the level ``best_index_int8`` picks for id·x.
+
+    Why not C's loop: ggml runs the trials one after another, each a binary search per value whose branches a
+    random weight mispredicts. Here each trial is a lane: the sums of one trial still add the 32 values in C's
+    order with C's products (bit for bit the same floats), but the 16 lanes advance together and the search is
+    branch-free — the levels are sorted, so the last level not above id·x is found by 14 selects (a NaN passes
+    every ``not <`` test and ends on the top pair, as C's search does), and C's ``x <= val[0]`` / ``x >= val[15]``
+    early returns give what the final comparison gives there. LLVM vectorises the lanes: ~5× C's loop."""
+    V = KVALUES_IQ4NL_F32
+    for t in range(16):
+        trials[1, t] = _F0
+        trials[2, t] = _F0
+    for j in range(32):
+        xj = x[xo + j]
+        w = weight[j]
+        for t in range(16):
+            al = trials[0, t] * xj
+            vml = V[0]
+            vmu = V[1]
+            for k in range(1, 15):
+                if not (al < V[k]):
+                    vml = V[k]
+                    vmu = V[k + 1]
+            q = vml if al - vml < vmu - al else vmu
+            wq = w * q
+            trials[1, t] += wq * xj
+            trials[2, t] += wq * q
+
+
+@njit(**_JIT)
+def iq4_superblock(x, off, sbs, o, pos, qw, qoff, has_w, L, weight, scales, trials):  # type: ignore[no-untyped-def]
     """quantize_row_iq4_nl_impl(sbs, 32, x + off, …, has_w ? qw + qoff : NULL, ntry = 7) into o[pos:]: IQ4_NL
-    (sbs 32: d, qs[16]) or IQ4_XS (sbs 256: d, scales_h, scales_l[4], qs[128])."""
+    (sbs 32: d, qs[16]) or IQ4_XS (sbs 256: d, scales_h, scales_l[4], qs[128]). ``trials``: float32[3, 16] scratch
+    (`iq4_trial_sums`): lane 0 is C's first pass (id = 1/d, d = -max/values[0]), lanes 1..15 its itry = -7..7."""
     values = KVALUES_IQ4NL
     v0 = np.float32(values[0])
     sigma2 = _F0
@@ -221,27 +257,18 @@ def iq4_superblock(x, off, sbs, o, pos, qw, qoff, has_w, L, weight, scales):  # 
             scales[ib] = _F0
             continue
         d = -mx / v0
-        idv = _F1 / d
-        sumqx = _F0
-        sumq2 = _F0
-        for j in range(32):
-            l = best_index_int8(16, values, idv * x[xo + j])
-            L[32 * ib + j] = l
-            q = np.float32(values[l])
-            w = weight[j]
-            sumqx += w * q * x[xo + j]
-            sumq2 += w * q * q
+        trials[0, 0] = _F1 / d
+        for itry in range(-7, 8):
+            trials[0, itry + 8] = np.float32(itry + values[0]) / mx
+        # C's first pass also stores its levels in L: every branch below overwrites them before they are packed
+        iq4_trial_sums(x, xo, weight, trials)
+        sumqx = trials[1, 0]
+        sumq2 = trials[2, 0]
         d = sumqx / sumq2 if sumq2 > _F0 else _F0
         best = d * sumqx
-        for itry in range(-7, 8):
-            idv = np.float32(itry + values[0]) / mx
-            sumqx = _F0
-            sumq2 = _F0
-            for j in range(32):
-                q = np.float32(values[best_index_int8(16, values, idv * x[xo + j])])
-                w = weight[j]
-                sumqx += w * q * x[xo + j]
-                sumq2 += w * q * q
+        for t in range(1, 16):  # C's order of comparisons: the sums do not depend on `best`
+            sumqx = trials[1, t]
+            sumq2 = trials[2, t]
             if sumq2 > _F0 and sumqx * sumqx > best * sumq2:
                 d = sumqx / sumq2
                 best = d * sumqx
@@ -287,5 +314,6 @@ def iq4_kernel(x, out):  # type: ignore[no-untyped-def]
     weight = np.zeros(32, np.float32)
     scales = np.zeros(sbs // 32, np.float32)
     none = np.zeros(1, np.float32)
+    trials = np.zeros((3, 16), np.float32)
     for b in range(x.shape[0]):
-        iq4_superblock(x[b], 0, sbs, out[b], 0, none, 0, False, L, weight, scales)
+        iq4_superblock(x[b], 0, sbs, out[b], 0, none, 0, False, L, weight, scales, trials)

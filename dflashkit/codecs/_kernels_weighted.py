@@ -21,7 +21,7 @@ from . import _kernels_lowbit, _kernels_make
 #: sha256 of the helper files these kernels inline (numba's cache is keyed on this file's text only)
 C_OPS_SHA256 = "7b23dae62d456d5e0b8c1772218738daa90cff1db2a739219283c3ae8a2c3ea2"
 MAKE_SHA256 = "90a2551bf0a17ad9b26077267a1ed48512c3f625b789bdbc46804d94e7593c6d"
-LOWBIT_SHA256 = "cca8484c86eef341f8f0eb760ec2c76f1eef30c2c3bb235bd746d620979480c2"
+LOWBIT_SHA256 = "481df0896115f2925023d0d1061b270bf7eaf11f6dc2a8089dcdf49b11b8bfd1"
 require_recorded_sha256(C_OPS_SHA256, __name__)
 require_recorded_sha256(MAKE_SHA256, __name__, _kernels_make.__file__)
 require_recorded_sha256(LOWBIT_SHA256, __name__, _kernels_lowbit.__file__)
@@ -260,7 +260,8 @@ def iq4_w_kernel(x, qw, out, sbs):  # type: ignore[no-untyped-def]
     L = np.zeros(sbs, np.int64)
     weight = np.zeros(32, np.float32)
     scales = np.zeros(sbs // 32, np.float32)
+    trials = np.zeros((3, 16), np.float32)
     ts = 18 if sbs == 32 else 136
     for r in range(x.shape[0]):
         for ibl in range(x.shape[1] // sbs):
-            iq4_superblock(x[r], sbs * ibl, sbs, out[r], ts * ibl, qw, sbs * ibl, True, L, weight, scales)
+            iq4_superblock(x[r], sbs * ibl, sbs, out[r], ts * ibl, qw, sbs * ibl, True, L, weight, scales, trials)
