@@ -1,4 +1,5 @@
-"""Numba kernels of the K-quants Q4_K, Q5_K (`qk_kernel`) and Q6_K (`q6_k_kernel`), as the codecs run them.
+"""Numba kernels of the K-quants Q4_K, Q5_K (`qk_kernel`), Q6_K (`q6_k_kernel`) and Q2_K without weights
+(`q2_k_kernel`), as the codecs run them.
 
 The K-quant searches (make_qkx2_quants, make_qx_quants) are chains of sequential float32 sums: run one
 block at a time they are latency bound. These kernels run many independent sub-blocks side by side as
@@ -6,8 +7,8 @@ block at a time they are latency bound. These kernels run many independent sub-b
 another, in C's order, so results are bit-identical, while the lane loop vectorises (AVX2/AVX-512) and the
 many independent chains hide the add latency. Branches become per-lane masks; a lane's "accept this trial"
 updates only that lane. Tiles are padded with a copy of the last super-block whose results are discarded.
-The scalar ``*_scalar`` kernels of ``_kernels_kquants_mirror`` are the statement-by-statement mirror, kept as
-a readable spec and as a cross-check in the tests.
+The scalar ``*_scalar`` kernels of ``_kernels_kquants_mirror`` (and ``_kernels_lowbit.q2_k_scalar``) are the
+statement-by-statement mirror, kept as a readable spec and as a cross-check in the tests.
 
 Kernels take ``x[n_blocks, 256]`` float32 and write ``out[n_blocks, type_size]`` uint8.
 """
@@ -31,6 +32,10 @@ _SB_K = 16  # super-blocks per tile for Q4_K / Q5_K (8 lanes each -> 128 lanes)
 _NL_K = 8 * _SB_K
 _SB_6 = 8  # super-blocks per tile for Q6_K (16 lanes each -> 128 lanes)
 _NL_6 = 16 * _SB_6
+_SB_2 = 8  # super-blocks per tile for Q2_K (16 lanes each -> 128 lanes)
+_NL_2 = 16 * _SB_2
+_F3 = np.float32(3.0)
+_F15 = np.float32(15.0)
 
 
 @njit(**_JIT)
@@ -44,11 +49,13 @@ def _clampf(v, lo, hi):  # type: ignore[no-untyped-def]
 
 
 @njit(**_JIT)
-def _qkx2_lanes(xT, wT, L, Laux, nmax, rmin, rdelta, nstep, st):  # type: ignore[no-untyped-def]
-    """make_qkx2_quants (use_mad = false) on every column of xT [32, lanes] with weights wT.
+def _qkx2_lanes(xT, wT, L, Laux, nmax, rmin, rdelta, nstep, st, use_mad):  # type: ignore[no-untyped-def]
+    """make_qkx2_quants on every column of xT [n, lanes] (n = 32: Q4_K / Q5_K, use_mad false; n = 16: Q2_K,
+    use_mad true) with weights wT.
 
     Levels (float) go to L; st[0] = scale, st[1] = the_min per lane; other st rows are scratch.
     """
+    n = xT.shape[0]
     nl = xT.shape[1]
     fnmax = np.float32(nmax)
     out_scale = st[0]
@@ -73,7 +80,7 @@ def _qkx2_lanes(xT, wT, L, Laux, nmax, rmin, rdelta, nstep, st):  # type: ignore
         mx[j] = xT[0, j]
         sum_w[j] = wT[0, j]
         sum_x[j] = wT[0, j] * xT[0, j]
-    for i in range(1, 32):
+    for i in range(1, n):
         for j in range(nl):
             xi = xT[i, j]
             if xi < mn[j]:
@@ -91,13 +98,13 @@ def _qkx2_lanes(xT, wT, L, Laux, nmax, rmin, rdelta, nstep, st):  # type: ignore
         iscale[j] = fnmax / (mx[j] - mn[j])
         scale[j] = _F1 / iscale[j]
         best[j] = _F0
-    for i in range(32):
+    for i in range(n):
         for j in range(nl):
             xi = xT[i, j]
             l = _clampf(nearest_int_f(iscale[j] * (xi - mn[j])), _F0, fnmax)
             L[i, j] = l
             diff = scale[j] * l + mn[j] - xi
-            best[j] += wT[i, j] * (diff * diff)
+            best[j] += wT[i, j] * (abs(diff) if use_mad else diff * diff)
     for step in range(nstep + 1):
         for j in range(nl):
             # mn is the lane's current min: an accepted step changes it for the following steps, as in C
@@ -105,7 +112,7 @@ def _qkx2_lanes(xT, wT, L, Laux, nmax, rmin, rdelta, nstep, st):  # type: ignore
             sum_l[j] = _F0
             sum_l2[j] = _F0
             sum_xl[j] = _F0
-        for i in range(32):
+        for i in range(n):
             for j in range(nl):
                 xi = xT[i, j]
                 l = _clampf(nearest_int_f(iscale[j] * (xi - mn[j])), _F0, fnmax)
@@ -125,10 +132,10 @@ def _qkx2_lanes(xT, wT, L, Laux, nmax, rmin, rdelta, nstep, st):  # type: ignore
             tmn[j] = tm
             cur[j] = _F0
             acc[j] = _F1 if D > _F0 else _F0
-        for i in range(32):
+        for i in range(n):
             for j in range(nl):
                 diff = tsc[j] * Laux[i, j] + tmn[j] - xT[i, j]
-                cur[j] += wT[i, j] * (diff * diff)
+                cur[j] += wT[i, j] * (abs(diff) if use_mad else diff * diff)
         for j in range(nl):
             if acc[j] != _F0 and cur[j] < best[j]:
                 best[j] = cur[j]
@@ -136,7 +143,7 @@ def _qkx2_lanes(xT, wT, L, Laux, nmax, rmin, rdelta, nstep, st):  # type: ignore
                 mn[j] = tmn[j]
             else:
                 acc[j] = _F0
-        for i in range(32):
+        for i in range(n):
             for j in range(nl):
                 if acc[j] != _F0:
                     L[i, j] = Laux[i, j]
@@ -146,7 +153,7 @@ def _qkx2_lanes(xT, wT, L, Laux, nmax, rmin, rdelta, nstep, st):  # type: ignore
         else:
             out_scale[j] = scale[j]
             out_min[j] = -mn[j]
-    for i in range(32):
+    for i in range(n):
         for j in range(nl):
             if flat[j] != _F0:
                 L[i, j] = _F0
@@ -175,7 +182,7 @@ def _qkx_tile(x, b0, ng, out, nmax, rmin, rdelta, nstep, xT, wT, L, Laux, st, vd
     for i in range(32):
         for j in range(nl):
             wT[i, j] = av_x[j] + abs(xT[i, j])
-    _qkx2_lanes(xT, wT, L, Laux, nmax, rmin, rdelta, nstep, st)
+    _qkx2_lanes(xT, wT, L, Laux, nmax, rmin, rdelta, nstep, st, False)
     scales = st[0]
     mins = st[1]
     for g in range(ng):
@@ -248,6 +255,69 @@ def qk_kernel(x, out, nmax, rmin, rdelta, nstep):  # type: ignore[no-untyped-def
                         qh |= ((l1 >> 4) << (2 * nn)) | ((l2 >> 4) << (2 * nn + 1))
                         out[b, 48 + 32 * nn + j] = (l1 & 0xF) | ((l2 & 0xF) << 4)
                     out[b, 16 + j] = qh
+
+
+@njit(**_JIT)
+def _q2_k_scale_bytes(out, b, vals, g, shift):  # type: ignore[no-untyped-def]
+    """quantize_row_q2_K_ref's 4-bit codes of one super-block's 16 scales (shift 0) or mins (shift 4), OR-ed into
+    out[b, 0:16], and their fp16 maximum / 15 at out[b, 80 + shift // 2]; returns that maximum as decoded."""
+    mx = _F0
+    for j in range(16):  # running max from 0: a NaN never wins, as C keeps max_scale
+        if vals[16 * g + j] > mx:
+            mx = vals[16 * g + j]
+    if mx > _F0:
+        iscale = _F15 / mx
+        for j in range(16):
+            out[b, j] = (out[b, j] | (nearest_int(iscale * vals[16 * g + j]) << shift)) & 0xFF
+        h = fp32_to_fp16(mx / _F15)
+    else:
+        h = fp32_to_fp16(_F0)
+    put_u16(out, b, 80 + shift // 2, h)
+    return fp16_to_fp32(h)
+
+
+@njit(**_JIT)
+def q2_k_kernel(x, out):  # type: ignore[no-untyped-def]
+    """quantize_row_q2_K_ref: each sub-block of 16 through make_qkx2_quants(3, -0.5, 0.1, 15, use_mad, weights
+    |x|), lane 16 * g + j = sub-block j of super-block g of a tile; then 4-bit scales and mins, each sub-block's
+    levels again from its stored scale and min (``d == 0`` keeps the search's), 2-bit packing."""
+    xT = np.zeros((16, _NL_2), np.float32)
+    wT = np.zeros((16, _NL_2), np.float32)
+    L = np.zeros((16, _NL_2), np.float32)
+    Laux = np.zeros((16, _NL_2), np.float32)
+    st = np.zeros((17, _NL_2), np.float32)
+    nb = x.shape[0]
+    for b0 in range(0, nb, _SB_2):
+        ng = min(_SB_2, nb - b0)
+        for g in range(_SB_2):
+            bb = b0 + min(g, ng - 1)  # a short last tile repeats its last super-block; those lanes are discarded
+            for j in range(16):
+                for i in range(16):
+                    v = x[bb, 16 * j + i]
+                    xT[i, 16 * g + j] = v
+                    wT[i, 16 * g + j] = abs(v)
+        _qkx2_lanes(xT, wT, L, Laux, 3, np.float32(-0.5), _F_TENTH, 15, st, True)
+        for g in range(ng):
+            b = b0 + g
+            for j in range(16):
+                out[b, j] = 0
+            dh = _q2_k_scale_bytes(out, b, st[0], g, 0)
+            mh = _q2_k_scale_bytes(out, b, st[1], g, 4)
+            for j in range(16):
+                d = dh * np.float32(out[b, j] & 0xF)
+                if d == _F0:
+                    continue
+                m = mh * np.float32(out[b, j] >> 4)
+                for i in range(16):
+                    L[i, 16 * g + j] = _clampf(nearest_int_f((xT[i, 16 * g + j] + m) / d), _F0, _F3)
+            # qs[32 * h + l] = level(128 h + l) | level(128 h + 32 + l) << 2 | … << 4 | … << 6; value k = 16 j + i
+            for h in range(2):
+                for l in range(32):
+                    q = 0
+                    for s in range(4):
+                        k = 128 * h + 32 * s + l
+                        q |= np.int64(L[k % 16, 16 * g + k // 16]) << (2 * s)
+                    out[b, 16 + 32 * h + l] = q & 0xFF
 
 
 @njit(**_JIT)

@@ -1,5 +1,6 @@
 """Numba kernels of Q4_1, Q2_K, Q3_K, IQ4_NL and IQ4_XS as ``ggml_quantize_chunk`` runs them without an importance
-matrix: ``quantize_row_q4_1_ref``, ``quantize_row_q2_K_ref``, ``quantize_row_q3_K_ref``, and for the IQ4 types
+matrix: ``quantize_row_q4_1_ref``, ``quantize_row_q2_K_ref`` (block by block: the codec runs
+``_kernels_kquants.q2_k_kernel``'s lanes), ``quantize_row_q3_K_ref``, and for the IQ4 types
 ``quantize_iq4_nl`` / ``quantize_iq4_xs`` (``quantize_row_iq4_nl_impl`` with 7 trial scales: what
 llama-quantize writes; ``quantize_row_iq4_nl_ref``'s single pass is not). The per-block bodies take a 1-D input
 and output with offsets (C's pointers), so `_kernels_weighted`'s row kernels run the same bodies with weights.
@@ -110,7 +111,9 @@ def q2_k_finish(x, off, o, pos, L, dh, mh):  # type: ignore[no-untyped-def]
 
 
 @njit(**_JIT)
-def q2_k_kernel(x, out):  # type: ignore[no-untyped-def]
+def q2_k_scalar(x, out):  # type: ignore[no-untyped-def]
+    """quantize_row_q2_K_ref block by block: the mirror of `_kernels_kquants.q2_k_kernel` (the lane kernel the codec
+    runs), kept as the readable spec and checked against it in the tests."""
     L, Laux, weights, scales, mins, _, _, _ = k_scratch(16, 16)
     for b in range(x.shape[0]):
         q2_k_ref_block(x[b], 0, out[b], 0, L, Laux, weights, scales, mins)
