@@ -205,6 +205,7 @@ _MIRROR = {
     "Q5_K": (lambda x, o: K.qk_kernel(x, o, 31, np.float32(-0.5), np.float32(0.1), 15), K.q5_k_scalar),
     "Q6_K": (K.q6_k_kernel, K.q6_k_scalar),
     "Q2_K": (K.q2_k_kernel, K.q2_k_scalar),
+    "Q3_K": (K.q3_k_kernel, K.q3_k_scalar),
 }
 
 

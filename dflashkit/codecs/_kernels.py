@@ -24,7 +24,8 @@ The kernels live in one module per family of types, all taking C's scalar operat
 - ``_kernels_kquants_mirror``: the scalar K-quant mirror (``*_scalar``, ``make_*_quants``);
 - ``_kernels_make``: the scale searches of the low-bit and weighted quantizers (``make_qx``, ``make_q3``,
   ``make_qkx2`` / ``make_qkx3``, ``make_qp``, ``best_index_int8``);
-- ``_kernels_lowbit``: Q4_1, Q2_K (its scalar mirror), Q3_K, IQ4_NL and IQ4_XS without weights;
+- ``_kernels_lowbit``: Q4_1, Q2_K and Q3_K (their scalar mirrors), IQ4_NL and IQ4_XS without weights;
+- ``_kernels_lowbit_lanes``: the Q3_K lane kernel;
 - ``_kernels_weighted``: every type's importance-weighted row kernel (``quantize_row_*_impl``).
 
 This module gathers their kernels under one name: the codecs reach them as ``base.K.<name>`` (imported on first
@@ -48,7 +49,8 @@ from ._kernels_float import (
 from ._kernels_kquants import q2_k_kernel, q6_k_kernel, qk_kernel
 from ._kernels_kquants_mirror import make_qkx2_quants, make_qx_quants_rmse1, q4_k_scalar, q5_k_scalar, q6_k_scalar
 from ._kernels_legacy import q4_0_kernel, q5_0_kernel, q5_1_kernel, q8_0_kernel
-from ._kernels_lowbit import iq4_kernel, q2_k_scalar, q3_k_kernel, q4_1_kernel
+from ._kernels_lowbit import iq4_kernel, q2_k_scalar, q3_k_scalar, q4_1_kernel
+from ._kernels_lowbit_lanes import q3_k_kernel
 from ._kernels_weighted import (iq4_w_kernel, legacy_w_kernel, q23_k_w_kernel, q45_k_w_kernel,
                                 q6_k_w_kernel)
 
@@ -63,6 +65,6 @@ __all__ = [
     # K-quants: the lane kernels the codecs run, and the scalar mirror
     "qk_kernel", "q6_k_kernel", "make_qkx2_quants", "q4_k_scalar", "q5_k_scalar", "make_qx_quants_rmse1", "q6_k_scalar",
     # the low-bit types, and every type's importance-weighted quantizer
-    "q4_1_kernel", "q2_k_kernel", "q2_k_scalar", "q3_k_kernel", "iq4_kernel",
+    "q4_1_kernel", "q2_k_kernel", "q2_k_scalar", "q3_k_kernel", "q3_k_scalar", "iq4_kernel",
     "legacy_w_kernel", "q23_k_w_kernel", "q45_k_w_kernel", "q6_k_w_kernel", "iq4_w_kernel",
 ]

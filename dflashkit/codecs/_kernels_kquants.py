@@ -21,11 +21,19 @@ from ._kernels_c_ops import (
     _F0, _F1, _F_TENTH, _GROUP_MAX_EPS, _JIT, as_int8, fp16_to_fp32, fp32_to_fp16, nearest_int, nearest_int_f, njit,
     put_d_dmin, put_u16, require_recorded_sha256,
 )
+from ._kernels_make import max_abs
+from ._kernels_tiles import gather_sub16, max_abs_lanes, pack_2bit_lanes
+from . import _kernels_make, _kernels_tiles
 
-#: sha256 of ``_kernels_c_ops.py``, whose helpers these kernels inline: numba's cache is keyed on this file's text,
-#: so a change there has to change this line (see ``_kernels_c_ops``)
+#: sha256 of ``_kernels_c_ops.py``, ``_kernels_tiles.py`` (the tile gather, max |x| and 2-bit packing) and
+#: ``_kernels_make.py`` (max_abs), whose helpers these kernels inline: numba's cache is keyed on this file's text,
+#: so a change there has to change these lines (see ``_kernels_c_ops``)
 C_OPS_SHA256 = "7b23dae62d456d5e0b8c1772218738daa90cff1db2a739219283c3ae8a2c3ea2"
 require_recorded_sha256(C_OPS_SHA256, __name__)
+TILES_SHA256 = "57cfd48705588ab6eb1eb012cbf2c11467623f9065dc390f345ab71c7ebe0e12"
+require_recorded_sha256(TILES_SHA256, __name__, _kernels_tiles.__file__)
+MAKE_SHA256 = "90a2551bf0a17ad9b26077267a1ed48512c3f625b789bdbc46804d94e7593c6d"
+require_recorded_sha256(MAKE_SHA256, __name__, _kernels_make.__file__)
 
 
 _SB_K = 16  # super-blocks per tile for Q4_K / Q5_K (8 lanes each -> 128 lanes)
@@ -46,6 +54,23 @@ def _clampf(v, lo, hi):  # type: ignore[no-untyped-def]
     if v > hi:
         v = hi
     return v
+
+
+@njit(**_JIT)
+def _qkx_levels(xT, Lv, iscale, mn, fnmax):  # type: ignore[no-untyped-def]
+    """A make_qkx2_quants trial's levels: MAX(0, MIN(nmax, nearest_int(iscale * (x - min)))) in every lane."""
+    for i in range(xT.shape[0]):
+        for j in range(xT.shape[1]):
+            Lv[i, j] = _clampf(nearest_int_f(iscale[j] * (xT[i, j] - mn[j])), _F0, fnmax)
+
+
+@njit(**_JIT)
+def _qkx_error(xT, wT, Lv, sc, mnv, err, use_mad):  # type: ignore[no-untyped-def]
+    """err[j] += w * |d| (use_mad) or w * d * d over the lane's values in C's order, d = sc * l + min - x."""
+    for i in range(xT.shape[0]):
+        for j in range(xT.shape[1]):
+            diff = sc[j] * Lv[i, j] + mnv[j] - xT[i, j]
+            err[j] += wT[i, j] * (abs(diff) if use_mad else diff * diff)
 
 
 @njit(**_JIT)
@@ -98,13 +123,8 @@ def _qkx2_lanes(xT, wT, L, Laux, nmax, rmin, rdelta, nstep, st, use_mad):  # typ
         iscale[j] = fnmax / (mx[j] - mn[j])
         scale[j] = _F1 / iscale[j]
         best[j] = _F0
-    for i in range(n):
-        for j in range(nl):
-            xi = xT[i, j]
-            l = _clampf(nearest_int_f(iscale[j] * (xi - mn[j])), _F0, fnmax)
-            L[i, j] = l
-            diff = scale[j] * l + mn[j] - xi
-            best[j] += wT[i, j] * (abs(diff) if use_mad else diff * diff)
+    _qkx_levels(xT, L, iscale, mn, fnmax)
+    _qkx_error(xT, wT, L, scale, mn, best, use_mad)
     for step in range(nstep + 1):
         for j in range(nl):
             # mn is the lane's current min: an accepted step changes it for the following steps, as in C
@@ -112,11 +132,11 @@ def _qkx2_lanes(xT, wT, L, Laux, nmax, rmin, rdelta, nstep, st, use_mad):  # typ
             sum_l[j] = _F0
             sum_l2[j] = _F0
             sum_xl[j] = _F0
+        _qkx_levels(xT, Laux, iscale, mn, fnmax)
         for i in range(n):
             for j in range(nl):
                 xi = xT[i, j]
-                l = _clampf(nearest_int_f(iscale[j] * (xi - mn[j])), _F0, fnmax)
-                Laux[i, j] = l
+                l = Laux[i, j]
                 w = wT[i, j]
                 sum_l[j] += w * l
                 sum_l2[j] += w * l * l
@@ -132,10 +152,7 @@ def _qkx2_lanes(xT, wT, L, Laux, nmax, rmin, rdelta, nstep, st, use_mad):  # typ
             tmn[j] = tm
             cur[j] = _F0
             acc[j] = _F1 if D > _F0 else _F0
-        for i in range(n):
-            for j in range(nl):
-                diff = tsc[j] * Laux[i, j] + tmn[j] - xT[i, j]
-                cur[j] += wT[i, j] * (abs(diff) if use_mad else diff * diff)
+        _qkx_error(xT, wT, Laux, tsc, tmn, cur, use_mad)
         for j in range(nl):
             if acc[j] != _F0 and cur[j] < best[j]:
                 best[j] = cur[j]
@@ -288,14 +305,10 @@ def q2_k_kernel(x, out):  # type: ignore[no-untyped-def]
     st = np.zeros((17, _NL_2), np.float32)
     nb = x.shape[0]
     for b0 in range(0, nb, _SB_2):
-        ng = min(_SB_2, nb - b0)
-        for g in range(_SB_2):
-            bb = b0 + min(g, ng - 1)  # a short last tile repeats its last super-block; those lanes are discarded
-            for j in range(16):
-                for i in range(16):
-                    v = x[bb, 16 * j + i]
-                    xT[i, 16 * g + j] = v
-                    wT[i, 16 * g + j] = abs(v)
+        ng = gather_sub16(x, b0, _SB_2, xT)
+        for i in range(16):
+            for j in range(_NL_2):
+                wT[i, j] = abs(xT[i, j])
         _qkx2_lanes(xT, wT, L, Laux, 3, np.float32(-0.5), _F_TENTH, 15, st, True)
         for g in range(ng):
             b = b0 + g
@@ -310,14 +323,7 @@ def q2_k_kernel(x, out):  # type: ignore[no-untyped-def]
                 m = mh * np.float32(out[b, j] >> 4)
                 for i in range(16):
                     L[i, 16 * g + j] = _clampf(nearest_int_f((xT[i, 16 * g + j] + m) / d), _F0, _F3)
-            # qs[32 * h + l] = level(128 h + l) | level(128 h + 32 + l) << 2 | … << 4 | … << 6; value k = 16 j + i
-            for h in range(2):
-                for l in range(32):
-                    q = 0
-                    for s in range(4):
-                        k = 128 * h + 32 * s + l
-                        q |= np.int64(L[k % 16, 16 * g + k // 16]) << (2 * s)
-                    out[b, 16 + 32 * h + l] = q & 0xFF
+            pack_2bit_lanes(L, g, out, b, 16)
 
 
 @njit(**_JIT)
@@ -357,21 +363,8 @@ def q6_k_kernel(x, out):  # type: ignore[no-untyped-def]
     zero_block = np.zeros(_SB_6, np.bool_)
     nb = x.shape[0]
     for b0 in range(0, nb, _SB_6):
-        ng = min(_SB_6, nb - b0)
-        for g in range(_SB_6):
-            bb = b0 + min(g, ng - 1)
-            for ib in range(16):
-                for i in range(16):
-                    xT[i, 16 * g + ib] = x[bb, 16 * ib + i]
-        for j in range(nl):
-            amax[j] = _F0
-            mx[j] = _F0
-        for i in range(16):
-            for j in range(nl):
-                ax = abs(xT[i, j])
-                if ax > amax[j]:
-                    amax[j] = ax
-                    mx[j] = xT[i, j]
+        ng = gather_sub16(x, b0, _SB_6, xT)
+        max_abs_lanes(xT, amax, mx)
         # first trial: iscale = -nmax / max, scale = suml2 ? sumlx / suml2 : 0, best = scale * sumlx
         for j in range(nl):
             iscale[j] = np.float32(-32) / mx[j]
@@ -396,13 +389,7 @@ def q6_k_kernel(x, out):  # type: ignore[no-untyped-def]
                 scale[j] = _F0
         for g in range(ng):
             b = b0 + g
-            max_scale = _F0
-            max_abs_scale = _F0
-            for ib in range(16):
-                s = scale[16 * g + ib]
-                if abs(s) > max_abs_scale:
-                    max_abs_scale = abs(s)
-                    max_scale = s
+            max_abs_scale, max_scale = max_abs(scale, 16 * g, 16)
             zero_block[g] = max_abs_scale < _GROUP_MAX_EPS
             if zero_block[g]:
                 for k in range(210):

@@ -1,6 +1,6 @@
 """Numba kernels of Q4_1, Q2_K, Q3_K, IQ4_NL and IQ4_XS as ``ggml_quantize_chunk`` runs them without an importance
 matrix: ``quantize_row_q4_1_ref``, ``quantize_row_q2_K_ref`` (block by block: the codec runs
-``_kernels_kquants.q2_k_kernel``'s lanes), ``quantize_row_q3_K_ref``, and for the IQ4 types
+``_kernels_kquants.q2_k_kernel``'s lanes), ``quantize_row_q3_K_ref`` (likewise: ``_kernels_lowbit_lanes``), and for the IQ4 types
 ``quantize_iq4_nl`` / ``quantize_iq4_xs`` (``quantize_row_iq4_nl_impl`` with 7 trial scales: what
 llama-quantize writes; ``quantize_row_iq4_nl_ref``'s single pass is not). The per-block bodies take a 1-D input
 and output with offsets (C's pointers), so `_kernels_weighted`'s row kernels run the same bodies with weights.
@@ -125,10 +125,7 @@ def q3_k_finish(x, off, o, pos, L):  # type: ignore[no-untyped-def]
     (where d is not 0), the high-bit mask and the 2-bit packing. Layout: hmask[32] qs[64] scales[12] d."""
     dh = fp16_to_fp32(np.int64(o[pos + 108]) | (np.int64(o[pos + 109]) << 8))
     for j in range(16):
-        low = np.int64(o[pos + 96 + j] & 0xF) if j < 8 else np.int64(o[pos + 96 + j - 8] >> 4)
-        high = (np.int64(o[pos + 96 + 8 + j % 4]) >> (2 * (j // 4))) & 3
-        sc = as_int8((low | (high << 4)) - 32)
-        d = dh * np.float32(sc)
+        d = dh * np.float32(q3_k_get_scale(o, pos + 96, j))
         if d == _F0:
             continue
         for ii in range(16):
@@ -146,6 +143,14 @@ def q3_k_finish(x, off, o, pos, L):  # type: ignore[no-untyped-def]
             m = 0
             hm <<= 1
     pack_2bit(L, o, pos + 32)
+
+
+@njit(**_JIT)
+def q3_k_get_scale(o, pos, j):  # type: ignore[no-untyped-def]
+    """The signed 6-bit scale of sub-block j as the last pass decodes it from scales[12] at o[pos:pos+12]."""
+    low = np.int64(o[pos + j] & 0xF) if j < 8 else np.int64(o[pos + j - 8] >> 4)
+    high = (np.int64(o[pos + 8 + j % 4]) >> (2 * (j // 4))) & 3
+    return as_int8((low | (high << 4)) - 32)
 
 
 @njit(**_JIT)
@@ -184,7 +189,9 @@ def q3_k_ref_block(x, off, o, pos, L, scales):  # type: ignore[no-untyped-def]
 
 
 @njit(**_JIT)
-def q3_k_kernel(x, out):  # type: ignore[no-untyped-def]
+def q3_k_scalar(x, out):  # type: ignore[no-untyped-def]
+    """quantize_row_q3_K_ref block by block: the mirror of `_kernels_lowbit_lanes.q3_k_kernel` (the lane kernel the
+    codec runs), kept as the readable spec and checked against it in the tests."""
     L = np.zeros(256, np.int64)
     scales = np.zeros(16, np.float32)
     for b in range(x.shape[0]):

@@ -85,14 +85,8 @@ def tensor_set_problems(
     return problems
 
 
-def check_tensor_set(
-    spec: DrafterSpec,
-    shapes: Mapping[str, tuple[int, ...]],
-    *,
-    source: str,
-    display_names: Mapping[str, str] | None = None,
-    family: DrafterFamily | None = None,
-) -> None:
+def check_tensor_set(spec: DrafterSpec, shapes: Mapping[str, tuple[int, ...]], *, source: str,
+                     display_names: Mapping[str, str] | None = None, family: DrafterFamily | None = None) -> None:
     """Raise on the first mismatch found by `tensor_set_problems`."""
     problems = tensor_set_problems(spec, shapes, source=source, display_names=display_names, family=family)
     if problems:

@@ -1,0 +1,57 @@
+"""The tile moves the lane kernels share: a tile of 16-value sub-blocks laid out as lanes, each lane's first
+largest |x|, and the 2-bit packing of Q2_K / Q3_K levels read back from the lanes.
+
+A lane kernel (``_kernels_kquants``, ``_kernels_lowbit_lanes``) works on ``xT[i, 16 * g + j]`` = value i of
+sub-block j of super-block g of the tile, so that the loop over lanes is the inner, vectorised one. Kernels that
+inline these helpers record this file's sha256 (``TILES_SHA256``), as they do for ``_kernels_c_ops``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._kernels_c_ops import _F0, _JIT, njit
+
+
+@njit(**_JIT)
+def gather_sub16(x, b0, n_sb, xT):  # type: ignore[no-untyped-def]
+    """xT[i, 16 g + j] = x[b0 + g, 16 j + i] for the n_sb super-blocks of the tile at b0 (x: [n_blocks, 256]);
+    returns how many are real (ng): a short last tile repeats its last super-block, whose lanes the caller
+    discards."""
+    ng = min(n_sb, x.shape[0] - b0)
+    for g in range(n_sb):
+        bb = b0 + min(g, ng - 1)
+        for j in range(16):
+            for i in range(16):
+                xT[i, 16 * g + j] = x[bb, 16 * j + i]
+    return ng
+
+
+@njit(**_JIT)
+def max_abs_lanes(xT, amax, mx):  # type: ignore[no-untyped-def]
+    """Per lane, C's ``if (ax > amax) { amax = ax; max = x[i]; }`` from 0: the first largest |x| and its value
+    (a NaN never wins)."""
+    nl = xT.shape[1]
+    for j in range(nl):
+        amax[j] = _F0
+        mx[j] = _F0
+    for i in range(xT.shape[0]):
+        for j in range(nl):
+            ax = abs(xT[i, j])
+            if ax > amax[j]:
+                amax[j] = ax
+                mx[j] = xT[i, j]
+
+
+@njit(**_JIT)
+def pack_2bit_lanes(L, g, out, b, pos):  # type: ignore[no-untyped-def]
+    """The low two bits of super-block g's levels (lanes 16 g .. 16 g + 15 of L [16, lanes]) packed as ggml packs
+    Q2_K / Q3_K qs at out[b, pos:pos+64]: byte 32 h + l holds values 128 h + l + 32 s at bits 2 s (value
+    k = 16 j + i is L[i, 16 g + j])."""
+    for h in range(2):
+        for l in range(32):
+            q = 0
+            for s in range(4):
+                k = 128 * h + 32 * s + l
+                q |= (np.int64(L[k % 16, 16 * g + k // 16]) & 3) << (2 * s)
+            out[b, pos + 32 * h + l] = q
