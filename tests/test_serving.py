@@ -8,6 +8,7 @@ The second part starts the real llama-server of each pinned llama.cpp build (CI 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -458,22 +460,12 @@ def test_real_server_tau_equals_speculative_simple(real: dict) -> None:
     assert c.ci is not None and c.ci[0] <= 0 <= c.ci[1] or abs(c.relative) < 0.05, (simple.taus, served.taus)
 
 
-def test_server_url_measured_as_a_user_runs_it(real: dict, tmp_path: Path) -> None:
-    from dflashkit.cli import accept_command
-    from click.testing import CliRunner
-
+@contextlib.contextmanager
+def _started_by_hand(commands: list[list[str]], ports: list[int]) -> Iterator[list[subprocess.Popen]]:
+    """llama-servers started as a user starts them from a shell (not through dflashkit), each polled on /health
+    with urllib until it answers 200 (HANG_SECONDS at most), and terminated when the block ends."""
     import urllib.request
 
-    from dflashkit.llama_cpp.server import free_port
-
-    prompts = tmp_path / "p.jsonl"
-    prompts.write_text("".join(json.dumps({"id": f"p{i}", "text": t}) + "\n" for i, t in enumerate(real["texts"][:4])))
-    # the user's own servers, started from a shell as the llama.cpp docs show: the target with the drafter, and alone
-    ports = free_port(), free_port()
-    server = str(real["bin"] / "llama-server")
-    commands = [[server, "-m", str(real["target"]), "-md", str(real["bf16"]), "--spec-type", "draft-dflash",
-                 "--spec-draft-n-max", "15", "--port", str(ports[0]), "-t", "1"],
-                [server, "-m", str(real["target"]), "--port", str(ports[1]), "-t", "1"]]
     procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for c in commands]
     try:
         for port in ports:
@@ -485,15 +477,33 @@ def test_server_url_measured_as_a_user_runs_it(real: dict, tmp_path: Path) -> No
                             break
                 except OSError:
                     time.sleep(0.1)
-        urls = [f"http://127.0.0.1:{port}" for port in ports]
-        res = CliRunner().invoke(accept_command, [
-            str(real["bf16"]), "--target", str(TRAINED / "target"), "--prompts", str(prompts), "--max-new-tokens",
-            "32", "--server-url", urls[0], "--baseline-url", urls[1], "--json", "-q"])
-        assert all(p.poll() is None for p in procs)  # dflashkit leaves a user's servers running
+        yield procs
     finally:
         for p in procs:
             p.terminate()
             p.wait(timeout=30)
+
+
+def test_server_url_measured_as_a_user_runs_it(real: dict, tmp_path: Path) -> None:
+    from dflashkit.cli import accept_command
+    from click.testing import CliRunner
+
+    from dflashkit.llama_cpp.server import free_port
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"p{i}", "text": t}) + "\n" for i, t in enumerate(real["texts"][:4])))
+    # the user's own servers, started from a shell as the llama.cpp docs show: the target with the drafter, and alone
+    ports = free_port(), free_port()
+    server = str(real["bin"] / "llama-server")
+    commands = [[server, "-m", str(real["target"]), "-md", str(real["bf16"]), "--spec-type", "draft-dflash",
+                 "--spec-draft-n-max", "15", "--port", str(ports[0]), "-t", "1"],
+                [server, "-m", str(real["target"]), "--port", str(ports[1]), "-t", "1"]]
+    urls = [f"http://127.0.0.1:{port}" for port in ports]
+    with _started_by_hand(commands, ports) as procs:
+        res = CliRunner().invoke(accept_command, [
+            str(real["bf16"]), "--target", str(TRAINED / "target"), "--prompts", str(prompts), "--max-new-tokens",
+            "32", "--server-url", urls[0], "--baseline-url", urls[1], "--json", "-q"])
+        assert all(p.poll() is None for p in procs)  # dflashkit leaves a user's servers running
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)
     (row,) = next(s["rows"] for s in report["sections"] if s["id"] == "serving")
@@ -510,29 +520,15 @@ def test_server_url_at_llama_servers_default_n_max_names_the_cause(real: dict, t
     from dflashkit.cli import accept_command
     from dflashkit.llama_cpp.server import free_port
 
-    import urllib.request
-
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"id": f"p{i}", "text": t}) + "\n" for i, t in enumerate(real["texts"][:3])))
     port = free_port()
-    proc = subprocess.Popen([str(real["bin"] / "llama-server"), "-m", str(real["target"]), "-md", str(real["bf16"]),
-                             "--spec-type", "draft-dflash", "--port", str(port), "-t", "1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + HANG_SECONDS
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as reply:
-                    if reply.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.1)
+    command = [str(real["bin"] / "llama-server"), "-m", str(real["target"]), "-md", str(real["bf16"]),
+               "--spec-type", "draft-dflash", "--port", str(port), "-t", "1"]
+    with _started_by_hand([command], [port]):
         res = CliRunner().invoke(accept_command, [
             str(real["bf16"]), "--target", str(TRAINED / "target"), "--prompts", str(prompts), "--max-new-tokens",
             "32", "--server-url", f"http://127.0.0.1:{port}", "--json", "-q"])
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)
     (row,) = next(s["rows"] for s in report["sections"] if s["id"] == "serving")
