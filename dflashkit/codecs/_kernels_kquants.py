@@ -21,19 +21,22 @@ from ._kernels_c_ops import (
     _F0, _F1, _F_TENTH, _GROUP_MAX_EPS, _JIT, as_int8, fp16_to_fp32, fp32_to_fp16, nearest_int, nearest_int_f, njit,
     put_d_dmin, put_u16, require_recorded_sha256,
 )
+from ._kernels_lowbit import q2_k_scale_codes
 from ._kernels_make import max_abs
-from ._kernels_tiles import gather_sub16, max_abs_lanes, pack_2bit_lanes
-from . import _kernels_make, _kernels_tiles
+from ._kernels_tiles import clampf, gather_sub16, max_abs_lanes, pack_2bit_lanes
+from . import _kernels_lowbit, _kernels_make, _kernels_tiles
 
-#: sha256 of ``_kernels_c_ops.py``, ``_kernels_tiles.py`` (the tile gather, max |x| and 2-bit packing) and
-#: ``_kernels_make.py`` (max_abs), whose helpers these kernels inline: numba's cache is keyed on this file's text,
+#: sha256 of ``_kernels_c_ops.py``, ``_kernels_tiles.py`` (the tile gather, max |x|, clamp and 2-bit packing),
+#: ``_kernels_make.py`` (max_abs) and ``_kernels_lowbit.py`` (Q2_K's scale codes), whose helpers these kernels inline: numba's cache is keyed on this file's text,
 #: so a change there has to change these lines (see ``_kernels_c_ops``)
 C_OPS_SHA256 = "7b23dae62d456d5e0b8c1772218738daa90cff1db2a739219283c3ae8a2c3ea2"
 require_recorded_sha256(C_OPS_SHA256, __name__)
-TILES_SHA256 = "57cfd48705588ab6eb1eb012cbf2c11467623f9065dc390f345ab71c7ebe0e12"
+TILES_SHA256 = "e1386752de51dbef5f49c9e8dd06f956f8cfa9ec6ed02e9ce6f023e7c9627444"
 require_recorded_sha256(TILES_SHA256, __name__, _kernels_tiles.__file__)
 MAKE_SHA256 = "90a2551bf0a17ad9b26077267a1ed48512c3f625b789bdbc46804d94e7593c6d"
 require_recorded_sha256(MAKE_SHA256, __name__, _kernels_make.__file__)
+LOWBIT_SHA256 = "88baac598305efa33e7aeea8e8cc348008264502aeb1adbce859b7cf03f55533"
+require_recorded_sha256(LOWBIT_SHA256, __name__, _kernels_lowbit.__file__)
 
 
 _SB_K = 16  # super-blocks per tile for Q4_K / Q5_K (8 lanes each -> 128 lanes)
@@ -47,21 +50,11 @@ _F15 = np.float32(15.0)
 
 
 @njit(**_JIT)
-def _clampf(v, lo, hi):  # type: ignore[no-untyped-def]
-    """MAX(lo, MIN(hi, v)) on float-valued levels (v is never NaN: it comes from nearest_int_f)."""
-    if v < lo:
-        v = lo
-    if v > hi:
-        v = hi
-    return v
-
-
-@njit(**_JIT)
 def _qkx_levels(xT, Lv, iscale, mn, fnmax):  # type: ignore[no-untyped-def]
     """A make_qkx2_quants trial's levels: MAX(0, MIN(nmax, nearest_int(iscale * (x - min)))) in every lane."""
     for i in range(xT.shape[0]):
         for j in range(xT.shape[1]):
-            Lv[i, j] = _clampf(nearest_int_f(iscale[j] * (xT[i, j] - mn[j])), _F0, fnmax)
+            Lv[i, j] = clampf(nearest_int_f(iscale[j] * (xT[i, j] - mn[j])), _F0, fnmax)
 
 
 @njit(**_JIT)
@@ -233,7 +226,7 @@ def _qkx_tile(x, b0, ng, out, nmax, rmin, rdelta, nstep, xT, wT, L, Laux, st, vd
     for i in range(32):
         for j in range(8 * ng):
             if vd[j] != _F0:  # d == 0 keeps make_qkx2_quants' levels, as C does
-                L[i, j] = _clampf(nearest_int_f((xT[i, j] + vdm[j]) / vd[j]), _F0, fnmax)
+                L[i, j] = clampf(nearest_int_f((xT[i, j] + vdm[j]) / vd[j]), _F0, fnmax)
 
 
 @njit(**_JIT)
@@ -275,25 +268,6 @@ def qk_kernel(x, out, nmax, rmin, rdelta, nstep):  # type: ignore[no-untyped-def
 
 
 @njit(**_JIT)
-def _q2_k_scale_bytes(out, b, vals, g, shift):  # type: ignore[no-untyped-def]
-    """quantize_row_q2_K_ref's 4-bit codes of one super-block's 16 scales (shift 0) or mins (shift 4), OR-ed into
-    out[b, 0:16], and their fp16 maximum / 15 at out[b, 80 + shift // 2]; returns that maximum as decoded."""
-    mx = _F0
-    for j in range(16):  # running max from 0: a NaN never wins, as C keeps max_scale
-        if vals[16 * g + j] > mx:
-            mx = vals[16 * g + j]
-    if mx > _F0:
-        iscale = _F15 / mx
-        for j in range(16):
-            out[b, j] = (out[b, j] | (nearest_int(iscale * vals[16 * g + j]) << shift)) & 0xFF
-        h = fp32_to_fp16(mx / _F15)
-    else:
-        h = fp32_to_fp16(_F0)
-    put_u16(out, b, 80 + shift // 2, h)
-    return fp16_to_fp32(h)
-
-
-@njit(**_JIT)
 def q2_k_kernel(x, out):  # type: ignore[no-untyped-def]
     """quantize_row_q2_K_ref: each sub-block of 16 through make_qkx2_quants(3, -0.5, 0.1, 15, use_mad, weights
     |x|), lane 16 * g + j = sub-block j of super-block g of a tile; then 4-bit scales and mins, each sub-block's
@@ -314,15 +288,15 @@ def q2_k_kernel(x, out):  # type: ignore[no-untyped-def]
             b = b0 + g
             for j in range(16):
                 out[b, j] = 0
-            dh = _q2_k_scale_bytes(out, b, st[0], g, 0)
-            mh = _q2_k_scale_bytes(out, b, st[1], g, 4)
+            dh = q2_k_scale_codes(out[b], 0, st[0], 16 * g, 0)
+            mh = q2_k_scale_codes(out[b], 0, st[1], 16 * g, 4)
             for j in range(16):
                 d = dh * np.float32(out[b, j] & 0xF)
                 if d == _F0:
                     continue
                 m = mh * np.float32(out[b, j] >> 4)
                 for i in range(16):
-                    L[i, 16 * g + j] = _clampf(nearest_int_f((xT[i, 16 * g + j] + m) / d), _F0, _F3)
+                    L[i, 16 * g + j] = clampf(nearest_int_f((xT[i, 16 * g + j] + m) / d), _F0, _F3)
             pack_2bit_lanes(L, g, out, b, 16)
 
 
@@ -336,7 +310,7 @@ def _qx_sums(xT, iscale, sumlx, suml2):  # type: ignore[no-untyped-def]
     for i in range(16):
         for j in range(nl):
             xi = xT[i, j]
-            l = _clampf(nearest_int_f(iscale[j] * xi), np.float32(-32), np.float32(31))
+            l = clampf(nearest_int_f(iscale[j] * xi), np.float32(-32), np.float32(31))
             w = xi * xi
             sumlx[j] += w * xi * l
             suml2[j] += w * l * l
@@ -409,11 +383,11 @@ def q6_k_kernel(x, out):  # type: ignore[no-untyped-def]
             for j in range(16 * ng):
                 xi = xT[i, j]
                 if vd[j] != _F0:
-                    L[i, j] = _clampf(nearest_int_f(xi / vd[j]), np.float32(-32), np.float32(31)) + np.float32(32)
+                    L[i, j] = clampf(nearest_int_f(xi / vd[j]), np.float32(-32), np.float32(31)) + np.float32(32)
                 elif amax[j] < _GROUP_MAX_EPS:
                     L[i, j] = _F0
                 else:  # d == 0 keeps make_qx_quants' levels (from the last accepted iscale), as C does
-                    L[i, j] = _clampf(nearest_int_f(best_iscale[j] * xi), np.float32(-32), np.float32(31)) + np.float32(32)
+                    L[i, j] = clampf(nearest_int_f(best_iscale[j] * xi), np.float32(-32), np.float32(31)) + np.float32(32)
         for g in range(ng):
             b = b0 + g
             if zero_block[g]:  # already written as all zero bytes

@@ -16,7 +16,7 @@ from ._kernels_c_ops import (
     _F0, _F1, _F_HALF, _F_TENTH, _JIT, as_int8, c_f32_to_i32, fp16_to_fp32, fp32_to_fp16, nearest_int, njit,
     require_recorded_sha256,
 )
-from ._kernels_make import best_index_int8, k_scratch, make_q3_quants, make_qkx2_quants, running_max
+from ._kernels_make import best_index_int8, k_scratch, make_q3_quants, make_qkx2_quants, max_abs, running_max
 from . import _kernels_make
 
 #: sha256 of ``_kernels_c_ops.py`` and ``_kernels_make.py``, whose helpers these kernels inline (numba's cache is
@@ -75,25 +75,28 @@ def q2_k_ref_block(x, off, o, pos, L, Laux, weights, scales, mins):  # type: ign
             weights[l] = abs(x[off + 16 * j + l])
         scales[j], mins[j] = make_qkx2_quants(x, off + 16 * j, 16, 3, weights, L, 16 * j, Laux, np.float32(-0.5),
                                               _F_TENTH, 15, True)
-    max_scale, max_min = running_max(scales, 16), running_max(mins, 16)
-    if max_scale > _F0:
-        iscale = _F15 / max_scale
+    for j in range(16):
+        o[pos + j] = 0
+    dh = q2_k_scale_codes(o, pos, scales, 0, 0)
+    mh = q2_k_scale_codes(o, pos, mins, 0, 4)
+    q2_k_finish(x, off, o, pos, L, dh, mh)
+
+
+@njit(**_JIT)
+def q2_k_scale_codes(o, pos, vals, voff, shift):  # type: ignore[no-untyped-def]
+    """quantize_row_q2_K_ref's 4-bit codes of a super-block's 16 scales (shift 0) or mins (shift 4),
+    vals[voff:voff+16], OR-ed into o[pos:pos+16] (zeroed by the caller), and their fp16 maximum / 15 at
+    o[pos + 80 + shift // 2]; returns that maximum as the last pass decodes it."""
+    mx = running_max(vals[voff:voff + 16], 16)
+    if mx > _F0:
+        iscale = _F15 / mx
         for j in range(16):
-            o[pos + j] = nearest_int(iscale * scales[j]) & 0xFF
-        put16(o, pos + 80, fp32_to_fp16(max_scale / _F15))
+            o[pos + j] = (o[pos + j] | (nearest_int(iscale * vals[voff + j]) << shift)) & 0xFF
+        h = fp32_to_fp16(mx / _F15)
     else:
-        for j in range(16):
-            o[pos + j] = 0
-        put16(o, pos + 80, fp32_to_fp16(_F0))
-    if max_min > _F0:
-        iscale = _F15 / max_min
-        for j in range(16):
-            o[pos + j] = (o[pos + j] | (nearest_int(iscale * mins[j]) << 4)) & 0xFF
-        put16(o, pos + 82, fp32_to_fp16(max_min / _F15))
-    else:
-        put16(o, pos + 82, fp32_to_fp16(_F0))
-    q2_k_finish(x, off, o, pos, L, fp16_to_fp32(np.int64(o[pos + 80]) | (np.int64(o[pos + 81]) << 8)),
-                fp16_to_fp32(np.int64(o[pos + 82]) | (np.int64(o[pos + 83]) << 8)))
+        h = fp32_to_fp16(_F0)
+    put16(o, pos + 80 + shift // 2, h)
+    return fp16_to_fp32(h)
 
 
 @njit(**_JIT)
@@ -166,26 +169,27 @@ def q3_k_put_scale(o, pos, j, l):  # type: ignore[no-untyped-def]
 @njit(**_JIT)
 def q3_k_ref_block(x, off, o, pos, L, scales):  # type: ignore[no-untyped-def]
     """quantize_row_q3_K_ref on one super-block: make_q3_quants(16, 4, rmse) per sub-block, 6-bit signed scales."""
-    max_scale = _F0
-    amax = _F0
     for j in range(16):
-        s = make_q3_quants(x, off + 16 * j, 16, 4, L, 16 * j, True)
-        scales[j] = s
-        if abs(s) > amax:
-            amax = abs(s)
-            max_scale = s
+        scales[j] = make_q3_quants(x, off + 16 * j, 16, 4, L, 16 * j, True)
+    q3_k_put_scales(o, pos, scales, 0)
+    q3_k_finish(x, off, o, pos, L)
+
+
+@njit(**_JIT)
+def q3_k_put_scales(o, pos, scales, soff):  # type: ignore[no-untyped-def]
+    """quantize_row_q3_K_ref's scales[12] and d for the 16 sub-block scales scales[soff:soff+16], at o[pos+96:]
+    and o[pos+108:]: 6-bit signed codes of -32 / (the first largest |scale|), d its inverse as fp16."""
+    max_scale = max_abs(scales, soff, 16)[1]
     for k in range(12):
         o[pos + 96 + k] = 0
     if max_scale != _F0:
         iscale = np.float32(-32.0) / max_scale
         for j in range(16):
-            l = as_int8(nearest_int(iscale * scales[j]))  # int8_t l = nearest_int(...)
-            l = max(-32, min(31, l)) + 32
-            q3_k_put_scale(o, pos + 96, j, l)
+            l = as_int8(nearest_int(iscale * scales[soff + j]))  # int8_t l = nearest_int(...)
+            q3_k_put_scale(o, pos + 96, j, max(-32, min(31, l)) + 32)
         put16(o, pos + 108, fp32_to_fp16(_F1 / iscale))
     else:
         put16(o, pos + 108, fp32_to_fp16(_F0))
-    q3_k_finish(x, off, o, pos, L)
 
 
 @njit(**_JIT)
@@ -256,13 +260,7 @@ def iq4_superblock(x, off, sbs, o, pos, qw, qoff, has_w, L, weight, scales, tria
         for j in range(32):
             xj = x[xo + j]
             weight[j] = qw[qoff + 32 * ib + j] * np.sqrt(sigma2 + xj * xj) if has_w else xj * xj
-        amax = _F0
-        mx = _F0
-        for j in range(32):
-            ax = abs(x[xo + j])
-            if ax > amax:
-                amax = ax
-                mx = x[xo + j]
+        amax, mx = max_abs(x, xo, 32)
         if amax < np.float32(1e-15):
             scales[ib] = _F0
             continue

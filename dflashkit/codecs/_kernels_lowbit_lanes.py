@@ -5,7 +5,7 @@ is judged by) for up to five passes: a chain of dependent float32 operations, la
 at a time (`_kernels_lowbit.q3_k_scalar`, the statement-by-statement mirror). Here column j of a [16, lanes] tile
 is one sub-block: every lane still visits its values in C's order with C's operations, so the floats are the same
 bit for bit, while the lane loop vectorises. A branch becomes a per-lane mask; a lane whose pass changed nothing
-stops (C's ``break``) and keeps its levels. The scale codes are `_kernels_lowbit`'s.
+stops (C's ``break``) and keeps its levels. The scale codes are `_kernels_lowbit.q3_k_put_scales`, as the mirror's.
 
 Takes ``x[n_blocks, 256]`` float32 and writes ``out[n_blocks, 110]`` uint8.
 """
@@ -15,21 +15,19 @@ from __future__ import annotations
 import numpy as np
 
 from ._kernels_c_ops import (
-    _F0, _F1, _GROUP_MAX_EPS, _JIT, as_int8, fp16_to_fp32, fp32_to_fp16, nearest_int, nearest_int_f, njit,
-    require_recorded_sha256,
+    _F0, _F1, _GROUP_MAX_EPS, _JIT, fp16_to_fp32, nearest_int_f, njit, require_recorded_sha256,
 )
-from ._kernels_lowbit import put16, q3_k_get_scale, q3_k_put_scale
-from ._kernels_make import max_abs
-from ._kernels_tiles import gather_sub16, max_abs_lanes, pack_2bit_lanes
+from ._kernels_lowbit import q3_k_get_scale, q3_k_put_scales
+from ._kernels_tiles import clampf, gather_sub16, max_abs_lanes, pack_2bit_lanes
 from . import _kernels_lowbit, _kernels_make, _kernels_tiles
 
 #: sha256 of ``_kernels_c_ops.py``, ``_kernels_lowbit.py``, ``_kernels_tiles.py`` and ``_kernels_make.py``, whose
 #: helpers this kernel inlines (numba's cache is keyed on this file's text only)
 C_OPS_SHA256 = "7b23dae62d456d5e0b8c1772218738daa90cff1db2a739219283c3ae8a2c3ea2"
 require_recorded_sha256(C_OPS_SHA256, __name__)
-LOWBIT_SHA256 = "ef1786beaaf90f4eb40cef9e53c3c719a08f673c85fcc1ec317ea1d40711159c"
+LOWBIT_SHA256 = "88baac598305efa33e7aeea8e8cc348008264502aeb1adbce859b7cf03f55533"
 require_recorded_sha256(LOWBIT_SHA256, __name__, _kernels_lowbit.__file__)
-TILES_SHA256 = "57cfd48705588ab6eb1eb012cbf2c11467623f9065dc390f345ab71c7ebe0e12"
+TILES_SHA256 = "e1386752de51dbef5f49c9e8dd06f956f8cfa9ec6ed02e9ce6f023e7c9627444"
 require_recorded_sha256(TILES_SHA256, __name__, _kernels_tiles.__file__)
 MAKE_SHA256 = "90a2551bf0a17ad9b26077267a1ed48512c3f625b789bdbc46804d94e7593c6d"
 require_recorded_sha256(MAKE_SHA256, __name__, _kernels_make.__file__)
@@ -39,12 +37,6 @@ _NL_3 = 16 * _SB_3
 _FM4 = np.float32(-4.0)
 _F3 = np.float32(3.0)
 _F4 = np.float32(4.0)
-
-
-@njit(**_JIT)
-def _clamp_q3(v):  # type: ignore[no-untyped-def]
-    """MAX(-4, MIN(3, v)) on a float level (v comes from nearest_int_f: never NaN)."""
-    return _FM4 if v < _FM4 else (_F3 if v > _F3 else v)
 
 
 @njit(**_JIT)
@@ -60,7 +52,7 @@ def _q3_refine_pass(xT, L, sumlx, suml2, active, changed):  # type: ignore[no-un
             fli = L[i, j]
             slx = sumlx[j] - w * xi * fli
             sl2 = suml2[j] - w * fli * fli
-            fnew = _clamp_q3(nearest_int_f(xi * sl2 / slx))
+            fnew = clampf(nearest_int_f(xi * sl2 / slx), _FM4, _F3)
             slx_new = slx + w * xi * fnew
             sl2_new = sl2 + w * fnew * fnew
             # C: if (slx > 0) { …; if (new_l != L[i]) { …; if (sl2 > 0 && slx*slx*suml2 > sumlx*sumlx*sl2) } },
@@ -95,7 +87,7 @@ def _q3_lanes(xT, L, st):  # type: ignore[no-untyped-def]
     for i in range(16):
         for j in range(nl):
             xi = xT[i, j]
-            fl = _clamp_q3(nearest_int_f(iscale[j] * xi))
+            fl = clampf(nearest_int_f(iscale[j] * xi), _FM4, _F3)
             L[i, j] = fl
             w = xi * xi
             sumlx[j] += w * xi * fl
@@ -136,24 +128,14 @@ def q3_k_kernel(x, out):  # type: ignore[no-untyped-def]
         scales = st[0]
         for g in range(ng):
             b = b0 + g
-            max_scale = max_abs(scales, 16 * g, 16)[1]  # the first largest |scale| (a NaN never wins)
-            for k in range(96, 108):
-                out[b, k] = 0
-            if max_scale != _F0:
-                iscale = np.float32(-32.0) / max_scale
-                for j in range(16):
-                    l = as_int8(nearest_int(iscale * scales[16 * g + j]))  # int8_t l = nearest_int(...)
-                    q3_k_put_scale(out[b], 96, j, max(-32, min(31, l)) + 32)
-                put16(out[b], 108, fp32_to_fp16(_F1 / iscale))
-            else:
-                put16(out[b], 108, fp32_to_fp16(_F0))
+            q3_k_put_scales(out[b], 0, scales, 16 * g)
             dh = fp16_to_fp32(np.int64(out[b, 108]) | (np.int64(out[b, 109]) << 8))
             for j in range(16):
                 vd[16 * g + j] = dh * np.float32(q3_k_get_scale(out[b], 96, j))
         for i in range(16):
             for j in range(16 * ng):
                 d = vd[j]  # d == 0 keeps the search's levels, as C does
-                L[i, j] = L[i, j] if d == _F0 else _clamp_q3(nearest_int_f(xT[i, j] / d)) + _F4
+                L[i, j] = L[i, j] if d == _F0 else clampf(nearest_int_f(xT[i, j] / d), _FM4, _F3) + _F4
         for g in range(ng):
             b = b0 + g
             # value k = 16 j + i: its third bit in hmask[k % 32] bit k // 32, its low two bits in qs

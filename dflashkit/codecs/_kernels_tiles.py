@@ -1,5 +1,5 @@
 """The tile moves the lane kernels share: a tile of 16-value sub-blocks laid out as lanes, each lane's first
-largest |x|, and the 2-bit packing of Q2_K / Q3_K levels read back from the lanes.
+largest |x|, the clamp of a float level, and the 2-bit packing of Q2_K / Q3_K levels read back from the lanes.
 
 A lane kernel (``_kernels_kquants``, ``_kernels_lowbit_lanes``) works on ``xT[i, 16 * g + j]`` = value i of
 sub-block j of super-block g of the tile, so that the loop over lanes is the inner, vectorised one. Kernels that
@@ -55,3 +55,13 @@ def pack_2bit_lanes(L, g, out, b, pos):  # type: ignore[no-untyped-def]
                 k = 128 * h + 32 * s + l
                 q |= (np.int64(L[k % 16, 16 * g + k // 16]) & 3) << (2 * s)
             out[b, pos + 32 * h + l] = q
+
+
+@njit(**_JIT)
+def clampf(v, lo, hi):  # type: ignore[no-untyped-def]
+    """MAX(lo, MIN(hi, v)) on float-valued levels (v is never NaN: it comes from nearest_int_f)."""
+    if v < lo:
+        v = lo
+    if v > hi:
+        v = hi
+    return v

@@ -21,7 +21,7 @@ from . import _kernels_lowbit, _kernels_make
 #: sha256 of the helper files these kernels inline (numba's cache is keyed on this file's text only)
 C_OPS_SHA256 = "7b23dae62d456d5e0b8c1772218738daa90cff1db2a739219283c3ae8a2c3ea2"
 MAKE_SHA256 = "90a2551bf0a17ad9b26077267a1ed48512c3f625b789bdbc46804d94e7593c6d"
-LOWBIT_SHA256 = "ef1786beaaf90f4eb40cef9e53c3c719a08f673c85fcc1ec317ea1d40711159c"
+LOWBIT_SHA256 = "88baac598305efa33e7aeea8e8cc348008264502aeb1adbce859b7cf03f55533"
 require_recorded_sha256(C_OPS_SHA256, __name__)
 require_recorded_sha256(MAKE_SHA256, __name__, _kernels_make.__file__)
 require_recorded_sha256(LOWBIT_SHA256, __name__, _kernels_lowbit.__file__)
