@@ -30,13 +30,13 @@ print("MODULES=" + json.dumps(sorted(m for m in ("torch", "transformers", "numba
 """
 
 
-def _modules_after(command: str, *args: str) -> list[str]:
+def _modules_after(command: str, *args: str, exit_code: int = 0) -> list[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-c", _PROBE, command, *args], capture_output=True, text=True, env=env,
                           cwd=ROOT)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("MODULES=")]
     assert lines, proc.stderr[-2000:]
-    assert "EXIT=0" in proc.stdout.splitlines(), proc.stdout + proc.stderr[-2000:]  # the command ran through
+    assert f"EXIT={exit_code}" in proc.stdout.splitlines(), proc.stdout + proc.stderr[-2000:]  # it ran through
     return json.loads(lines[-1].split("=", 1)[1])
 
 
@@ -55,6 +55,13 @@ def test_convert_quantize_inspect_diff_never_import_torch_and_only_quantize_impo
     assert q8.exists()
     assert _modules_after("inspect_command", str(q4)) == []
     assert _modules_after("diff_command", str(f16), str(q4)) == []
+
+
+def test_release_check_imports_neither_torch_nor_numba(tmp_path):
+    # --check reads a folder's files and release.json: the release package and the serving figures' rules are all
+    # it needs (the measuring side of dflash-accept is imported on first use)
+    (tmp_path / "release.json").write_text(json.dumps({"format": "dflashkit-release", "version": 1}))
+    assert _modules_after("release_command", "--check", str(tmp_path), exit_code=1) == []
 
 
 def test_numba_cache_moves_to_the_user_cache_when_the_package_is_read_only(tmp_path, monkeypatch):

@@ -7,17 +7,35 @@ identical output through llama-server.
 - `prompts` — the prompts file, the built-in set and the chat-template switches;
 - `serving` — τ, speed-up and identical output through llama-server (`measure_serving`).
 
-The names a user imports from ``dflashkit.accept`` are re-exported here.
+The names a user imports from ``dflashkit.accept`` are re-exported here, each imported on first use.
 """
 
-from ..stats import Comparison, paired_bootstrap_ci, paired_comparison
-from .prompts import Prompt, builtin_prompts_path, load_prompts, parse_template_kwargs, reasoning_template_kwargs
-from .report import build_report, require_matplotlib, write_png
-from .result import (BOOTSTRAP_RESAMPLES, CI_METHOD, CONFIDENCE, EXIT_FAILED, EXIT_OK, SPEED_NOTE, TAU_RANDOM_NOTE,
-                     VERDICT_ABOVE, VERDICT_AGREES, VERDICT_BELOW, VERDICT_CRASHED, VERDICT_NONFINITE,
-                     VERDICT_REFERENCE, VERDICT_REFUSED, VERDICT_ZERO, WARMUP_TOKENS, AcceptMeasurement, DrafterRun,
-                     ci_text)
-from .run import AcceptResult, run_acceptance
+import importlib
+from typing import Any
+
+#: name a user imports from ``dflashkit.accept`` → the module that defines it. Imported on first use, so that
+#: ``dflashkit.accept.serving`` (what ``dflash-release`` and ``--check`` need) does not load the runtime and torch.
+_EXPORTS = {
+    **dict.fromkeys(("Comparison", "paired_bootstrap_ci", "paired_comparison"), "..stats"),
+    **dict.fromkeys(("Prompt", "builtin_prompts_path", "load_prompts", "parse_template_kwargs",
+                     "reasoning_template_kwargs"), ".prompts"),
+    **dict.fromkeys(("build_report", "require_matplotlib", "write_png"), ".report"),
+    **dict.fromkeys(("BOOTSTRAP_RESAMPLES", "CI_METHOD", "CONFIDENCE", "EXIT_FAILED", "EXIT_OK", "SPEED_NOTE",
+                     "TAU_RANDOM_NOTE", "VERDICT_ABOVE", "VERDICT_AGREES", "VERDICT_BELOW", "VERDICT_CRASHED",
+                     "VERDICT_NONFINITE", "VERDICT_REFERENCE", "VERDICT_REFUSED", "VERDICT_ZERO", "WARMUP_TOKENS",
+                     "AcceptMeasurement", "DrafterRun", "ci_text"), ".result"),
+    **dict.fromkeys(("AcceptResult", "run_acceptance"), ".run"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "run_acceptance", "AcceptResult", "AcceptMeasurement", "DrafterRun", "build_report", "require_matplotlib",
