@@ -73,21 +73,26 @@ def _gguf_figures(path: Path) -> tuple[int, float | None] | str:
     return elements, (round(8 * tensor_bytes / elements, 4) if elements else None)
 
 
-def _check_files(out: Path, record: dict[str, Any], problems: list[str]) -> None:
+def _check_files(out: Path, record: dict[str, Any], problems: list[str]) -> dict[str, str | NotInside]:
+    """Each type's file against its record; returns what hashing each file gave (its sha256, or why it was not
+    read), so that SHA256SUMS is checked against the same reading."""
     from ..llama_cpp.speculative_simple import mean_tau
 
+    hashed: dict[str, str | NotInside] = {}
     for t in record["types"]:
         job = record["jobs"].get(t)
         if job is None:
             problems.append(f"{out / RECORD}: no record of type {t}")
             continue
         path = out / job["file"]
-        try:
-            if sha256_inside(out, job["file"], job["size_bytes"]) != job["sha256"]:
-                problems.append(f"{path}: its bytes changed since the release (sha256 differs from {RECORD})")
-                continue
+        try:  # the size the record gives first: a 1 TB file is not hashed to learn it differs
+            hashed[job["file"]] = sha256_inside(out, job["file"], job["size_bytes"])
         except NotInside as exc:
+            hashed[job["file"]] = exc
             problems.append(f"{path}: {exc} (type {t})")
+            continue
+        if hashed[job["file"]] != job["sha256"]:
+            problems.append(f"{path}: its bytes changed since the release (sha256 differs from {RECORD})")
             continue
         figures = _gguf_figures(path)
         if isinstance(figures, str):
@@ -108,6 +113,7 @@ def _check_files(out: Path, record: dict[str, Any], problems: list[str]) -> None
     by = "speed-up" if recommended_by_speed(record) is not None else "τ"
     if record["complete"] and record.get("recommended_by") != by:
         problems.append(f"{out / RECORD}: recommended_by is {record.get('recommended_by')}, its figures give {by}")
+    return hashed
 
 
 def _check_serving(out: Path, record: dict[str, Any], t: str, job: dict[str, Any], problems: list[str]) -> None:
@@ -160,7 +166,8 @@ def _sum_lines(text: str) -> list[str]:
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
-def _check_sums(out: Path, record: dict[str, Any], read: dict[str, bytes | None], problems: list[str]) -> None:
+def _check_sums(out: Path, record: dict[str, Any], read: dict[str, bytes | None], hashed: dict[str, str | NotInside],
+                problems: list[str]) -> None:
     sums = out / SUMS
     try:
         text = read_inside(out, SUMS, MAX_SUMS_BYTES).decode("utf-8", errors="replace")
@@ -186,17 +193,17 @@ def _check_sums(out: Path, record: dict[str, Any], read: dict[str, bytes | None]
         if name not in listed:
             problems.append(f"{sums}: does not list {name}")
             continue
-        try:
-            if name in jobs:  # the size the record gives first: a 1 TB file is not hashed to learn it differs
-                digest = sha256_inside(out, name, jobs[name]["size_bytes"])
-            elif read.get(name) is not None:
-                digest = hashlib.sha256(read[name]).hexdigest()  # type: ignore[arg-type]
-            else:
-                continue  # unreadable (over its bound, a link…): already a problem of its own
-            if digest != listed[name]:
-                problems.append(f"{out / name}: does not match its line in {SUMS}")
-        except NotInside as exc:
-            problems.append(f"{out / name}: {exc}")
+        if name in jobs:  # hashed once, by _check_files
+            digest = hashed[name]
+            if isinstance(digest, NotInside):
+                problems.append(f"{out / name}: {digest}")
+                continue
+        elif read.get(name) is not None:
+            digest = hashlib.sha256(read[name]).hexdigest()  # type: ignore[arg-type]
+        else:
+            continue  # unreadable (over its bound, a link…): already a problem of its own
+        if digest != listed[name]:
+            problems.append(f"{out / name}: does not match its line in {SUMS}")
 
 
 def _check_entries(out: Path, record: dict[str, Any], problems: list[str]) -> None:
@@ -222,8 +229,8 @@ def check_release(outdir: str | os.PathLike) -> list[str]:
     problems: list[str] = []
     if not record["complete"]:
         problems.append(f"{out / RECORD}: the release did not finish (run dflash-release again to complete it)")
-    _check_files(out, record, problems)
+    hashed = _check_files(out, record, problems)
     card = _check_card(out, record, problems)
-    _check_sums(out, record, {CARD: card, RECORD: raw}, problems)
+    _check_sums(out, record, {CARD: card, RECORD: raw}, hashed, problems)
     _check_entries(out, record, problems)
     return problems
