@@ -404,8 +404,8 @@ def _convert_checkpoint(
     general = general_metadata(
         directory, [(dialect_table.gguf_name(c), shape) for c, shape in zip(order, shapes)], provenance=provenance
     )
-    metadata = build_metadata(spec, dialect_table, arch, file_type=file_type, tokenizer=tokenizer, general=general,
-                              family=family)
+    metadata = build_metadata(spec, family, dialect_table, arch, file_type=file_type, tokenizer=tokenizer,
+                              general=general)
 
     counts = ValueCounts(str(directory), strict)
     plan: list[PlannedTensor] = []

@@ -18,7 +18,7 @@ from gguf import GGMLQuantizationType, GGUFValueType
 
 from ..dialects import Dialect, encode_metadata
 from ..errors import DFlashError
-from ..families import DrafterFamily, family_for_spec
+from ..families import DrafterFamily
 from ..filetypes import CONVERT_OUTTYPES, outtype_file_type
 from ..families.tensor_set import check_tensor_set
 from ..io.gguf_writer import QUANTIZATION_VERSION, MetadataEntry, llama_tensor_order_key
@@ -140,32 +140,27 @@ def spec_with_target(spec: DrafterSpec, target: TargetInfo, dialect: Dialect) ->
 
 @dataclass
 class Validated:
-    """A source that passed every check: its spec (overrides and the target's facts applied), its family (the
-    registry asked once), its target and the family's final tensors (checked and rewritten, e.g. DSpark's
-    absolute ``d2t``)."""
+    """A source that passed every check: its spec (overrides and the target's facts applied), its target and
+    the family's final tensors (checked and rewritten, e.g. DSpark's absolute ``d2t``)."""
 
     spec: DrafterSpec
-    family: DrafterFamily
     target: TargetInfo | None
     finals: dict[str, tuple[Any, GGMLQuantizationType]]
 
 
 def validate(
     spec: DrafterSpec, *, source: str, dialect: Dialect, shapes: Mapping[str, tuple[int, ...]],
-    display: Mapping[str, str], overrides: Mapping[str, int | None], target: Any = None,
-    family: DrafterFamily | None = None, read_raw: Callable[[str], Any] | None = None, mask_source: str | None = None,
-    hint: str = "",
+    display: Mapping[str, str], overrides: Mapping[str, int | None], family: DrafterFamily, target: Any = None,
+    read_raw: Callable[[str], Any] | None = None, mask_source: str | None = None, hint: str = "",
 ) -> Validated:
     """Every check of a conversion or a translation, in one place and one pass, in the order their errors are
     reported: the dialect can hold the drafter, the flags agree with the source, the spec rules, the family's
     rules on its tensors, the tensor set, the family's final tensors, the drafter ↔ target rules (with the target
     loaded) and the mask token. The first broken check is a one-line DFlashError; nothing is written before.
 
-    ``family``: the family that read the source (`DrafterFile.family`), looked up here only when the caller has
-    none — the registry is asked once, and every check and the caller's `build_metadata` use that one.
-    ``read_raw`` (a conversion: the source's raw tensors): the family's hooks also check the source's own
-    tensors and finalize them."""
-    family = family if family is not None else family_for_spec(spec)
+    ``family``: the family that read the source (`DrafterFile.family`): the registry is asked once, when the
+    source opens, and every check and the caller's `build_metadata` use that one. ``read_raw`` (a conversion: the
+    source's raw tensors): the family's hooks also check the source's own tensors and finalize them."""
     check_dialect_holds(family, dialect, source, hint=hint)
     spec = apply_overrides(spec, source, **overrides)
     check_spec(spec, source)
@@ -179,7 +174,7 @@ def validate(
     if target_info is not None:
         spec = spec_with_target(spec, target_info, dialect)
     require_mask_in_vocab(spec, mask_source or source)
-    return Validated(spec, family, target_info, finals)
+    return Validated(spec, target_info, finals)
 
 
 def apply_overrides(
@@ -222,13 +217,13 @@ def converter_layout(file_type: int) -> bool:
 
 def build_metadata(
     spec: DrafterSpec,
+    family: DrafterFamily,
     dialect: Dialect,
     arch: str,
     *,
     file_type: int,
     tokenizer: Sequence[MetadataEntry] = (),
     general: Sequence[MetadataEntry] = (),
-    family: DrafterFamily | None = None,
 ) -> list[MetadataEntry]:
     """Every metadata entry of a drafter GGUF, in the order llama.cpp writes them.
 
@@ -239,10 +234,9 @@ def build_metadata(
     (llama.cpp adds the mask token id last). llama-quantize order (every other file type): the same
     with general.quantization_version and general.file_type moved to the end, as llama-quantize
     re-sets them. So a conversion, a translation and a conversion + quantization of the same
-    drafter are byte-identical to what llama.cpp's tools make of it. ``family``: the spec's family when the
-    caller has it (`Validated.family`); looked up otherwise.
+    drafter are byte-identical to what llama.cpp's tools make of it. ``family``: the spec's family, as the
+    source's reader resolved it (`DrafterFile.family`).
     """
-    family = family if family is not None else family_for_spec(spec)
     drafter = encode_metadata(spec, dialect, arch, skip=family.metadata_fields)
     body = [e for e in drafter if not e.key.startswith("tokenizer.")]
     last = [e for e in drafter if e.key.startswith("tokenizer.")]

@@ -134,8 +134,8 @@ def translate_gguf(
             for kv in drafter._gguf.kvs.values()  # type: ignore[union-attr]
             if kv.key.startswith("general.")
         ]
-        metadata = build_metadata(spec, table, arch, file_type=file_type, tokenizer=tokenizer, general=general,
-                                  family=checked.family)
+        metadata = build_metadata(spec, drafter.family, table, arch, file_type=file_type, tokenizer=tokenizer,
+                                  general=general)
         qv = drafter.metadata.get("general.quantization_version")
         if qv is not None:
             metadata = [

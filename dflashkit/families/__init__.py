@@ -221,10 +221,6 @@ def expected_tensors(spec: DrafterSpec, *, vocab_size: int | None = None) -> dic
     return family_for_spec(spec).expected_tensors(spec, vocab_size=vocab_size)
 
 
-def optional_tensors(spec: DrafterSpec) -> dict[str, tuple[int, ...]]:
-    return family_for_spec(spec).optional_tensors(spec)
-
-
 __all__ = [
     "DEFAULT_FAMILY",
     "FAMILIES",
@@ -245,7 +241,6 @@ __all__ = [
     "rope_type_of",
     "label_for",
     "load_hf_config",
-    "optional_tensors",
     "read_hf_config",
     "runtime_blocks",
     "runtime_family",
