@@ -16,7 +16,7 @@ so ``llama-quantize --imatrix`` and ``dflash-quantize --imatrix`` both take it. 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -36,21 +36,18 @@ class ImatrixResult:
     prompts: int
     dataset: str
     drafter: str
-    notes: list[str] = field(default_factory=list)
 
 
-def _gguf_names(drafter: str | os.PathLike) -> tuple[Callable[[str], str], set[str]]:
+def _gguf_names(drafter: str | os.PathLike) -> Callable[[str], str]:
     """canonical id -> the GGUF name of the file to be quantized (the drafter's own dialect, llama.cpp's for an HF
-    folder), and the 2-D weight names that file holds (what a quantizer touches)."""
+    folder)."""
     from .dialects import DEFAULT_DIALECT, detect_dialect
     from .drafters import open_drafter
 
     with open_drafter(drafter) as d:
         arch = getattr(d, "architecture", None)
         dialect = (detect_dialect(arch) if isinstance(arch, str) else None) or DEFAULT_DIALECT
-        canonical = list(d.tensors) if hasattr(d, "tensors") else []
-    names = {dialect.gguf_name(c) for c in canonical if c.endswith(".weight")}
-    return dialect.gguf_name, names
+    return dialect.gguf_name
 
 
 def collect_imatrix(
@@ -72,7 +69,7 @@ def collect_imatrix(
     if not Path(target).is_dir():
         raise UsageError(f"--target {target}: give the target's HF model folder (its hidden states feed the drafter)")
     prompt_list = load_prompts(prompts, limit=max_prompts)
-    gguf_name, _ = _gguf_names(drafter)
+    gguf_name = _gguf_names(drafter)
     say(f"loading target {target}")
     runner = HFTarget(target, device=device)
     say(f"loading drafter {drafter}")
