@@ -146,13 +146,21 @@ def _start(calls: list[Callable[[], Any]]) -> None:
         threading.Thread(target=_load_kernels, args=(calls,), name="dflashkit-numba-preload", daemon=True).start()
 
 
-def preload_quantizers(types: Iterable[GGMLQuantizationType]) -> None:
+def preload_quantizers(types: Iterable[GGMLQuantizationType], *, weighted: Iterable[GGMLQuantizationType] = (),
+                       f16_input: bool = True) -> None:
     """Import numba and load the cached kernels of ``types`` on a daemon thread (one block each), so a caller
-    that will quantize pays numba's start-up (~0.4 s) while it does other work. Types that run no numba code
-    (F32, Q8_0) and types without a codec are left out (the real call names the latter)."""
-    calls: list[Callable[[], Any]] = [lambda qt=qt: qt.quantize(np.zeros((1, qt.block_size), np.float32), threads=1)
+    that will quantize pays numba's start-up (~0.4 s) while it does other work. ``weighted``: the types some
+    tensor quantizes with an importance matrix (their weighted kernels); ``f16_input``: whether F16 tensors are
+    read (the F16 decode, `f16_bits_to_f32`). Types that run no numba code (F32, Q8_0) and types without a codec
+    are left out (the real call names the latter)."""
+    def block(qt: QuantType) -> np.ndarray:
+        return np.zeros((1, qt.block_size), np.float32)
+
+    calls: list[Callable[[], Any]] = [lambda qt=qt: qt.quantize(block(qt), threads=1)
                                       for t in types if (qt := QUANT_TYPES.get(t)) is not None and qt.needs_numba]
-    if calls:  # the F16 decode those quantizers read through (`f16_bits_to_f32`)
+    calls += [lambda qt=qt: qt.quantize(block(qt), threads=1, imatrix=np.ones(qt.block_size, np.float32))
+              for t in weighted if (qt := QUANT_TYPES.get(t)) is not None and qt.needs_numba]
+    if calls and f16_input:
         calls.append(lambda: K.f16_to_f32_kernel(np.zeros(1, np.uint16), np.zeros(1, np.float32)))
     _start(calls)
 

@@ -325,7 +325,10 @@ def quantize_gguf(
             warn(w)
         # numba and the kernels this file needs load on a background thread while the header is written
         # and the first chunk is read (~0.4 s of start-up otherwise spent before the first quantization)
-        preload_quantizers({c.new_type for c in choices if c.new_type != c.old_type})
+        changed = [c for c in choices if c.new_type != c.old_type]
+        preload_quantizers({c.new_type for c in changed if c.name not in weights},
+                           weighted={c.new_type for c in changed if c.name in weights},
+                           f16_input=any(c.old_type == GGMLQuantizationType.F16 for c in changed))
 
         # ggml_n_dims_shape only drops leading 1-dims from the header (same bytes), so a same-type tensor
         # is still a kernel copy of the source's bytes
