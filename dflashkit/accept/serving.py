@@ -47,6 +47,8 @@ from ..stats import CONFIDENCE, paired_bootstrap_ci
 VERDICT_GAIN = "net gain"
 VERDICT_NO_GAIN = "no gain"
 VERDICT_LOSS = "net loss"
+#: the verdicts of a measured speed-up (the others say why there is none)
+MEASURED_VERDICTS = (VERDICT_GAIN, VERDICT_NO_GAIN, VERDICT_LOSS)
 VERDICT_DIFFERS = "output differs"
 VERDICT_REFUSED = "refused to load"
 VERDICT_CRASHED = "crashed"
@@ -142,13 +144,11 @@ class ServingRun(CountedRuns):
 
     @property
     def speedup(self) -> float:
-        logs = self.log_ratios()
-        return math.exp(float(np.mean(logs))) if logs else math.nan
+        return speedup_of_logs(self.log_ratios())
 
     @property
     def speedup_ci(self) -> tuple[float, float] | None:
-        ci = paired_bootstrap_ci(self.log_ratios(), seed=self.seed)
-        return None if ci is None else (math.exp(ci[0]), math.exp(ci[1]))
+        return speedup_ci_of_logs(self.log_ratios(), self.seed)
 
     def differences(self, prompt_names: Sequence[str]) -> list[Difference]:
         out = []
@@ -167,13 +167,29 @@ class ServingRun(CountedRuns):
             return VERDICT_UNMEASURED
         if self.differences(prompt_names):
             return VERDICT_DIFFERS
-        ci = self.speedup_ci
-        low, high = ci if ci is not None else (self.speedup, self.speedup)  # one prompt: its own ratio
-        if low > 1:
-            return VERDICT_GAIN
-        if high < 1:
-            return VERDICT_LOSS
-        return VERDICT_NO_GAIN
+        return measured_verdict(self.speedup, self.speedup_ci)
+
+
+def speedup_of_logs(logs: Sequence[float]) -> float:
+    """The speed-up from the per-prompt log ratios (tok/s with / alone): their geometric mean; NaN without any."""
+    return math.exp(float(np.mean(logs))) if logs else math.nan
+
+
+def speedup_ci_of_logs(logs: Sequence[float], seed: int) -> tuple[float, float] | None:
+    """The speed-up's CI: the paired bootstrap CI of the mean log ratio, exponentiated (None when it has none)."""
+    ci = paired_bootstrap_ci(logs, seed=seed)
+    return None if ci is None else (math.exp(ci[0]), math.exp(ci[1]))
+
+
+def measured_verdict(speedup: float, ci: Sequence[float] | None) -> str:
+    """The verdict of a measured speed-up: a gain when its CI lies above 1, a loss when below, else no gain (one
+    prompt: its own ratio stands for the CI)."""
+    low, high = (ci[0], ci[1]) if ci is not None else (speedup, speedup)
+    if low > 1:
+        return VERDICT_GAIN
+    if high < 1:
+        return VERDICT_LOSS
+    return VERDICT_NO_GAIN
 
 
 @dataclass

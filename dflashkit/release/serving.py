@@ -21,10 +21,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..stats import paired_bootstrap_ci
-
-#: verdicts whose speed-up was measured (the others: output differs, refused to load, crashed, not measured)
-MEASURED = ("net gain", "no gain", "net loss")
+# MEASURED: the verdicts whose speed-up was measured (the others: output differs, refused to load, crashed, not
+# measured); speed-ups, CIs and verdicts with ServingRun's own arithmetic and rule
+from ..accept.serving import MEASURED_VERDICTS as MEASURED, measured_verdict, speedup_ci_of_logs, speedup_of_logs
 
 
 def host_description() -> str:
@@ -81,23 +80,17 @@ def entry_of(run: Any, prompt_names: Sequence[str], build: str) -> dict[str, Any
 def speedup_of(per_prompt: Sequence[Sequence[float | None]], seed: int) -> tuple[float | None, list[float] | None]:
     """(speed-up, its CI) from per-prompt (tok/s with, tok/s alone): the geometric mean of the ratios and the paired
     bootstrap CI of their mean log — `ServingRun.speedup` / ``speedup_ci`` over the recorded values."""
-    import numpy as np
-
     logs = [math.log(on / off) for on, off in per_prompt
             if on is not None and off is not None and on > 0 and off > 0 and math.isfinite(on * off)]
     if not logs:
         return None, None
-    ci = paired_bootstrap_ci(logs, seed=seed)
-    return (math.exp(float(np.mean(logs))),  # the very arithmetic of ServingRun.speedup: the same float
-            None if ci is None else [math.exp(ci[0]), math.exp(ci[1])])
+    ci = speedup_ci_of_logs(logs, seed)  # ServingRun's own arithmetic: the same floats
+    return speedup_of_logs(logs), None if ci is None else list(ci)
 
 
 def verdict_of(speedup: float | None, ci: Sequence[float] | None) -> str | None:
     """A measured verdict from the speed-up and its CI (`ServingRun.verdict`'s rule; one prompt: its own ratio)."""
-    if speedup is None:
-        return None
-    low, high = (ci[0], ci[1]) if ci else (speedup, speedup)
-    return "net gain" if low > 1 else "net loss" if high < 1 else "no gain"
+    return None if speedup is None else measured_verdict(speedup, ci or None)
 
 
 def best_entry(entries: Sequence[dict[str, Any]], build: str | None = None) -> dict[str, Any] | None:
