@@ -229,9 +229,9 @@ def release(
             return _run(claimed, src, target, type_names, files, name, settings, (digest, content), say, options,
                         naming_record)
         except BaseException as exc:
-            if claimed.owned:  # only files this release started writing: a user's files are never touched
-                remove_unrecorded(claimed, read_pending(claimed), _recorded(out))
             recorded = _recorded(out)
+            if claimed.owned:  # only files this release started writing: a user's files are never touched
+                remove_unrecorded(claimed, read_pending(claimed), recorded)
             if claimed.created and not os.path.lexists(out / RECORD):
                 claimed.remove_work_folder()  # stopped before it wrote anything: the folder it made goes too
                 try:
