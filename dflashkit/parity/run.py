@@ -352,9 +352,8 @@ def _project(models: dict[str, DFlashDraftModel], steps: dict[str, list[DraftSte
     asks = [x for side, _, x in wanted if side not in own]
     with _one_thread():
         done = dict(zip(map(id, asks), head.forward_many(asks))) if asks else {}
-    projected = _Projected(head, done)
-    for side, r, draft_hidden in wanted:
-        with _one_thread():
+        projected = _Projected(head, done)
+        for side, r, draft_hidden in wanted:
             steps[side][r] = models[side].head_step(steps[side][r].hidden, draft_hidden, anchors[side][r], projected,
                                                     0.0)
     head.release()
