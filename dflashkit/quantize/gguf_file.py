@@ -23,6 +23,7 @@ from gguf import GGMLQuantizationType, GGUFValueType
 
 from dflashkit.dialects import detect_dialect
 from dflashkit.drafters import check_drafter_file
+from dflashkit.bounds import escape_name
 from dflashkit.errors import DFlashError, UsageError
 from dflashkit.quant_types import type_size
 from dflashkit.io.gguf_reader import DEFAULT_ALIGNMENT, GGUFFile, TensorInfo, open_gguf
@@ -32,7 +33,7 @@ from dflashkit.io.gguf_writer import (QUANTIZATION_VERSION, MetadataEntry, Tenso
 from dflashkit.codecs import QUANT_TYPES, f16_bits_to_f32, preload_quantizers, quantize, tensor_nbytes, to_float32
 from dflashkit.codecs.values import StoredScan, ValueCounts
 from .imatrix import ImportanceMatrix, load_imatrix
-from .imatrix_use import check_imatrix, gqa_of, needs_imatrix
+from .imatrix_use import check_imatrix, gqa_of, requires_imatrix
 from .policy import FileType, TypeChoice, choose_types, get_file_type, get_preset, is_quantized, normalize_overrides
 
 Q = GGMLQuantizationType
@@ -195,7 +196,7 @@ def _metadata(gguf_file: GGUFFile, ft: FileType, imatrix: ImportanceMatrix | Non
     A non-default general.alignment is re-added by the writer (it pads with it), so it is left out here."""
     updates = [MetadataEntry("general.quantization_version", QUANTIZATION_VERSION, GGUFValueType.UINT32),
                MetadataEntry("general.file_type", ft.file_type, GGUFValueType.UINT32)]
-    if imatrix is not None and imatrix.weights:
+    if imatrix is not None and imatrix.entries:
         updates += [MetadataEntry(k, v, t) for k, v, t in imatrix.metadata()]
     replaced = {u.key for u in updates}
     entries = []
@@ -280,10 +281,7 @@ def quantize_gguf(
         raise UsageError("--include-weights / --exclude-weights choose entries of an importance matrix: give --imatrix")
     matrix = imatrix if isinstance(imatrix, ImportanceMatrix) or imatrix is None else \
         load_imatrix(imatrix, include=include_weights, exclude=exclude_weights)
-    has_imatrix = matrix is not None and bool(matrix.weights)
-    if needs_imatrix(ft) and not has_imatrix:
-        raise UsageError(f"{ft.name} needs an importance matrix, as llama-quantize does (its Q2_K tensors would be "
-                         "garbage without one): pass --imatrix FILE — dflash-imatrix makes a drafter's")
+    has_imatrix = matrix is not None and bool(matrix.entries)
     with open_gguf(src_path) as gf:
         out_path = check_output_path(out, force=force, inputs=[src_path, *([] if imatrix is None or isinstance(
             imatrix, ImportanceMatrix) else [Path(imatrix)])])
@@ -313,6 +311,11 @@ def quantize_gguf(
             has_imatrix=has_imatrix,
         )
         _check_conversions(src_path, choices, allow_requantize, warnings)
+        if matrix is None and (need := next((c for c in choices if c.new_type != c.old_type
+                                             and requires_imatrix(c.name, c.new_type, ft)), None)):
+            raise UsageError(f"{ft.name} needs an importance matrix, as llama-quantize does: its tensor "
+                             f"{escape_name(need.name)} is quantized to {need.new_type.name}, garbage without one — "
+                             "pass --imatrix FILE (dflash-imatrix makes a drafter's)")
         weights = check_imatrix(matrix, ft, infos, choices) if has_imatrix else {}
         if patterns and not ft.quantized:
             warnings.append(f"--tensor-type is ignored for {ft.name} (llama-quantize applies overrides only "

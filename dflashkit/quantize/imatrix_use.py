@@ -17,17 +17,13 @@ from gguf import GGMLQuantizationType
 
 from ..bounds import escape_name
 from ..errors import DFlashError
-from ..filetypes import NEEDS_IMATRIX, FileType
+from ..filetypes import FileType
 from .imatrix import ImportanceMatrix
 
 Q = GGMLQuantizationType
 #: the types ggml quantizes without weights whatever it is given
 _IGNORE_WEIGHTS = (Q.F32, Q.F16, Q.BF16, Q.Q8_0)
 _EMBEDDINGS = ("token_embd.weight", "per_layer_token_embd.weight")
-
-
-def needs_imatrix(ft: FileType) -> bool:
-    return ft.name in NEEDS_IMATRIX
 
 
 def gqa_of(gguf_file: Any, arch: str) -> int:
@@ -43,35 +39,49 @@ def gqa_of(gguf_file: Any, arch: str) -> int:
     return n_head // n_kv if n_head and n_kv else 0
 
 
-def _requires(name: str, new_type: Q, ft: FileType) -> bool:
-    """tensor_requires_imatrix for the file types offered here."""
+def requires_imatrix(name: str, new_type: Q, ft: FileType) -> bool:
+    """tensor_requires_imatrix for the file types offered here: a Q2_K tensor of a Q2_K_S file (after its fallback:
+    a file whose every tensor falls back needs none, as in llama-quantize)."""
     return name not in (*_EMBEDDINGS, "output.weight") and new_type == Q.Q2_K and ft.name == "Q2_K_S"
+
+
+def _entry_name(name: str) -> str:
+    return escape_name(name) if name else "'' (a tensor named '.in_sum2': an entry with an empty name)"
 
 
 def check_imatrix(matrix: ImportanceMatrix, ft: FileType, infos: Sequence[Any],
                   choices: Sequence[Any]) -> dict[str, np.ndarray]:
-    """The weights of each converted tensor, or a one-line error naming the tensor (module doc)."""
-    names = {t.name for t in infos}
-    foreign = sorted(n for n in matrix.weights if n not in names)
+    """The weights of each converted tensor, or a one-line error naming the tensor (module doc). Every entry is
+    checked against its tensor's length before a value is read, so what is read is bounded by the model."""
+    if not matrix.entries:
+        raise DFlashError(f"{matrix.source}: " + ("--include-weights / --exclude-weights left no entry of it"
+                          if matrix.filtered else "holds no importance-matrix entry (no <tensor>.in_sum2 and "
+                          "<tensor>.counts pair) — llama-quantize would quantize without one, saying only "
+                          "'loaded 0 importance matrix entries'") + "; make it with dflash-imatrix")
+    by_name = {t.name: t for t in infos}
+    foreign = sorted(n for n in matrix.entries if n not in by_name)
     if foreign:
-        raise DFlashError(f"{matrix.source}: has weights for {escape_name(foreign[0])}, a tensor this file does not "
+        raise DFlashError(f"{matrix.source}: has weights for {_entry_name(foreign[0])}, a tensor this file does not "
                           f"have{f' (and {len(foreign) - 1} more)' if len(foreign) > 1 else ''} — is it another "
                           "model's importance matrix (the target's)? dflash-imatrix makes a drafter's")
+    ignored: set[str] = set()
+    for name, entry in matrix.entries.items():
+        info = by_name[name]
+        want = (info.dims[0] if info.dims else 1) * (info.dims[2] if len(info.dims) > 2 else 1)
+        if entry.n_values != want:
+            if name not in _EMBEDDINGS:
+                raise DFlashError(f"{matrix.source}: tensor {escape_name(name)}: {entry.n_values} weights for a "
+                                  f"tensor of {want} columns — the importance matrix of another model or version")
+            ignored.add(name)  # llama-quantize: "tok_embd should be ignored in this case"
     out: dict[str, np.ndarray] = {}
+    weighted: list[str] = []  # tensors quantized to a type that uses weights
     for info, choice in zip(infos, choices):
         if choice.new_type == choice.old_type:
             continue  # copied as it is: llama-quantize does not look
-        w = matrix.weights.get(info.name)
-        ne0 = info.dims[0] if info.dims else 1
-        want = ne0 * (info.dims[2] if len(info.dims) > 2 else 1)
-        if w is not None and w.size != want:
-            if info.name in _EMBEDDINGS:
-                w = None  # llama-quantize: "tok_embd should be ignored in this case"
-            else:
-                raise DFlashError(f"{matrix.source}: tensor {escape_name(info.name)}: {w.size} weights for a tensor "
-                                  f"of {want} columns — the importance matrix of another model or version")
-        if w is None:
-            if _requires(info.name, choice.new_type, ft):
+        if choice.new_type not in _IGNORE_WEIGHTS:
+            weighted.append(info.name)
+        if info.name not in matrix.entries or info.name in ignored:
+            if requires_imatrix(info.name, choice.new_type, ft):
                 raise DFlashError(f"{matrix.source}: no weights for {escape_name(info.name)}, which {ft.name} "
                                   f"quantizes to {choice.new_type.name} — that needs them (llama-quantize refuses it "
                                   "too)")
@@ -84,5 +94,12 @@ def check_imatrix(matrix: ImportanceMatrix, ft: FileType, infos: Sequence[Any],
         if len(info.dims) > 2 and info.dims[2] > 1:
             raise DFlashError(f"{matrix.source}: tensor {escape_name(info.name)} has {info.dims[2]} experts — "
                               "dflashkit applies an importance matrix to drafters, which have none")
-        out[info.name] = w
+        out[info.name] = matrix.values(info.name)
+    for name in matrix.entries:
+        if name not in out:  # llama-quantize refuses a non-finite value in any entry, used or not
+            matrix.scan(name)
+    if weighted and not any(n in out for n in weighted):
+        raise DFlashError(f"{matrix.source}: covers none of the {len(weighted)} tensor(s) this file quantizes with "
+                          f"an importance matrix (0 of {len(weighted)}) — it would change nothing; check "
+                          "--include-weights / --exclude-weights, or make the drafter's (dflash-imatrix)")
     return out
