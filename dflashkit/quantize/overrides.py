@@ -1,11 +1,18 @@
 """``--tensor-type REGEX=TYPE``: the overrides of llama-quantize's per-tensor types, parsed as llama-quantize parses
-them (``parse_tensor_type``: split at the first '=', the pattern lower-cased, matched with a search), with the types
-an override may name and a refusal of patterns that can backtrack for minutes on one tensor name.
+them (``parse_tensor_type``: split at the first '=', the pattern lower-cased byte by byte, matched with a search),
+with the types an override may name and a refusal of patterns that can backtrack for minutes on one tensor name.
+
+The pattern is C++ ``std::regex``'s (ECMAScript grammar with POSIX bracket classes), so `translate_std_regex` turns
+it into Python's dialect construct by construct — ``[[:digit:]]`` and the other classes, ``$`` as the end of the name,
+ASCII ``\\d \\w \\s``, every literal in a bracket escaped (Python would warn about a nested set) — and refuses, naming
+the construct, what std::regex reads otherwise or not at all (lookbehind, named groups, inline flags, possessive
+quantifiers, ``[[.x.]]`` / ``[[=x=]]``, an empty ``[]``, an escape it does not define).
 """
 
 from __future__ import annotations
 
 import re
+import warnings
 from typing import Sequence
 
 from gguf import GGMLQuantizationType
@@ -43,15 +50,150 @@ def parse_tensor_type_override(spec: str) -> tuple[re.Pattern[str], GGMLQuantiza
     if not type_name:
         raise UsageError(f"--tensor-type '{spec}': missing the type after '=' (e.g. {pattern}=q8_0)")
     qtype = parse_ggml_type(type_name, f"--tensor-type '{spec}'")
+    lowered = "".join(c.lower() if c.isascii() else c for c in pattern)  # std::tolower, byte by byte
     try:
-        compiled = re.compile(pattern.lower())
-    except re.error as exc:
+        translated = translate_std_regex(lowered)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a warning is a construct read two ways: refused, never printed
+            compiled = re.compile(translated, re.ASCII)
+    except (re.error, FutureWarning, DeprecationWarning) as exc:
         raise UsageError(f"--tensor-type '{spec}': bad regular expression ({exc})") from None
-    problem = pattern_hazard(pattern.lower())
+    problem = pattern_hazard(translated)
     if problem:
         raise UsageError(f"--tensor-type '{spec}': {problem} — a pattern that can backtrack for minutes on one "
                          "tensor name; write it without (e.g. blk\\.[0-9]+\\.ffn_down)")
     return compiled, qtype
+
+
+#: POSIX bracket classes as std::regex reads them (C locale), as Python class bodies
+_POSIX_CLASSES = {
+    "alnum": "a-zA-Z0-9", "alpha": "a-zA-Z", "blank": " \\t", "cntrl": "\\x00-\\x1f\\x7f", "digit": "0-9",
+    "d": "0-9", "graph": "\\x21-\\x7e", "lower": "a-z", "print": "\\x20-\\x7e",
+    "punct": "\\x21-\\x2f\\x3a-\\x40\\x5b-\\x60\\x7b-\\x7e", "space": " \\t\\n\\r\\f\\v",
+    "s": " \\t\\n\\r\\f\\v", "upper": "A-Z", "xdigit": "0-9A-Fa-f", "w": "a-zA-Z0-9_",
+}
+_CLASS_ESCAPES = "dwsDWS"
+_CHAR_ESCAPES = {"n": "\\n", "t": "\\t", "r": "\\r", "f": "\\f", "v": "\\v", "0": "\\x00"}
+_GROUP_OPENERS = ("(?:", "(?=", "(?!")
+
+
+def _literal(c: str) -> str:
+    """One character matched as itself (ASCII punctuation escaped: inside a bracket Python warns of nested sets)."""
+    return c if c.isalnum() or c == "_" or not c.isascii() else "\\" + c
+
+
+def _refuse(construct: str, why: str = "which C++ std::regex (llama-quantize) reads differently or not at all") -> ValueError:
+    return ValueError(f"{construct}: {why}")
+
+
+def _escape(p: str, i: int, in_class: bool) -> tuple[str, int, bool]:
+    """The escape at ``p[i] == '\\'``: (Python text, next index, is a single character)."""
+    if i + 1 >= len(p):
+        raise _refuse("a trailing backslash", "nothing to escape")
+    c = p[i + 1]
+    if c in _CLASS_ESCAPES:
+        return "\\" + c, i + 2, False
+    if c in _CHAR_ESCAPES:
+        return _CHAR_ESCAPES[c], i + 2, True
+    if c == "b":
+        return ("\\x08" if in_class else "\\b"), i + 2, in_class
+    if c == "c" and i + 2 < len(p) and p[i + 2].isascii() and p[i + 2].isalpha():
+        return _literal(chr(ord(p[i + 2]) % 32)), i + 3, True
+    for letter, width in (("x", 2), ("u", 4)):
+        digits = p[i + 2:i + 2 + width]
+        if c == letter and len(digits) == width and all(d in "0123456789abcdef" for d in digits):
+            return _literal(chr(int(digits, 16))), i + 2 + width, True
+    if c.isascii() and c.isalnum():
+        raise _refuse(f"the escape \\{c}", "which C++ std::regex does not define (a back-reference or an unknown "
+                      "escape)")
+    return _literal(c), i + 2, True
+
+
+def _bracket(p: str, i: int) -> tuple[str, int]:
+    """The bracket expression starting at ``p[i] == '['``: (Python class, next index)."""
+    out, i = ["["], i + 1
+    if i < len(p) and p[i] == "^":
+        out.append("^")
+        i += 1
+    if i < len(p) and p[i] == "]":
+        raise _refuse("an empty bracket '[]'", "which matches nothing in std::regex's ECMAScript grammar")
+    prev_single: str | None = None  # the last single character, for a range
+    while i < len(p) and p[i] != "]":
+        if p.startswith("[:", i):
+            end = p.find(":]", i + 2)
+            name = p[i + 2:end] if end >= 0 else ""
+            if name not in _POSIX_CLASSES:
+                raise _refuse(f"the class [:{name}:]" if end >= 0 else "an unclosed '[:'", "not a POSIX class "
+                              f"std::regex knows ({', '.join(sorted(_POSIX_CLASSES))})")
+            out.append(_POSIX_CLASSES[name])
+            i, prev_single = end + 2, None
+            continue
+        if p.startswith("[.", i) or p.startswith("[=", i):
+            raise _refuse(f"the {'collating element [.x.]' if p[i + 1] == '.' else 'equivalence class [=x=]'}",
+                          "which has no Python counterpart")
+        if p[i] == "-" and prev_single is not None and i + 1 < len(p) and p[i + 1] != "]":
+            if p[i + 1] == "\\":
+                hi, i, single = _escape(p, i + 1, True)
+                if not single:
+                    raise _refuse(f"a range ending in {hi}", "which std::regex refuses")
+            elif p.startswith("[:", i + 1):
+                raise _refuse("a range ending in a class", "which std::regex refuses")
+            else:
+                hi, i = _literal(p[i + 1]), i + 2
+            out.append("-" + hi)
+            prev_single = None
+            continue
+        if p[i] == "\\":
+            text, i, single = _escape(p, i, True)
+        else:
+            text, i, single = _literal(p[i]), i + 1, True
+        out.append(text)
+        prev_single = text if single else None
+    if i >= len(p):
+        raise _refuse("an unclosed '['", "a bracket expression needs its ']'")
+    return "".join(out) + "]", i + 1
+
+
+def translate_std_regex(pattern: str) -> str:
+    """The ECMAScript ``std::regex`` ``pattern`` as a Python pattern (compile it with ``re.ASCII``), or ValueError
+    naming the construct that has no faithful translation (module doc)."""
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            text, i, _ = _escape(pattern, i, False)
+            out.append(text)
+        elif c == "[":
+            text, i = _bracket(pattern, i)
+            out.append(text)
+        elif c == "(":
+            if pattern.startswith("(?", i) and not pattern.startswith(_GROUP_OPENERS, i):
+                raise _refuse(f"the group '{pattern[i:i + 4]}…'", "not ECMAScript (std::regex has (?:, (?= and (?! "
+                              "only: no lookbehind, named groups or inline flags)")
+            opener = next((g for g in _GROUP_OPENERS if pattern.startswith(g, i)), "(")
+            out.append(opener)
+            i += len(opener)
+        elif c == "{":
+            m = re.match(r"\{(\d+)(,(\d*))?\}", pattern[i:])
+            if m is None:
+                raise _refuse(f"the brace at '{pattern[i:i + 8]}'", "not a quantifier {n}, {n,} or {n,m} (std::regex "
+                              "refuses it; Python would read it otherwise)")
+            out.append(m.group(0))
+            i += m.end()
+        elif c == "$":
+            out.append("\\Z")  # the end of the name (Python's $ also matches before a final newline)
+            i += 1
+        else:
+            out.append(c)  # ^ . | ) * + ? and literals: the same in both
+            i += 1
+        if out[-1] in ("*", "+", "?") or out[-1][0] == "{":  # a quantifier: lazy is ECMAScript, possessive not
+            if pattern.startswith("?", i):
+                out.append("?")
+                i += 1
+            if pattern.startswith("+", i):
+                raise _refuse(f"the possessive quantifier '{out[-1]}+'", "not ECMAScript")
+    return "".join(out)
 
 
 #: longest --tensor-type pattern (tensor names are at most 64 characters in ggml)
