@@ -130,11 +130,30 @@ class ValueCounts:
     strict: bool = False
     nonfinite: dict[str, int] = field(default_factory=dict)
     f16_overflow: dict[str, int] = field(default_factory=dict)
+    scale_overflow: dict[str, int] = field(default_factory=dict)  # quantized blocks whose F16 scale became ±inf
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def add(self, name: str, x: np.ndarray, *, to_f16: bool = False) -> None:
-        """Count a float32 chunk of tensor ``name`` (``to_f16``: the output is F16)."""
-        self.record(name, *_count(x, to_f16))
+    def add(self, name: str, x: np.ndarray, *, to_f16: bool = False) -> int:
+        """Count a float32 chunk of tensor ``name`` (``to_f16``: the output is F16); returns its non-finite count."""
+        nonfinite, overflow = _count(x, to_f16)
+        self.record(name, nonfinite, overflow)
+        return nonfinite
+
+    def add_blocks(self, name: str, blocks: np.ndarray, type_name: str) -> None:
+        """Count the blocks of a quantized chunk (from finite values) whose F16 scale overflowed to ±inf: a block of
+        values near ±1e6 in Q4_0 (scale max/8 past 65504) dequantizes to inf and NaN. Under --strict: refused."""
+        if type_name not in _BLOCK_SCALES:
+            return
+        bad = _nonfinite_units(np.ascontiguousarray(blocks).view(np.uint8).reshape(-1), type_name,
+                               stored_unit(type_name)[1])
+        if not bad:
+            return
+        if self.strict:
+            raise DFlashError(f"{self.source}: tensor '{name}': {bad} {type_name} block(s) whose scale overflows F16 "
+                              "(±inf: its values are too large for the type) — refusing under --strict; keep this "
+                              "tensor in bf16 or f32 (--tensor-type)")
+        with self._lock:
+            self.scale_overflow[name] = self.scale_overflow.get(name, 0) + bad
 
     def add_bf16_to_f16(self, name: str, bits: np.ndarray) -> None:
         """Count a BF16 chunk (uint16 bits) bound for F16 from its bits alone, in one pass over half the bytes of
@@ -170,6 +189,8 @@ class ValueCounts:
                for name, n in ranked(self.nonfinite)]
         out += [f"{name}: {n} value(s) beyond ±65504 became ±inf in F16 (use bf16 or f32 for this tensor)"
                 for name, n in ranked(self.f16_overflow)]
+        out += [f"{name}: {n} quantized block(s) whose scale overflowed F16 to ±inf (a runtime computes inf / NaN "
+                "from them; keep this tensor in bf16 or f32)" for name, n in ranked(self.scale_overflow)]
         return out
 
 

@@ -156,14 +156,16 @@ def _convert_chunk(raw: np.ndarray, src_tag: str, out_type: GGMLQuantizationType
             counts.add_bf16_to_f16(name, raw)
         return out
     x = codecs.to_float32(raw, src_tag, copy=False)
-    if counts is not None:
-        counts.add(name, x, to_f16=out_type == Q.F16)
+    bad_input = counts.add(name, x, to_f16=out_type == Q.F16) if counts is not None else 1
     if out_type == Q.F32:
         return x
     if out_type == Q.F16:
         with np.errstate(over="ignore"):  # counted and named above (ValueCounts), not numpy's RuntimeWarning
             return x.astype(np.float16)  # IEEE round-to-nearest-even, as ggml's fp32→fp16
-    return codecs.quantize(x.reshape(-1, row_elems), out_type)
+    out = codecs.quantize(x.reshape(-1, row_elems), out_type)
+    if counts is not None and not bad_input:  # scales that overflow F16 from finite values (--strict refuses them)
+        counts.add_blocks(name, out, out_type.name)
+    return out
 
 
 def _chunk_producer(t: SafetensorsTensor, out_type: GGMLQuantizationType, fast_f16: bool = False,

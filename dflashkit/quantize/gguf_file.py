@@ -161,8 +161,10 @@ def _producer(gguf_file: GGUFFile, info: TensorInfo, new_type: GGMLQuantizationT
                     else:
                         x = (f16_bits_to_f32(part.reshape(-1, src_row)) if fast_f16 else
                              to_float32(part.reshape(-1, src_row), info.ggml_type, copy=False))
-                        counts.add(info.name, x, to_f16=new_type == GGMLQuantizationType.F16)
+                        bad_input = counts.add(info.name, x, to_f16=new_type == GGMLQuantizationType.F16)
                         out = quantize(x, new_type, imatrix=weights)
+                        if not bad_input:  # scales that overflow F16 from finite values (--strict refuses them)
+                            counts.add_blocks(info.name, out, new_type.name)
                         del x
                 finally:
                     del part
