@@ -59,6 +59,7 @@ def collect_imatrix(
     import torch
 
     from .accept.prompts import load_prompts
+    from .accept.run import encode_prompts
     from .runtime import HFTarget, load_drafter
     from .runtime.linear import Linear
     from .runtime.speculative import check_pair, default_stop_ids, speculative_generate
@@ -72,6 +73,9 @@ def collect_imatrix(
     gguf_name = _gguf_names(drafter)
     say(f"loading target {target}")
     runner = HFTarget(target, device=device)
+    # every prompt checked before any round, as dflash-accept checks them: prompt + new tokens within the
+    # target's context, ids inside its vocabulary (a 5,000-token ask of a 4,096-context target is refused now)
+    prompt_ids, _, _ = encode_prompts(runner, prompt_list, max_new_tokens, {})
     say(f"loading drafter {drafter}")
     model = load_drafter(drafter, device=device)
     head = runner.head()
@@ -94,8 +98,7 @@ def collect_imatrix(
     rounds = 0
     try:
         with torch.no_grad():
-            for i, p in enumerate(prompt_list):
-                ids, _ = p.ids(runner, {})
+            for i, (p, ids) in enumerate(zip(prompt_list, prompt_ids)):
                 r = speculative_generate(model, runner, ids, max_new_tokens=max_new_tokens, head=head,
                                          stop_token_ids=stops, seed=seed + i)
                 rounds += r.rounds
@@ -119,18 +122,27 @@ def write_imatrix(result: ImatrixResult, out: str | os.PathLike, *, force: bool 
     """``result`` as llama-imatrix's GGUF (module doc), written atomically (`io.gguf_writer.write_gguf`)."""
     from gguf import GGMLQuantizationType, GGUFValueType
 
-    from .files import check_output
+    from .files import check_output, check_outside_inputs
     from .io.gguf_writer import MetadataEntry, TensorToWrite, write_gguf
 
     out_path = check_output(out, inputs=list(inputs), force=force)
+    check_outside_inputs(out_path, inputs, what="write the importance matrix to another folder")
+    stored: dict[str, np.ndarray] = {}
+    for name in sorted(result.sums):
+        with np.errstate(over="ignore"):  # checked here, by name: never numpy's raw warning
+            sums = np.ascontiguousarray(result.sums[name], dtype=np.float32).reshape(1, -1)
+        if not np.isfinite(sums).all():
+            raise DFlashError(f"{result.drafter}: the sums of squares of {name}'s inputs overflow float32 (largest "
+                              f"{float(np.max(result.sums[name])):.3g}; an importance matrix stores float32) — the "
+                              "drafter's activations are out of range on these prompts; check it with dflash-parity")
+        stored[name] = sums
     metadata = [MetadataEntry("general.type", "imatrix", GGUFValueType.STRING),
                 MetadataEntry("imatrix.datasets", [result.dataset], GGUFValueType.ARRAY, GGUFValueType.STRING),
                 MetadataEntry("imatrix.chunk_count", result.rounds, GGUFValueType.UINT32),
                 MetadataEntry("imatrix.chunk_size", result.block_size, GGUFValueType.UINT32),
                 MetadataEntry("dflashkit.imatrix.drafter", result.drafter, GGUFValueType.STRING)]
     tensors = []
-    for name in sorted(result.sums):
-        sums = np.ascontiguousarray(result.sums[name], dtype=np.float32).reshape(1, -1)
+    for name, sums in stored.items():
         count = np.array([[float(result.counts[name])]], dtype=np.float32)
         for suffix, data in ((".in_sum2", sums), (".counts", count)):
             tensors.append(TensorToWrite(f"{name}{suffix}", data.shape, GGMLQuantizationType.F32,

@@ -32,11 +32,12 @@ def imatrix_command(drafter: str, target: str, prompts_file: str | None, max_pro
     """Make DRAFTER's importance matrix: its real draft rounds with the target on the prompts, the squares of every
     linear layer's inputs summed per column (llama-imatrix's GGUF format; llama-quantize --imatrix and
     dflash-quantize --imatrix take it)."""
-    from ..files import check_output
+    from ..files import check_output, check_outside_inputs
     from ..imatrix import collect_imatrix, write_imatrix
 
     inputs = [p for p in (drafter, target, prompts_file) if p]
     check_output(out, inputs=inputs, force=force)  # before minutes of draft rounds
+    check_outside_inputs(out, inputs, what="write the importance matrix to another folder")
     say = None if quiet else (lambda m: click.echo(escape_name(m, limit=400), err=True))
     result = collect_imatrix(drafter, target, prompts_file, max_prompts=max_prompts, max_new_tokens=max_new_tokens,
                              seed=seed, progress=say)

@@ -40,7 +40,7 @@ from typing import IO, Any, Iterator
 
 from ..errors import DFlashError, UsageError
 from .bounded_json import MAX_JSON_CONTAINERS, json_container_count, read_json
-from .checks import check_output, file_kind, input_files, refuse_non_regular, side_file
+from .checks import check_output, check_outside_inputs, file_kind, input_files, refuse_non_regular, side_file
 from .libc import _linkat_follow, _open_tmpfile, _renameat2_noreplace, preallocate
 from .signals import signals_deferred, signals_unwind
 
@@ -49,6 +49,7 @@ __all__ = [
     "PAUSE_ENV",
     "atomic_output",
     "check_output",
+    "check_outside_inputs",
     "file_kind",
     "input_files",
     "json_container_count",

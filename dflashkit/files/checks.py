@@ -128,3 +128,39 @@ def check_output(
     if os.path.lexists(out) and not force:
         raise DFlashError(f"{name}: already exists — pass --force to overwrite it")
     return out
+
+
+def _ancestors(path: Path) -> list[Path]:
+    """``path`` and every parent, both as written (made absolute) and as the kernel resolves it: ``L/..`` with ``L``
+    a link is the link's target's parent to the kernel, and a link to a sub-folder of an input is inside it."""
+    out: list[Path] = []
+    for form in (Path(os.path.abspath(path)), Path(os.path.realpath(path))):
+        for p in (form, *form.parents):
+            if p not in out:
+                out.append(p)
+    return out
+
+
+def check_outside_inputs(out: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None], *,
+                         what: str = "write the release to another folder") -> None:
+    """A usage error when ``out`` is an input folder or inside one, by path and by (device, inode) of every
+    component — a bind mount of an input is the same directory under another path. Inputs that are files (or
+    missing) are not folders of anyone's: writing beside them is fine."""
+    folders = []
+    for given in inputs:
+        if given is None:
+            continue
+        try:
+            st = os.stat(given)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            folders.append((str(given), (st.st_dev, st.st_ino), Path(given).resolve()))
+    for component in _ancestors(Path(out)):
+        try:
+            st = os.stat(component)
+        except OSError:
+            continue  # OUT itself may not exist yet
+        for given, ident, resolved in folders:
+            if (st.st_dev, st.st_ino) == ident or component.resolve() == resolved:
+                raise UsageError(f"{out}: is inside the input {given} — {what} (inputs are never modified)")

@@ -34,41 +34,6 @@ PENDING = "pending"  # in the work folder: the type files the running jobs will 
 MAX_ENTRIES = 10_000  # entries of OUTDIR looked at (a release has a dozen)
 
 
-def _ancestors(path: Path) -> list[Path]:
-    """``path`` and every parent, both as written (made absolute) and as the kernel resolves it: ``L/..`` with ``L``
-    a link is the link's target's parent to the kernel, and a link to a sub-folder of an input is inside it."""
-    out: list[Path] = []
-    for form in (Path(os.path.abspath(path)), Path(os.path.realpath(path))):
-        for p in (form, *form.parents):
-            if p not in out:
-                out.append(p)
-    return out
-
-
-def check_outside_inputs(out: Path, inputs: Iterable[str | os.PathLike | None]) -> None:
-    """A usage error when OUTDIR is an input folder or inside one, by path and by (device, inode) of every
-    component — a bind mount of SRC is the same directory under another path."""
-    folders = []
-    for given in inputs:
-        if given is None:
-            continue
-        try:
-            st = os.stat(given)
-        except OSError:
-            continue
-        if stat.S_ISDIR(st.st_mode):
-            folders.append((str(given), (st.st_dev, st.st_ino), Path(given).resolve()))
-    for component in _ancestors(out):
-        try:
-            st = os.stat(component)
-        except OSError:
-            continue  # OUTDIR itself may not exist yet
-        for given, ident, resolved in folders:
-            if (st.st_dev, st.st_ino) == ident or component.resolve() == resolved:
-                raise UsageError(f"{out}: is inside the input {given} — write the release to another folder (inputs "
-                                 "are never modified)")
-
-
 @dataclass
 class Claim:
     """A held OUTDIR: its descriptor (the lock lives as long as it is open) and the work folder's."""

@@ -27,14 +27,14 @@ from typing import Any, Callable, Sequence
 
 from ..bounds import dumps
 from ..errors import DFlashError, UsageError
-from ..files import (MAX_JSON_CONTAINERS, check_output, json_container_count, read_json, signals_unwind,
+from ..files import (MAX_JSON_CONTAINERS, check_output, check_outside_inputs, json_container_count, read_json, signals_unwind,
                      write_text_atomic)
 from ..filetypes import ALL_FILE_TYPES
 from .card import recommended, recommended_by_speed, render_card, sha256_of, sha256sums
 from .inputs import _license_of, check_names, file_prefix, inputs_digest, public_name, release_name
 from .inside import NotInside, sha256_inside
 from .jobs import JobSpec
-from .outdir import Claim, check_outside_inputs, claim, foreign_entry, read_pending, remove_unrecorded
+from .outdir import Claim, claim, foreign_entry, read_pending, remove_unrecorded
 from .runners import DEFAULT_RAY_TIMEOUT_S, connect_ray, disconnect_ray, run_in_process, run_pool, run_ray
 from .schema import FORMAT, MAX_RELEASE_PROMPTS, RecordError, validate_record
 from .seal import machine_key, seal, verify
