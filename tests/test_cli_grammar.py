@@ -25,7 +25,9 @@ REPORTS = ("dflash-inspect", "dflash-diff", "dflash-parity", "dflash-accept")
 def _flags(command) -> set[str]:  # type: ignore[no-untyped-def]
     import click
 
-    return {o for p in command.get_params(click.Context(command)) for o in (*p.opts, *p.secondary_opts)}
+    # the command's own context settings (-h): click ≥ 8.2 builds and caches the help option from the first context
+    ctx = click.Context(command, **command.context_settings)
+    return {o for p in command.get_params(ctx) for o in (*p.opts, *p.secondary_opts)}
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))

@@ -163,6 +163,7 @@ def _drafter_rows(c: _Accept) -> list[dict[str, Any]]:
                 "llama_cpp_accepted": None if l.refused else l.accepted,
                 "llama_cpp_verdict": c.llama_verdicts[i],
                 "llama_cpp_message": l.refused,
+                "llama_cpp_note": l.note,
                 "llama_cpp_gguf": l.gguf,
             })
         rows.append(row)
@@ -276,6 +277,8 @@ def _notes(c: _Accept) -> list[str]:
         for d, l in zip(r.drafters, r.llama_cpp):
             if l.refused:
                 notes.append(f"llama.cpp refused {d.name}: {l.refused}")
+            if l.note:
+                notes.append(f"llama.cpp, {d.name}: {l.note}")
     notes += [f"{d.name}: " + "; ".join([d.info.matmul, *d.info.notes]) for d in r.drafters]
     return notes
 

@@ -27,6 +27,7 @@ from ..llama_cpp.server import REQUEST_TIMEOUT_S as LLAMA_CPP_TIMEOUT_S
 from ..llama_cpp.http import public_url, same_server
 from ..llama_cpp.server import SERVER_BINARY, RemoteServer, find_server, has_server, run_drafter_server
 from ..llama_cpp import llama_cpp_src as find_src
+from .options import LlamaCppOptions, PromptOptions
 from .prompts import Prompt, load_prompts, parse_template_kwargs, reasoning_template_kwargs
 from ..reporting import Report
 from ..runtime import HFTarget, load_drafter
@@ -81,6 +82,8 @@ def run_acceptance(
     draft_cache_types: Sequence[str | None] = (None,),
     llama_cpp_args: Sequence[str] = (),
     llama_cpp_timeout: float = LLAMA_CPP_TIMEOUT_S,
+    prompt_options: PromptOptions | None = None,
+    llama: LlamaCppOptions | None = None,
 ) -> AcceptResult:
     """Run every drafter on every prompt against ``target`` (an HF dir, or an `HFTarget` already loaded).
 
@@ -105,6 +108,21 @@ def run_acceptance(
     are added to every llama.cpp command line (``--no-repack``…; what dflashkit sets itself is refused);
     ``llama_cpp_timeout`` bounds each llama.cpp run, server start and request (seconds).
     """
+    if prompt_options is not None:  # the command lines' values: they stand for the settings they hold
+        prompts, max_prompts, max_new_tokens = prompt_options.prompts, prompt_options.max_prompts, \
+            prompt_options.max_new_tokens
+        seed, reasoning = prompt_options.seed, prompt_options.reasoning
+        chat_template_kwargs = dict(prompt_options.chat_template_kwargs) or None
+    if llama is not None:
+        if len(llama.llama_servers) > 1:
+            raise UsageError("--llama-server: dflash-accept measures one build at a time (dflash-release measures "
+                             "several side by side) — give it once")
+        llama_cpp, llama_cpp_src, threads = llama.llama_cpp, llama.llama_cpp_src, llama.threads
+        target_gguf = list(llama.target_ggufs) or None
+        llama_server = llama.llama_servers[0] if llama.llama_servers else None
+        draft_n_max = llama.draft_n_max or (None,)
+        draft_cache_types = llama.draft_cache_types or (None,)
+        llama_cpp_args, llama_cpp_timeout = llama.extra_args, llama.timeout
     if not drafters:
         raise UsageError("give at least one drafter")
     if max_new_tokens < 2:

@@ -36,7 +36,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import DFlashError, UsageError
-from ..llama_cpp.process import LlamaCppCrashed
+from ..llama_cpp.process import NO_REPACK_NOTE, LlamaCppCrashed
 from ..llama_cpp.http import same_server
 from ..llama_cpp.server import REQUEST_TIMEOUT_S, Completion, LlamaServer, RemoteServer
 from ..llama_cpp.speculative_simple import CountedRuns, LlamaCppRefused
@@ -90,6 +90,7 @@ class ServingRun(CountedRuns):
     off: list[Completion] = field(default_factory=list)
     refused: str | None = None
     crashed: bool = False
+    note: str | None = None  # NO_REPACK_NOTE: measured again with --no-repack after a crash with repacking
     seed: int = 0
     label: str = ""  # the shortest path tail that tells the drafter from the others (`reporting.distinct_labels`)
     block_size: int | None = None  # the drafter's block: what it could draft a round is block − 1
@@ -371,25 +372,51 @@ def measure_serving(
                 raise UsageError(f"--target-gguf {target}: no such file")
             blocks = [b for _, _, b in drafters]
             ctx = longest + 2 * (max_new_tokens + max(blocks)) + 64
+
+            def server(gguf: Any = None, n: int | None = None, cache: str | None = None,
+                       args: Sequence[str] = extra_args, target: Any = target, ctx: int = ctx) -> LlamaServer:
+                return LlamaServer(llama_server, target, gguf, draft_max=n, draft_cache_type=cache, ctx_size=ctx,
+                                   threads=threads, extra_args=args, startup_timeout=timeout,
+                                   request_timeout=timeout, vocab=vocab)
+
             say(f"llama-server: starting the target alone ({Path(target).name})")
-            with LlamaServer(llama_server, target, ctx_size=ctx, threads=threads, extra_args=extra_args,
-                             startup_timeout=timeout, request_timeout=timeout, vocab=vocab) as base:
+            args, note = list(extra_args), None
+            try:
+                base_server = server().__enter__()
+            except LlamaCppCrashed as exc:
+                if not exc.repack:
+                    raise
+                say("llama-server crashed loading the target with weight repacking: every pair with --no-repack")
+                args, note = [*args, "--no-repack"], NO_REPACK_NOTE
+                base_server = server(args=args).__enter__()
+            try:
                 for path, gguf, block in drafters:
                     for cache in draft_cache_types:
                         for n_max in draft_n_max:
                             n = n_max if n_max is not None else block - 1
-                            run = ServingRun(str(target), path, str(gguf), n, cache, seed=seed, block_size=block)
+                            run = ServingRun(str(target), path, str(gguf), n, cache, seed=seed, block_size=block,
+                                             note=note)
                             runs.append(run)
                             try:
-                                with LlamaServer(llama_server, target, gguf, draft_max=n, draft_cache_type=cache,
-                                                 ctx_size=ctx, threads=threads, extra_args=extra_args,
-                                                 startup_timeout=timeout, request_timeout=timeout,
-                                                 vocab=vocab) as spec:
-                                    measure(run, spec, base)
+                                try:
+                                    with server(gguf, n, cache, args) as spec:
+                                        measure(run, spec, base_server)
+                                except LlamaCppCrashed as exc:
+                                    if not exc.repack:
+                                        raise
+                                    # both arms again without repacking: a speed-up compares like with like
+                                    say(f"llama-server crashed loading {path} with weight repacking: the pair once "
+                                        "more with --no-repack")
+                                    run.on, run.off, run.note = [], [], NO_REPACK_NOTE
+                                    no_repack = [*args, "--no-repack"]
+                                    with server(args=no_repack) as base2, server(gguf, n, cache, no_repack) as spec:
+                                        measure(run, spec, base2)
                             except (LlamaCppRefused, LlamaCppCrashed) as exc:
                                 run.on, run.off = [], []
                                 run.refused, run.crashed = str(exc), isinstance(exc, LlamaCppCrashed)
                                 say(f"llama-server {'crashed on' if run.crashed else 'refused'} {path}: {exc}")
+            finally:
+                base_server.__exit__(None, None, None)
     labels = dict(zip([p for p, _, _ in drafters], distinct_labels([str(p) for p, _, _ in drafters])))
     for run in runs:
         run.label = labels.get(run.drafter, "")

@@ -71,7 +71,7 @@ def _row(r: ServingRun, v: str, diffs: list[Difference]) -> dict[str, Any]:
                                                     "speculative_token": diffs[0].speculative_token},
         "drafted": r.drafted, "accepted": r.accepted,
         "acceptance_rate": r.acceptance_rate if r.drafted else None, "drafts_at_most": r.drafts_at_most(),
-        "refused": r.refused, "verdict": v,
+        "refused": r.refused, "verdict": v, "note": r.note,
     }
 
 
@@ -90,7 +90,7 @@ def _speedup_bars(c: SectionContext) -> list[BarGroup]:
 
 
 def _notes(c: SectionContext) -> list[str]:
-    return list(c.s.notes) + [
+    return list(c.s.notes) + [f"{r.name} ({combo_label(r)}): {r.note}" for r in c.s.runs if r.note] + [
         f"verdicts: {VERDICT_GAIN} / {VERDICT_LOSS} — the speed-up's CI lies above / below 1; {VERDICT_NO_GAIN} "
         f"— it spans 1; {VERDICT_DIFFERS} — the speculative tokens are not the target's own greedy tokens"]
 

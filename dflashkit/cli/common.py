@@ -268,3 +268,113 @@ def _parse_fraction(value: str | None, option: str) -> float | None:
         raise UsageError(f"{option}: must lie between 0 and 1 (or 0% and 100%), got {value!r}")
     return number
 
+
+
+# --------------------------------------------------------------------------------------------
+# The measuring options dflash-accept and dflash-release share: defined once, each group collapsed into one frozen
+# value (`dflashkit.accept.options`) before the command's body runs. Put a group under @user_errors: its parsing
+# errors are then one line like any other.
+# --------------------------------------------------------------------------------------------
+
+
+def _group(options: list[Callable[[Any], Any]], names: tuple[str, ...], key: str,
+           build: Callable[..., Any]) -> Callable[[Any], Any]:
+    def decorate(func: Any) -> Any:
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            kwargs[key] = build(**{n: kwargs.pop(n) for n in names})
+            return func(*args, **kwargs)
+
+        for option in reversed(options):
+            wrapper = option(wrapper)
+        return wrapper
+
+    return decorate
+
+
+def _prompt_options(prompts_file: str | None, max_prompts: int | None, max_new_tokens: int, seed: int,
+                    reasoning: str | None, chat_template_kwargs: str | None) -> Any:
+    from ..accept.options import PromptOptions
+    from ..accept.prompts import parse_template_kwargs
+
+    return PromptOptions(prompts_file, max_prompts, max_new_tokens, seed, reasoning,
+                         parse_template_kwargs(chat_template_kwargs) or {})
+
+
+def prompt_options(func: Any) -> Any:
+    """--prompts, --max-prompts, --max-new-tokens, --seed, --reasoning, --chat-template-kwargs → ``prompt_options``
+    (a `PromptOptions`)."""
+    from ..accept.options import DEFAULT_MAX_NEW_TOKENS
+
+    return _group([
+        click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False), metavar="FILE.jsonl",
+                     help='Prompts, one JSON per line: {"messages": [...]} (chat template), {"prompt": "..."} or '
+                     '{"text": "..."} (raw). Default: the built-in chat/code/math set.'),
+        click.option("--max-prompts", type=click.IntRange(min=1), help="Use only the first N prompts."),
+        click.option("--max-new-tokens", type=click.IntRange(min=2), default=DEFAULT_MAX_NEW_TOKENS,
+                     show_default=True, help="New tokens per prompt."),
+        click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True,
+                     help="Seed of sampling and of the bootstrap CI."),
+        click.option("--reasoning", metavar="off|on|LEVEL",
+                     help="Thinking switch of the chat template, as z-lab's `dflash benchmark --reasoning`: on/off "
+                     "set enable_thinking; a level (e.g. high) sets reasoning_strength or reasoning_effort."),
+        click.option("--chat-template-kwargs", "chat_template_kwargs", metavar="JSON",
+                     help='Extra chat-template variables as a JSON object, e.g. \'{"enable_thinking": false}\' '
+                     "(merged over --reasoning)."),
+    ], ("prompts_file", "max_prompts", "max_new_tokens", "seed", "reasoning", "chat_template_kwargs"),
+        "prompt_options", _prompt_options)(func)
+
+
+def _llama_cpp_options(llama_cpp: str | None, llama_server: tuple[str, ...], target_gguf: tuple[str, ...],
+                       llama_cpp_src: str | None, draft_n_max: str | None, draft_cache_type: str | None,
+                       llama_cpp_args: tuple[str, ...], llama_cpp_timeout: float, threads: int) -> Any:
+    from ..accept.options import LlamaCppOptions
+    from ..accept.serving import cache_type_value, draft_n_max_value, parse_list
+    from ..llama_cpp import check_extra_args
+
+    if (draft_n_max is not None or draft_cache_type is not None) and not llama_server:
+        raise UsageError("--draft-n-max / --draft-cache-type are how llama-server serves the drafters: give "
+                         "--llama-server BIN_DIR too")
+    n_max = parse_list(draft_n_max, "--draft-n-max", draft_n_max_value) if draft_n_max is not None else []
+    caches = parse_list(draft_cache_type, "--draft-cache-type", cache_type_value) if draft_cache_type else []
+    return LlamaCppOptions(llama_cpp, tuple(llama_server), tuple(target_gguf), llama_cpp_src, tuple(n_max),
+                           tuple(caches), tuple(check_extra_args(llama_cpp_args)), llama_cpp_timeout, threads)
+
+
+def llama_cpp_options(func: Any) -> Any:
+    """--llama-cpp, --llama-server, --target-gguf, --llama-cpp-src, --draft-n-max, --draft-cache-type,
+    --llama-cpp-arg, --llama-cpp-timeout, --threads → ``llama`` (a `LlamaCppOptions`)."""
+    from ..accept.options import DEFAULT_LLAMA_CPP_TIMEOUT_S
+
+    return _group([
+        click.option("--llama-cpp", "llama_cpp", type=click.Path(file_okay=False), metavar="BIN_DIR",
+                     help="Also run every drafter in llama.cpp (BIN_DIR/llama-speculative-simple) on the same "
+                     "prompts, greedy: τ llama.cpp beside this runtime's τ."),
+        click.option("--llama-server", "llama_server", type=click.Path(file_okay=False), metavar="BIN_DIR",
+                     multiple=True, help="Measure every drafter where users run it: BIN_DIR/llama-server with and "
+                     "without the drafter on the same prompts (started on 127.0.0.1, stopped when done): τ, speed-up "
+                     "with a paired CI, identical output, a verdict. dflash-release takes it repeated (builds side "
+                     "by side)."),
+        click.option("--target-gguf", type=click.Path(dir_okay=False), metavar="FILE", multiple=True,
+                     help="The target as a GGUF for --llama-cpp / --llama-server (default: --target converted by "
+                     "llama.cpp's own converter from --llama-cpp-src). Repeat it to sweep quantized targets through "
+                     "--llama-server (--llama-cpp uses the first)."),
+        click.option("--llama-cpp-src", type=click.Path(file_okay=False), metavar="DIR",
+                     help="llama.cpp's source tree (convert_hf_to_gguf.py), to make the target GGUF."),
+        click.option("--draft-n-max", metavar="N[,N...]",
+                     help="With --llama-server: --spec-draft-n-max values to sweep, e.g. 4,8,15 (default: block "
+                     "size − 1)."),
+        click.option("--draft-cache-type", metavar="TYPE[,TYPE...]",
+                     help="With --llama-server: draft KV cache types to sweep (-ctkd / -ctvd), e.g. f16,q8_0 "
+                     "(default: the server's)."),
+        click.option("--llama-cpp-arg", "llama_cpp_args", metavar="ARG", multiple=True,
+                     help="An extra argument for every llama.cpp process (repeatable), e.g. "
+                     "--llama-cpp-arg=--no-repack. What dflashkit sets itself (-m, -md, --port, ...) is refused."),
+        click.option("--llama-cpp-timeout", type=FiniteFloat(min=0.0, min_open=True, max=604800.0),
+                     default=DEFAULT_LLAMA_CPP_TIMEOUT_S, show_default=True, metavar="SECONDS",
+                     help="The longest one llama.cpp run, server start or request may take."),
+        click.option("--threads", type=click.IntRange(1, 512), default=1, show_default=True,
+                     help="llama.cpp threads (-t, target and drafter). ggml's threads spin while they wait: more "
+                     "threads than idle cores makes a run many times slower."),
+    ], ("llama_cpp", "llama_server", "target_gguf", "llama_cpp_src", "draft_n_max", "draft_cache_type",
+        "llama_cpp_args", "llama_cpp_timeout", "threads"), "llama", _llama_cpp_options)(func)

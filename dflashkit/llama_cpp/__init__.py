@@ -7,7 +7,7 @@
 - `target`: the target as a GGUF (given, or made by llama.cpp's own converter).
 """
 
-from .process import LlamaCppCrashed, check_extra_args, crash_message, signal_name
+from .process import NO_REPACK_NOTE, LlamaCppCrashed, check_extra_args, crash_message, signal_name
 from .speculative_simple import (
     MAX_PROMPT_BYTES,
     RETRIES,
@@ -29,6 +29,7 @@ from .speculative_simple import (
 from .target import CONVERTER_RUNNER, SRC_ENV, llama_cpp_src, target_gguf_from_hf, temp_dir
 
 __all__ = [
+    "NO_REPACK_NOTE",
     "CONVERTER_RUNNER", "MAX_PROMPT_BYTES", "RETRIES", "SPECULATIVE_BINARY", "SRC_ENV", "LlamaCppCrashed",
     "LlamaCppDrafterRun", "LlamaCppLogLost", "LlamaCppPromptRun", "LlamaCppRefused", "PerPromptTau", "check_counts",
     "check_extra_args", "check_prompt_text", "crash_message", "find_binary", "llama_cpp_src", "mean_tau",

@@ -87,16 +87,35 @@ def last_lines(output: str, n: int = CRASH_TAIL_LINES, width: int = 300) -> str:
 
 
 class LlamaCppCrashed(DFlashError):
-    """A llama.cpp process died by a signal (a crash in llama.cpp, not a verdict on the file)."""
+    """A llama.cpp process died by a signal (a crash in llama.cpp, not a verdict on the file). ``repack``: it
+    died loading the models with ggml's weight repacking on (`repacking_crash`): worth one more try with
+    ``--no-repack``."""
+
+    def __init__(self, message: str, *, repack: bool = False) -> None:
+        super().__init__(message)
+        self.repack = repack
+
+
+#: the label of a figure measured again with --no-repack after a crash with ggml's weight repacking
+NO_REPACK_NOTE = "measured with --no-repack after a crash with repacking"
+
+
+def repacking_crash(returncode: int, output: str, phase: str, extra_args: Sequence[str] = ()) -> bool:
+    """A crash that matches ggml's AMX weight repacking (ggml-org/llama.cpp#20824): killed by a signal while
+    loading, repacking not already off, on a CPU with AMX or after the log named a repacked (CPU_REPACK / AMX)
+    buffer."""
+    if returncode >= 0 or phase != "loading" or "--no-repack" in extra_args or "-nr" in extra_args:
+        return False
+    return cpu_has_amx() or "REPACK" in output or "AMX" in output
 
 
 def crash_message(program: str, returncode: int, output: str, phase: str, extra_args: Sequence[str] = ()) -> str:
     """``llama-server crashed (SIGSEGV) while loading: <last lines>`` (+ the AMX hint where it applies)."""
     name = signal_name(returncode) or f"exit {returncode}"
     message = f"{program} crashed ({name}) while {phase}: {last_lines(output)}"
-    if cpu_has_amx() and "--no-repack" not in extra_args:
-        message += (" — this CPU has AMX, where ggml's weight repacking is known to crash on K-quants: "
-                    "try --llama-cpp-arg --no-repack")
+    if repacking_crash(returncode, output, phase, extra_args):
+        message += (" — ggml's weight repacking is known to crash loading Q8_0 and K-quant weights on CPUs with "
+                    "AMX: try --llama-cpp-arg --no-repack")
     return message
 
 

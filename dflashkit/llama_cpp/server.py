@@ -33,7 +33,7 @@ from ..bounds import escape_name
 from ..errors import DFlashError
 from .http import ExchangeFailed, ExchangeTimeout, Reply, exchange, parse_json_reply, split_url
 from .process import (LlamaCppCrashed, check_extra_args, crash_message, executable, last_lines, poll_child, popen,
-                      spec_type_of, stop, wait_child)
+                      repacking_crash, spec_type_of, stop, wait_child)
 from .speculative_simple import (LlamaCppDrafterRun, LlamaCppPromptRun, LlamaCppRefused, CountedRounds,
                                  refusal_message)
 
@@ -375,7 +375,8 @@ class LlamaServer(_Client):
         files = self.target_gguf + (f" + {self.drafter_gguf}" if self.drafter_gguf else "")
         if code < 0:
             return LlamaCppCrashed(f"{files}: " + crash_message(SERVER_BINARY, code, self.output, phase,
-                                                               self.extra_args))
+                                                               self.extra_args),
+                                   repack=repacking_crash(code, self.output, phase, self.extra_args))
         return LlamaCppRefused(f"{refusal_message(self.output)} (exit {code})")
 
     def _failed(self, what: str) -> DFlashError:

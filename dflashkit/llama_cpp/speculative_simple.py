@@ -28,8 +28,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import DFlashError
-from .process import (LlamaCppCrashed, check_extra_args, crash_message, executable, last_lines, run_bounded,
-                      spec_type_of)
+from .process import (NO_REPACK_NOTE, LlamaCppCrashed, check_extra_args, crash_message, executable, last_lines,
+                      repacking_crash, run_bounded, spec_type_of)
 
 SPECULATIVE_BINARY = "llama-speculative-simple"
 RETRIES = 5
@@ -152,6 +152,7 @@ class LlamaCppDrafterRun(CountedRuns):
     runs: list[LlamaCppPromptRun] = field(default_factory=list)
     refused: str | None = None  # llama.cpp's reason, or the crash (``crashed``)
     crashed: bool = False
+    note: str | None = None  # NO_REPACK_NOTE when it ran again with --no-repack after a repacking crash
 
 
 class LlamaCppRefused(DFlashError):
@@ -236,7 +237,8 @@ def run_prompt(
         # the counts are read from stderr only: stdout carries the prompt echo and the generated text
         if returncode < 0:  # died by a signal: a crash in llama.cpp, not a verdict on the file
             phase = "generating" if _ENCODED.search(output) else "loading"
-            raise LlamaCppCrashed(crash_message(SPECULATIVE_BINARY, returncode, output, phase, extra_args))
+            raise LlamaCppCrashed(crash_message(SPECULATIVE_BINARY, returncode, output, phase, extra_args),
+                                  repack=repacking_crash(returncode, output, phase, extra_args))
         if returncode != 0:
             raise LlamaCppRefused(refusal_message(output))
         if any(m in output for m in _CUT_SHORT):  # it broke out of its loop, then printed counts and exited 0
@@ -275,12 +277,23 @@ def run_drafter(
     message, and the drafter gets no τ: a file llama.cpp refuses for some prompts is not one to ship)."""
     say = progress or (lambda message: None)
     out = LlamaCppDrafterRun(drafter_path, str(drafter_gguf))
+    args = list(extra_args)
     for i, text in enumerate(texts):
         try:
-            r = run_prompt(binary, target_gguf, drafter_gguf, text, n_predict=n_predict, draft_max=draft_max,
-                           threads=threads, prompt_tokens=prompt_tokens[i] if prompt_tokens else None,
-                           ignore_eos=ignore_eos, extra_args=extra_args, retries=retries, timeout=timeout,
-                           label=drafter_path)
+            try:
+                r = run_prompt(binary, target_gguf, drafter_gguf, text, n_predict=n_predict, draft_max=draft_max,
+                               threads=threads, prompt_tokens=prompt_tokens[i] if prompt_tokens else None,
+                               ignore_eos=ignore_eos, extra_args=args, retries=retries, timeout=timeout,
+                               label=drafter_path)
+            except LlamaCppCrashed as exc:
+                if not exc.repack:
+                    raise
+                say(f"llama.cpp crashed loading {drafter_path} with weight repacking: once more with --no-repack")
+                args, out.note = [*args, "--no-repack"], NO_REPACK_NOTE  # the later prompts too: one setting
+                r = run_prompt(binary, target_gguf, drafter_gguf, text, n_predict=n_predict, draft_max=draft_max,
+                               threads=threads, prompt_tokens=prompt_tokens[i] if prompt_tokens else None,
+                               ignore_eos=ignore_eos, extra_args=args, retries=retries, timeout=timeout,
+                               label=drafter_path)
         except (LlamaCppRefused, LlamaCppCrashed) as exc:
             out.refused, out.runs, out.crashed = str(exc), [], isinstance(exc, LlamaCppCrashed)
             say(f"llama.cpp {'crashed on' if out.crashed else 'refused'} {drafter_path}: {exc}")

@@ -90,6 +90,14 @@ def recommended_by_speed(release: dict[str, Any]) -> str | None:
     return min(ok, key=lambda t: (jobs[t]["size_bytes"], types.index(t))) if ok else None
 
 
+def failed_where_served(job: dict[str, Any]) -> bool:
+    """llama-server crashed on the file or refused it, and no combination of it was measured: the τ rule never
+    recommends such a type (llama.cpp cannot run it here, whatever τ the reference runtime gives)."""
+    entries = job.get("serving", [])
+    return bool(entries) and not any(e.get("verdict") in MEASURED for e in entries) and \
+        any(e.get("verdict") in ("crashed", "refused to load") for e in entries)
+
+
 def recommended(release: dict[str, Any]) -> str | None:
     """The recommended type: by speed-up when one was measured (`recommended_by_speed`), else by τ."""
     by_speed = recommended_by_speed(release)
@@ -101,6 +109,7 @@ def recommended(release: dict[str, Any]) -> str | None:
         return None
     ref_tau = jobs[types[0]]["tau"]["mean"]
     ok = [t for t in types if not jobs[t]["gates_failed"] and jobs[t]["tau"]["mean"] is not None
+          and not failed_where_served(jobs[t])
           and ref_tau is not None and jobs[t]["tau"]["mean"] >= RECOMMEND_FRACTION * ref_tau]
     return min(ok, key=lambda t: (jobs[t]["size_bytes"], types.index(t))) if ok else None
 
@@ -211,12 +220,18 @@ def render_card(release: dict[str, Any]) -> str:
     by_speed = release.get("recommended_by") == "speed-up"
     rule = RECOMMEND_SPEED_RULE if by_speed else RECOMMEND_RULE
     if best is not None:
-        lines.append(f"**{best}** (`{jobs[best]['file']}`): {rule}.")
+        note = (best_entry(jobs[best].get("serving", [])) or {}).get("note")
+        lines.append(f"**{best}** (`{jobs[best]['file']}`): {rule}." + (f" Its speed-up was {note}." if note else ""))
     else:
         lines.append(f"None: no type meets the rule ({rule}).")
     if release.get("serving") and not by_speed:
         lines.append("")
         lines.append("No type's speed-up through llama-server is a net gain, so the τ rule chose.")
+        unserved = [t for t in types if failed_where_served(jobs[t])]
+        if unserved:
+            lines.append("")
+            lines.append(f"Not considered: {', '.join(unserved)} — llama-server crashed on or refused the file on the "
+                         "measuring machine (the table above says which).")
     run_file = jobs[best]["file"] if best else (jobs[types[0]]["file"] if types else "DRAFTER.gguf")
     chosen = best_entry(jobs[best].get("serving", [])) if best else None
     n_max = chosen["draft_n_max"] if chosen and chosen.get("draft_n_max") else release["block_size"] - 1

@@ -48,7 +48,8 @@ def _rows(c: _Serving) -> list[dict[str, Any]]:
                 "rate": "–" if e.get("acceptance_rate") is None else f"{e['acceptance_rate']:.1%}",
                 "off": _fmt(e.get("tokens_per_s_off"), ".1f"), "on": _fmt(e.get("tokens_per_s_on"), ".1f"),
                 "speedup": "–" if e.get("speedup") is None else f"×{e['speedup']:.2f}",
-                "ci": f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "–", "verdict": e["verdict"]})
+                "ci": f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "–",
+                "verdict": e["verdict"] + (f" ({e['note']})" if e.get("note") else "")})
     return rows
 
 
@@ -61,7 +62,7 @@ def _columns(c: _Serving) -> list[Column]:
 
 #: one row per type (× build), at the n-max that served it fastest
 SERVING_TABLE = TableSpec("Speed through llama-server", _columns, _rows, id="serving",
-                          flagged=lambda c: {i for i, r in enumerate(_rows(c)) if r["verdict"] != "net gain"})
+                          flagged=lambda c: {i for i, r in enumerate(_rows(c)) if not r["verdict"].startswith("net gain")})
 
 
 def _sweep_label(e: dict[str, Any]) -> str:

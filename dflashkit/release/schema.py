@@ -153,7 +153,7 @@ def serving_run(max_prompts: int) -> Obj:
         "tokens_per_s_off": SPEED, "per_prompt_tokens_per_s": listing(listing(SPEED, 2, min_len=2), max_prompts),
         "speedup": number(0.0, 1e6, null=True), "speedup_ci": listing(number(0.0, 1e6), 2, null=True, min_len=2),
         "verdict": text(64, choices=VERDICTS), "refused": text(null=True),
-    })
+    }, optional={"note": text(200, null=True)})
 
 
 #: how the release served its files: the builds (by name), the host, the sweep
@@ -172,7 +172,8 @@ def job_schema(max_prompts: int) -> Obj:
         "tau": Obj({"mean": number(0.0, 4097.0, null=True),
                     "per_prompt": listing(number(0.0, 4097.0, null=True), max_prompts),
                     "nonfinite_rounds": COUNT, "prompts": integer(0, max_prompts), "max_new_tokens": integer(2, 1 << 20)},
-                   optional={"llama_cpp": number(0.0, 4097.0, null=True), "llama_cpp_refused": text(null=True)}),
+                   optional={"llama_cpp": number(0.0, 4097.0, null=True), "llama_cpp_refused": text(null=True),
+                             "llama_cpp_note": text(200, null=True)}),
         "gates_failed": listing(Obj({"gate": text(32), "why": text()}), 16),
         "sha256": HASH,
     }, optional={"serving": listing(serving_run(max_prompts), 4096), "seal": HASH})

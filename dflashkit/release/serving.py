@@ -73,7 +73,7 @@ def entry_of(run: Any, prompt_names: Sequence[str], build: str) -> dict[str, Any
         "per_prompt_tokens_per_s": [[_finite(a.tokens_per_s), _finite(b.tokens_per_s)]
                                     for a, b in zip(run.on, run.off)],
         "speedup": _finite(run.speedup), "speedup_ci": [float(ci[0]), float(ci[1])] if ci else None,
-        "verdict": run.verdict(prompt_names), "refused": run.refused,
+        "verdict": run.verdict(prompt_names), "refused": run.refused, "note": run.note,
     }
 
 
