@@ -3,7 +3,8 @@
 It answers ``/health`` and ``/completion`` the way llama-server does (the JSON fields dflashkit reads), records its
 argv and pid, and misbehaves on request: the file ``mode`` beside it names how (``segv`` at start, ``refuse``,
 ``segv-generate``, ``base-segv-generate`` (the target alone dies), ``hang``, ``impossible``, ``no-draft``,
-``http-error``). With ``-md`` it reports draft counts
+``http-error``, ``amx`` (dies loading a drafter with weight repacking on, as ggml on an AMX CPU: fine with
+``--no-repack``), ``amx-q8`` (the same for Q8_0 files only), ``segv-q8`` (dies loading any Q8_0 drafter)). With ``-md`` it reports draft counts
 and generates twice as fast as without, so the speed-up is ×2 and every verdict is known in advance.
 """
 
@@ -35,6 +36,16 @@ sys.stderr.write("main: loading model\n")
 sys.stderr.flush()
 if mode == "segv" and draft:
     sys.stderr.write("load_tensors: loading model tensors\nggml_backend_amx_buffer_set_tensor: repack fc.weight\n")
+    sys.stderr.flush()
+    os.kill(os.getpid(), signal.SIGSEGV)
+if mode.startswith("amx") and draft and "--no-repack" not in argv and (mode == "amx" or "Q8_0" in argv[argv.index("-md") + 1]):
+    # ggml's weight repacking on an AMX CPU: the log names the repacked buffer and the model's absolute path, then dies
+    sys.stderr.write(f"llama_model_loader: loaded meta data from {os.path.abspath(argv[argv.index('-md') + 1])}\n"
+                     "load_tensors: CPU_REPACK model buffer size = 1.00 MiB\n")
+    sys.stderr.flush()
+    os.kill(os.getpid(), signal.SIGSEGV)
+if mode == "segv-q8" and draft and "Q8_0" in argv[argv.index("-md") + 1]:  # crashes on Q8_0 files whatever it is given
+    sys.stderr.write(f"llama_model_loader: loaded meta data from {os.path.abspath(argv[argv.index('-md') + 1])}\n")
     sys.stderr.flush()
     os.kill(os.getpid(), signal.SIGSEGV)
 if mode == "refuse" and draft:

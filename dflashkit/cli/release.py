@@ -7,7 +7,8 @@ import click
 from ..bounds import escape_name
 from ..errors import UsageError
 from ..release.runners import DEFAULT_RAY_TIMEOUT_S
-from .common import FiniteFloat, _parse_fraction, user_errors
+from ..accept.options import LlamaCppOptions, PromptOptions
+from .common import FiniteFloat, _parse_fraction, llama_cpp_options, prompt_options, user_errors
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]}, epilog="""\b
@@ -25,25 +26,12 @@ Examples:
               "needs --imatrix) and the Q4_K_M_DRAFT preset.")
 @click.option("--imatrix", "imatrix", metavar="FILE", help="Importance matrix every quantized type is made with "
               "(dflash-imatrix makes a drafter's; recorded in the card).")
-@click.option("--prompts", "prompts_file", metavar="FILE.jsonl", help="Prompts for τ (default: the built-in set).")
-@click.option("--max-prompts", type=click.IntRange(min=1), help="Use only the first N prompts.")
-@click.option("--max-new-tokens", type=click.IntRange(min=2), default=64, show_default=True)
-@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True)
 @click.option("--parity-rounds", type=click.IntRange(min=1, max=1000), default=4, show_default=True,
               help="Draft rounds compared with the checkpoint per type.")
 @click.option("--min-top1", default="75%", show_default=True, metavar="FRAC",
               help="Parity gate: top-1 agreement with the checkpoint.")
 @click.option("--min-tau", type=click.FloatRange(min=0), metavar="TAU", help="τ gate, per type.")
 @click.option("--allow-failures", is_flag=True, help="Write the card even when a gate fails, with that row marked.")
-@click.option("--llama-cpp", metavar="BIN_DIR", help="Also measure τ in llama.cpp (passed to the τ step).")
-@click.option("--llama-server", "llama_server", metavar="BIN_DIR", multiple=True, help="Also measure each file's "
-              "speed-up through this build's llama-server, after every file job, one server pair at a time; repeat "
-              "it to measure two builds side by side.")
-@click.option("--target-gguf", metavar="FILE", help="The target as a GGUF, for --llama-cpp / --llama-server.")
-@click.option("--draft-n-max", "draft_n_max", metavar="N[,N…]", help="llama-server's --spec-draft-n-max values to "
-              "serve each file at (default: the drafter's block − 1); the card shows each type's best.")
-@click.option("--draft-cache-type", "draft_cache_type", metavar="T[,T…]", help="Draft KV cache types to serve at "
-              "(-ctkd/-ctvd: f16, q8_0, q4_0, …; default: the server's).")
 @click.option("--naming", type=click.Choice(["source", "target"]), default="source", show_default=True,
               help="File names: source — <drafter>-<TYPE>.gguf; target — dflash-<target>-<TYPE>.gguf, as "
               "ggml-org/convert names a drafter beside its target (Unsloth Studio finds it by that name).")
@@ -65,20 +53,20 @@ Examples:
               "and that the card's figures are release.json's.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @user_errors
-def release_command(paths: tuple[str, ...], target: str | None, types: str, prompts_file: str | None,
-                    max_prompts: int | None, max_new_tokens: int, seed: int, parity_rounds: int, min_top1: str,
-                    min_tau: float | None, allow_failures: bool, llama_cpp: str | None, llama_server: str | None,
-                    target_gguf: str | None, source_repo: str | None, source_revision: str | None,
+@prompt_options
+@llama_cpp_options
+def release_command(paths: tuple[str, ...], target: str | None, types: str, prompt_options: PromptOptions,
+                    llama: LlamaCppOptions, parity_rounds: int, min_top1: str, min_tau: float | None,
+                    allow_failures: bool, source_repo: str | None, source_revision: str | None,
                     target_repo: str | None, workers: int | None, ray_address: str | None, ray_gpus_per_job: float,
-                    ray_timeout: float, check: bool, quiet: bool, imatrix: str | None, draft_n_max: str | None,
-                    draft_cache_type: str | None, naming: str, target_name: str | None) -> None:
+                    ray_timeout: float, check: bool, quiet: bool, imatrix: str | None, naming: str,
+                    target_name: str | None) -> None:
     """Release SRC (an HF drafter folder or hub id) as GGUFs of every --types into OUTDIR, each checked (inspect
     --strict, diff and parity against the checkpoint, τ), with a model card (README.md), SHA256SUMS and
     release.json. Resumable: run it again after an interruption and the finished types are kept.
 
     Exit 0 when every gate passed (or --allow-failures); 1 naming the type and the gate or step that failed; 2 for
     usage. With --check OUTDIR: exit 0 when the folder is what its release.json says, else 1 with each problem."""
-    from ..accept.serving import cache_type_value, draft_n_max_value, parse_list
     from ..release import check_release, release
 
     if check:
@@ -96,17 +84,12 @@ def release_command(paths: tuple[str, ...], target: str | None, types: str, prom
     if target is None:
         raise UsageError("--target DIR is required: inspect, parity and τ run against the target")
     top1 = _parse_fraction(min_top1, "--min-top1")
-    n_max = parse_list(draft_n_max, "--draft-n-max", draft_n_max_value) if draft_n_max is not None else None
-    caches = parse_list(draft_cache_type, "--draft-cache-type", cache_type_value) if draft_cache_type else None
     say = None if quiet else (lambda m: click.echo(escape_name(m, limit=600), err=True))
-    result = release(paths[0], paths[1], target=target, types=types, prompts=prompts_file,
-                     max_prompts=max_prompts, max_new_tokens=max_new_tokens, seed=seed,
+    result = release(paths[0], paths[1], target=target, types=types, prompt_options=prompt_options, llama=llama,
                      parity_rounds=parity_rounds, min_top1=top1 if top1 is not None else 0.75, min_tau=min_tau,
-                     allow_failures=allow_failures, llama_cpp=llama_cpp, llama_server=list(llama_server) or None,
-                     target_gguf=target_gguf, source_repo=source_repo, source_revision=source_revision,
+                     allow_failures=allow_failures, source_repo=source_repo, source_revision=source_revision,
                      target_repo=target_repo, workers=workers, ray=ray_address, ray_gpus_per_job=ray_gpus_per_job,
-                     ray_timeout=ray_timeout, imatrix=imatrix, draft_n_max=n_max, draft_cache_types=caches,
-                     naming=naming, target_name=target_name, progress=say)
+                     ray_timeout=ray_timeout, imatrix=imatrix, naming=naming, target_name=target_name, progress=say)
     rec = result.record
     best = rec.get("recommended")
     marked = [f"{t} ({g['gate']})" for t, g in result.failures]

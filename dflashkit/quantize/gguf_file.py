@@ -262,6 +262,7 @@ def quantize_gguf(
     imatrix: str | os.PathLike[str] | ImportanceMatrix | None = None,
     include_weights: Sequence[str] = (),
     exclude_weights: Sequence[str] = (),
+    imatrix_name: str | None = None,
 ) -> QuantizeResult:
     """Quantize the GGUF ``src`` to ``out`` with llama-quantize's per-tensor policy for ``file_type``.
 
@@ -269,7 +270,8 @@ def quantize_gguf(
     NaN / inf values and values beyond F16 in the tensors it converts are warned about with their names
     (`codecs.values`); ``strict`` refuses them instead (nothing is written). ``imatrix``: an importance matrix
     (``--imatrix``; `imatrix.load_imatrix` with ``include_weights`` / ``exclude_weights``), applied as
-    llama-quantize applies it, its ``quantize.imatrix.*`` keys recorded.
+    llama-quantize applies it, its ``quantize.imatrix.*`` keys recorded (``imatrix_name``: what
+    ``quantize.imatrix.file`` records instead of the path as given — a release records the base name).
     Raises DFlashError / UsageError (one line) before writing anything; ``out`` appears only when complete.
     """
     warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
@@ -284,6 +286,8 @@ def quantize_gguf(
     matrix = imatrix if isinstance(imatrix, ImportanceMatrix) or imatrix is None else \
         load_imatrix(imatrix, include=include_weights, exclude=exclude_weights)
     has_imatrix = matrix is not None and bool(matrix.entries)
+    if matrix is not None and imatrix_name is not None:
+        matrix.recorded_name = imatrix_name
     with open_gguf(src_path) as gf:
         out_path = check_output_path(out, force=force, inputs=[src_path, *([] if imatrix is None or isinstance(
             imatrix, ImportanceMatrix) else [Path(imatrix)])])
@@ -318,7 +322,7 @@ def quantize_gguf(
             raise UsageError(f"{ft.name} needs an importance matrix, as llama-quantize does: its tensor "
                              f"{escape_name(need.name)} is quantized to {need.new_type.name}, garbage without one — "
                              "pass --imatrix FILE (dflash-imatrix makes a drafter's)")
-        weights = check_imatrix(matrix, ft, infos, choices) if has_imatrix else {}
+        weights = check_imatrix(matrix, ft, infos, choices) if matrix is not None else {}
         if patterns and not ft.quantized:
             warnings.append(f"--tensor-type is ignored for {ft.name} (llama-quantize applies overrides only "
                             "to quantized file types)")

@@ -56,7 +56,7 @@ def parse_tensor_type_override(spec: str) -> tuple[re.Pattern[str], GGMLQuantiza
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # a warning is a construct read two ways: refused, never printed
             compiled = re.compile(translated, re.ASCII)
-    except (re.error, FutureWarning, DeprecationWarning) as exc:
+    except (ValueError, re.error, FutureWarning, DeprecationWarning) as exc:
         raise UsageError(f"--tensor-type '{spec}': bad regular expression ({exc})") from None
     problem = pattern_hazard(translated)
     if problem:

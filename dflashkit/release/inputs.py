@@ -19,7 +19,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from ..errors import UsageError
 from ..files import input_files
@@ -136,16 +136,19 @@ def _where(p: str | os.PathLike | None) -> str | None:
 
 
 def inputs_digest(src: str | os.PathLike, target: str | os.PathLike, prompts: str | os.PathLike | None,
-                  settings: dict[str, Any], llama: dict[str, Any], version: str) -> tuple[str, str]:
+                  settings: dict[str, Any], llama: dict[str, Any], version: str,
+                  extra: dict[str, Any] | None = None) -> tuple[str, str]:
     """(which release this is, what its figures were made from), as two digests. The first — the inputs' resolved
     paths, the settings, the llama.cpp build and target GGUF — must match for a release to write into a folder
     holding one; the second — the fingerprint of every file under them, the prompts' bytes, dflashkit's version —
-    is sealed with each job, so a job made from other weights is measured again rather than kept."""
+    is sealed with each job, so a job made from other weights is measured again rather than kept. ``extra``: more
+    settings the figures depend on (llama.cpp's extra arguments, threads, the chat template's switches), in the
+    first digest when given."""
     def each(fn: Any, v: Any) -> Any:  # a value, or a list of them (--llama-server builds)
         return [fn(x) for x in v] if isinstance(v, (list, tuple)) else fn(v)
 
     identity = {"source": _where(src), "target": _where(target), "prompts": _where(prompts), "settings": settings,
-                "llama": {k: each(_where, v) for k, v in sorted(llama.items())}}
+                "llama": {k: each(_where, v) for k, v in sorted(llama.items())}, **({"extra": extra} if extra else {})}
     content = {"source": fingerprint(src), "target": fingerprint(target), "prompts": _prompts_digest(prompts),
                "llama": {k: each(fingerprint, v) for k, v in sorted(llama.items())}, "version": version}
     return tuple(hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()  # type: ignore
@@ -166,3 +169,39 @@ def check_names(names: dict[str, str | None]) -> None:
         if len(name) > MAX_NAME or "\x00" in name:
             raise UsageError(f"{option}: a name of {len(name)} characters — the release records names of at most "
                              f"{MAX_NAME}; give a shorter one")
+
+
+#: an absolute path (or one under ~) of at least one folder: what a log line of llama.cpp or a message of a step
+#: may carry of this machine — kept as its last part
+_PATH = re.compile(r"(?<![\w.~:/-])(?:~|\.{0,2})/(?:[^\s/|'\"`:;,()\[\]<>]+/)+([^\s/|'\"`:;,()\[\]<>]*)")
+
+
+def scrub_paths(text: str | None, known: Iterable[str | os.PathLike | None] = ()) -> str | None:
+    """``text`` with every path of this machine cut to its base name: anything shaped like an absolute path, then
+    the paths dflashkit passed (as given, made absolute, resolved; the longest first). For every message a
+    release stores or publishes (llama-server's own log lines name the model files it was given)."""
+    if text is None:
+        return None
+    text = _PATH.sub(lambda m: m.group(1) or "…", text)
+    forms: set[str] = set()
+    for p in known:
+        if p is None or not str(p):
+            continue
+        for form in (str(p), os.path.abspath(p), os.path.realpath(p)):
+            if len(form) > 1:
+                forms.add(form.rstrip("/") or form)
+    for form in sorted(forms, key=len, reverse=True):
+        text = text.replace(form, Path(form).name or "…")
+    return text
+
+
+def scrub_job(job: dict[str, Any], known: Iterable[str | os.PathLike | None]) -> None:
+    """Every message a job's record keeps (failed gates, llama.cpp's refusal, llama-server's), scrubbed in place."""
+    known = list(known)
+    for gate in job.get("gates_failed", []):
+        gate["why"] = scrub_paths(gate["why"], known)
+    tau = job.get("tau") or {}
+    if tau.get("llama_cpp_refused"):
+        tau["llama_cpp_refused"] = scrub_paths(tau["llama_cpp_refused"], known)
+    for entry in job.get("serving", []):
+        entry["refused"] = scrub_paths(entry.get("refused"), known)

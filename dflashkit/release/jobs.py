@@ -44,6 +44,12 @@ class JobSpec:
     target_gguf: str | None = None
     llama_cpp_args: tuple[str, ...] = ()
     imatrix: str | None = None  # an importance matrix every quantized type is made with (--imatrix)
+    imatrix_name: str | None = None  # what quantize.imatrix.file records: the base name, never a path of this machine
+    threads: int = 1
+    llama_cpp_timeout: float = 600.0
+    reasoning: str | None = None
+    chat_template_kwargs: tuple[tuple[str, Any], ...] = ()
+    llama_cpp_src: str | None = None
 
 
 def _figures_of_file(path: Path) -> dict[str, Any]:
@@ -80,7 +86,7 @@ def run_job(spec: JobSpec) -> dict[str, Any]:
     failed: list[dict[str, str]] = []
     try:
         quantize_gguf(spec.base, out, spec.type_name, force=True, progress=False, warn=lambda m: None,
-                      imatrix=spec.imatrix)
+                      imatrix=spec.imatrix, imatrix_name=spec.imatrix_name)
         record: dict[str, Any] = {"type": spec.type_name, "file": out.name, **_figures_of_file(out)}
 
         step = "inspect"
@@ -111,7 +117,10 @@ def run_job(spec: JobSpec) -> dict[str, Any]:
         step = "τ"
         accept = run_acceptance(spec.target, [str(out)], spec.prompts, max_new_tokens=spec.max_new_tokens,
                                 seed=spec.seed, max_prompts=spec.max_prompts, llama_cpp=spec.llama_cpp,
-                                target_gguf=spec.target_gguf, llama_cpp_args=spec.llama_cpp_args)
+                                target_gguf=spec.target_gguf, llama_cpp_args=spec.llama_cpp_args,
+                                threads=spec.threads, llama_cpp_timeout=spec.llama_cpp_timeout,
+                                reasoning=spec.reasoning, chat_template_kwargs=dict(spec.chat_template_kwargs) or None,
+                                llama_cpp_src=spec.llama_cpp_src)
         run = accept.drafters[0]
         record["tau"] = {"mean": _finite(run.tau), "per_prompt": [_finite(t) for t in run.taus],
                          "nonfinite_rounds": run.nonfinite_rounds, "prompts": len(run.taus),
@@ -120,6 +129,8 @@ def run_job(spec: JobSpec) -> dict[str, Any]:
             lc = accept.llama_cpp[0]
             record["tau"]["llama_cpp"] = _finite(lc.tau) if not lc.refused else None
             record["tau"]["llama_cpp_refused"] = lc.refused
+            if lc.note:
+                record["tau"]["llama_cpp_note"] = lc.note
         if run.nonfinite_rounds:
             failed.append({"gate": GATE_NONFINITE, "why": f"{run.nonfinite_rounds} round(s) with NaN/Inf logits"})
         if spec.min_tau is not None and not (run.tau >= spec.min_tau):

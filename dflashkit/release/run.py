@@ -27,11 +27,12 @@ from typing import Any, Callable, Sequence
 
 from ..bounds import dumps
 from ..errors import DFlashError, UsageError
-from ..files import (MAX_JSON_CONTAINERS, check_output, check_outside_inputs, json_container_count, read_json, signals_unwind,
-                     write_text_atomic)
+from ..accept.options import DEFAULT_LLAMA_CPP_TIMEOUT_S, DEFAULT_MAX_NEW_TOKENS, LlamaCppOptions, PromptOptions
+from ..files import (MAX_JSON_CONTAINERS, check_output, check_outside_inputs, json_container_count, read_json,
+                     signals_unwind, write_text_atomic)
 from ..filetypes import ALL_FILE_TYPES
 from .card import recommended, recommended_by_speed, render_card, sha256_of, sha256sums
-from .inputs import _license_of, check_names, file_prefix, inputs_digest, public_name, release_name
+from .inputs import _license_of, check_names, file_prefix, inputs_digest, public_name, release_name, scrub_job
 from .inside import NotInside, sha256_inside
 from .jobs import JobSpec
 from .outdir import Claim, claim, foreign_entry, read_pending, remove_unrecorded
@@ -84,6 +85,13 @@ class Options:
     imatrix: str | os.PathLike | None = None
     draft_n_max: tuple[int | None, ...] = (None,)
     draft_cache_types: tuple[str | None, ...] = (None,)
+    target_ggufs: tuple[str, ...] = ()  # every --target-gguf: served side by side (τ in llama.cpp: the first)
+    llama_cpp_args: tuple[str, ...] = ()
+    threads: int = 1
+    llama_cpp_timeout: float = DEFAULT_LLAMA_CPP_TIMEOUT_S
+    reasoning: str | None = None
+    chat_template_kwargs: tuple[tuple[str, Any], ...] = ()
+    llama_cpp_src: str | os.PathLike | None = None
 
 
 def release_types() -> tuple[str, ...]:
@@ -161,15 +169,20 @@ def _kept_job(previous: dict[str, Any] | None, out: Path, t: str, digest: str, k
 def release(
     src: str | os.PathLike, outdir: str | os.PathLike, *, target: str | os.PathLike,
     types: str | Sequence[str] = DEFAULT_TYPES, prompts: str | os.PathLike | None = None,
-    max_prompts: int | None = None, max_new_tokens: int = 64, seed: int = 0, parity_rounds: int = 4,
+    max_prompts: int | None = None, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, seed: int = 0,
+    parity_rounds: int = 4,
     min_top1: float = 0.75, min_tau: float | None = None, allow_failures: bool = False,
     llama_cpp: str | os.PathLike | None = None,
     llama_server: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
-    target_gguf: str | os.PathLike | None = None, source_repo: str | None = None,
+    target_gguf: str | os.PathLike | Sequence[str | os.PathLike] | None = None, source_repo: str | None = None,
     source_revision: str | None = None, target_repo: str | None = None, workers: int | None = None,
     ray: str | None = None, ray_gpus_per_job: float = 0.0, ray_timeout: float = DEFAULT_RAY_TIMEOUT_S,
     imatrix: str | os.PathLike | None = None, draft_n_max: Sequence[int] | None = None,
     draft_cache_types: Sequence[str] | None = None, naming: str = "source", target_name: str | None = None,
+    llama_cpp_args: Sequence[str] = (), threads: int = 1, llama_cpp_timeout: float = DEFAULT_LLAMA_CPP_TIMEOUT_S,
+    reasoning: str | None = None, chat_template_kwargs: dict[str, Any] | None = None,
+    llama_cpp_src: str | os.PathLike | None = None,
+    prompt_options: PromptOptions | None = None, llama: LlamaCppOptions | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> ReleaseResult:
     """Release ``src`` into ``outdir`` (module doc). Raises `DFlashError` naming the type and the gate or step that
@@ -179,8 +192,26 @@ def release(
     ``llama_server``: one build's bin/ folder or several (measured side by side), with ``target_gguf``; each type's
     file is served at every ``draft_n_max`` (default: the block − 1) × ``draft_cache_types`` (default: the
     server's). ``naming="target"`` names the files ``dflash-<target>-<TYPE>.gguf`` (``target_name``, default the
-    target's hub id or folder name), else ``<name>-<TYPE>.gguf``."""
+    target's hub id or folder name), else ``<name>-<TYPE>.gguf``. ``prompt_options`` / ``llama``: the values
+    ``dflash-accept`` takes too (`dflashkit.accept.options`); given, they stand for the settings they hold."""
     say = progress or (lambda message: None)
+    if prompt_options is not None:
+        prompts, max_prompts, max_new_tokens = prompt_options.prompts, prompt_options.max_prompts, \
+            prompt_options.max_new_tokens
+        seed, reasoning = prompt_options.seed, prompt_options.reasoning
+        chat_template_kwargs = dict(prompt_options.chat_template_kwargs)
+    if llama is not None:
+        llama_cpp, llama_cpp_src, llama_cpp_args = llama.llama_cpp, llama.llama_cpp_src, llama.extra_args
+        llama_server = list(llama.llama_servers) or None
+        target_gguf = list(llama.target_ggufs) or None
+        draft_n_max, draft_cache_types = list(llama.draft_n_max) or None, list(llama.draft_cache_types) or None
+        threads, llama_cpp_timeout = llama.threads, llama.timeout
+    from ..llama_cpp import check_extra_args
+
+    extra_args = tuple(check_extra_args(llama_cpp_args))
+    target_ggufs = tuple(str(g) for g in ([] if target_gguf is None else [target_gguf]
+                                          if isinstance(target_gguf, (str, os.PathLike)) else target_gguf))
+    target_gguf = target_ggufs[0] if target_ggufs else None
     _check_arguments(seed, workers, max_prompts, ray_timeout)
     type_names = parse_types(types)
     out = Path(outdir)
@@ -189,7 +220,7 @@ def release(
     if not out.parent.is_dir():
         raise DFlashError(f"{out}: the folder {out.parent} does not exist")
     check_outside_inputs(out, [src, target])
-    servers = _servers(llama_server, target_gguf, draft_n_max, draft_cache_types, src)
+    servers = _servers(llama_server, target_ggufs, draft_n_max, draft_cache_types, src)
     if target_gguf is not None and llama_cpp is None and not servers:
         raise UsageError("--target-gguf only matters with --llama-cpp or --llama-server BIN_DIR")
     from ..filetypes import NEEDS_IMATRIX
@@ -197,8 +228,10 @@ def release(
     if imatrix is None and (need := [t for t in type_names if t in NEEDS_IMATRIX]):
         raise UsageError(f"--types {need[0]}: needs an importance matrix, as llama-quantize does — pass --imatrix FILE "
                          "(dflash-imatrix makes a drafter's)")
-    if imatrix is not None and not Path(imatrix).is_file():
-        raise UsageError(f"--imatrix {imatrix}: no such file")
+    if imatrix is not None:  # read now (its header and layout, no values): a bad one is refused before any work
+        from ..quantize.imatrix import load_imatrix
+
+        load_imatrix(imatrix)
     name = release_name(src, source_repo)
     prefix, short_target = file_prefix(naming, name, target, target_repo, target_name)
     files = {t: f"{prefix}-{t}.gguf" for t in type_names}
@@ -207,7 +240,7 @@ def release(
                 "min_top1": min_top1, "min_tau": min_tau}
     check_names({"SRC": public_name(src, source_repo), "--target": public_name(target, target_repo),
                  "--prompts": settings["prompts"], "--source-revision": source_revision,
-                 "--target-gguf": Path(target_gguf).name if target_gguf else None,
+                 **{f"--target-gguf {g}": Path(g).name for g in target_ggufs},
                  "--imatrix": Path(imatrix).name if imatrix else None,
                  "--llama-cpp": build_name(llama_cpp),
                  **{f"--llama-server {b}": build_name(b) for b in servers}})
@@ -218,10 +251,16 @@ def release(
     digest, content = inputs_digest(src, target, prompts, {**settings, "naming": [naming, prefix],
                                                            "draft_n_max": n_max, "draft_cache_types": caches},
                                     {"llama_cpp": llama_cpp, "llama_server": list(servers),
-                                     "target_gguf": target_gguf, "imatrix": imatrix}, __version__)
+                                     "target_gguf": list(target_ggufs) if len(target_ggufs) > 1 else target_gguf,
+                                     "imatrix": imatrix},
+                                    __version__, extra={"llama_cpp_args": list(extra_args), "threads": threads,
+                                                        "reasoning": reasoning,
+                                                        "chat_template_kwargs": chat_template_kwargs or {}})
     options = Options(prompts, max_prompts, max_new_tokens, seed, parity_rounds, min_top1, min_tau, allow_failures,
                       llama_cpp, servers, target_gguf, source_repo, source_revision, target_repo, workers, ray,
-                      ray_gpus_per_job, ray_timeout, imatrix, n_max, caches)
+                      ray_gpus_per_job, ray_timeout, imatrix, n_max, caches, target_ggufs, extra_args, threads,
+                      llama_cpp_timeout, reasoning, tuple(sorted((chat_template_kwargs or {}).items())),
+                      llama_cpp_src)
     naming_record = {"naming": naming, "file_prefix": prefix, "target_name": short_target}
     with signals_unwind():  # TERM / HUP unwind like Ctrl-C: workers killed, OUTDIR left as its record says
         claimed = claim(out)
@@ -267,7 +306,7 @@ def _run(claimed: Claim, src: Any, target: Any, type_names: list[str], files: di
         raise UsageError(f"{out / foreign}: not a file of this release — dflash-release writes only into an empty "
                          "folder or a release of the same inputs; give another OUTDIR")
     claimed.owned = True  # from here on, what OUTDIR holds is this release's
-    inputs = [p for p in (src, target, o.prompts, o.target_gguf, o.imatrix) if p is not None and Path(p).exists()]
+    inputs = [p for p in (src, target, o.prompts, *o.target_ggufs, o.imatrix) if p is not None and Path(p).exists()]
     for f in [*files.values(), CARD, SUMS, RECORD, TIMINGS]:
         check_output(out / f, inputs=inputs, force=True)
     # Ray first: an address that does not answer or a cluster that cannot run a job is said before minutes of work
@@ -342,9 +381,15 @@ def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str],
                      o.parity_rounds, o.min_top1, o.min_tau,
                      str(o.llama_cpp) if o.llama_cpp else None,
                      str(o.target_gguf) if o.target_gguf and o.llama_cpp else None,  # the τ step's; serving: below
-                     imatrix=str(o.imatrix) if o.imatrix else None)
+                     o.llama_cpp_args, imatrix=str(o.imatrix) if o.imatrix else None,
+                     imatrix_name=Path(o.imatrix).name if o.imatrix else None, threads=o.threads,
+                     llama_cpp_timeout=o.llama_cpp_timeout, reasoning=o.reasoning,
+                     chat_template_kwargs=o.chat_template_kwargs,
+                     llama_cpp_src=str(o.llama_cpp_src) if o.llama_cpp_src else None)
              for t in type_names if t not in record["jobs"]]
     errors: list[str] = []
+    private = [out, claimed.work, src, target, o.prompts, *o.target_ggufs, o.imatrix, o.llama_cpp, *o.llama_servers,
+               o.llama_cpp_src, os.path.expanduser("~")]
 
     def save() -> None:
         record["jobs"] = {t: record["jobs"][t] for t in type_names if t in record["jobs"]}  # not completion order
@@ -357,6 +402,7 @@ def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str],
             say(f"{spec.type_name}: failed: {errors[-1]}")
             return
         timings["jobs"][spec.type_name] = {k: result.pop(k) for k in ("seconds", "worker_pid", "started", "finished")}
+        scrub_job(result, private)  # before the seal: what is stored is what is published
         result["sha256"] = sha256_of(Path(spec.out))
         result["seal"] = seal(result, job_key, key)
         record["jobs"][spec.type_name] = result
@@ -383,12 +429,16 @@ def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str],
 
         def served(t: str) -> None:
             job = record["jobs"][t]
+            scrub_job(job, private)  # llama-server's log lines name the files it was given
             job.pop("seal", None)
             job["seal"] = seal(job, job_key, key)
             save()
 
         run_serving(record["jobs"], type_names, {t: out / f for t, f in files.items()}, target, o.llama_servers,
-                    functools.partial(serve_files, prompts=o.prompts, target_gguf=o.target_gguf,
+                    functools.partial(serve_files, prompts=o.prompts, target_gguf=list(o.target_ggufs),
+                                      llama_cpp_args=o.llama_cpp_args, threads=o.threads,
+                                      llama_cpp_timeout=o.llama_cpp_timeout, reasoning=o.reasoning,
+                                      chat_template_kwargs=dict(o.chat_template_kwargs),
                                       max_new_tokens=o.max_new_tokens, seed=o.seed, max_prompts=o.max_prompts,
                                       draft_n_max=o.draft_n_max, draft_cache_types=o.draft_cache_types),
                     timings["serving"], served, say)
@@ -413,7 +463,7 @@ def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str],
     return ReleaseResult(out, record, [s.type_name for s in specs], skipped)
 
 
-def _servers(llama_server: Any, target_gguf: Any, draft_n_max: Sequence[int] | None,
+def _servers(llama_server: Any, target_ggufs: Sequence[str], draft_n_max: Sequence[int] | None,
              draft_cache_types: Sequence[str] | None, src: Any) -> tuple[str, ...]:
     """The ``--llama-server`` builds as a tuple, their options checked before any work: a target GGUF, a
     llama-server in each folder, builds the card can tell apart, an n-max the drafter can draft."""
@@ -424,15 +474,21 @@ def _servers(llama_server: Any, target_gguf: Any, draft_n_max: Sequence[int] | N
             raise UsageError("--draft-n-max / --draft-cache-type are how llama-server serves the files: give "
                              "--llama-server BIN_DIR too")
         return servers
-    if target_gguf is None:
+    if not target_ggufs:
         raise UsageError("--llama-server needs the target as a GGUF: pass --target-gguf FILE")
-    if not Path(target_gguf).is_file():
-        raise UsageError(f"--target-gguf {target_gguf}: no such file")
+    for g in target_ggufs:
+        if not Path(g).is_file():
+            raise UsageError(f"--target-gguf {g}: no such file")
     from ..llama_cpp.server import find_server
 
     names: dict[str, str] = {}
+    binaries: dict[str, str] = {}
     for b in servers:
-        find_server(b)
+        real = os.path.realpath(find_server(b))  # a build given twice (a link to it) is one build
+        if real in binaries:
+            raise UsageError(f"--llama-server {b}: the same llama-server as --llama-server {binaries[real]} (a link "
+                             "to the same build) — give each build once")
+        binaries[real] = b
         n = build_name(b) or b
         if n in names:
             raise UsageError(f"--llama-server {b}: the card would name it {n}, as it names {names[n]} — give the "
