@@ -381,7 +381,7 @@ def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str],
                      o.parity_rounds, o.min_top1, o.min_tau,
                      str(o.llama_cpp) if o.llama_cpp else None,
                      str(o.target_gguf) if o.target_gguf and o.llama_cpp else None,  # the τ step's; serving: below
-                     o.llama_cpp_args, imatrix=str(o.imatrix) if o.imatrix else None,
+                     o.llama_cpp_args if o.llama_cpp else (), imatrix=str(o.imatrix) if o.imatrix else None,
                      imatrix_name=Path(o.imatrix).name if o.imatrix else None, threads=o.threads,
                      llama_cpp_timeout=o.llama_cpp_timeout, reasoning=o.reasoning,
                      chat_template_kwargs=o.chat_template_kwargs,
