@@ -356,6 +356,26 @@ def test_a_crash_is_a_crash_not_a_refusal(tmp_path: Path, trained_target: HFTarg
                                                       "simple crashed (SIGSEGV) while loading")
 
 
+def test_a_crash_with_weight_repacking_runs_again_without(tmp_path: Path, trained_target: HFTarget,
+                                                          drafter_ggufs: dict[str, Path]) -> None:
+    """Issue 47: ggml's AMX repacking crash (a signal while loading, a repacked buffer in the log) is run once more
+    with --no-repack, and the figure says so."""
+    from dflashkit.llama_cpp import NO_REPACK_NOTE
+
+    body = ("import os, signal\nif '--no-repack' not in argv:\n"
+            "    sys.stderr.write('load_tensors: CPU_REPACK model buffer size = 1.00 MiB\\n'); sys.stderr.flush()\n"
+            "    os.kill(os.getpid(), signal.SIGSEGV)\nsys.stderr.write(ROUNDS + TAIL)")
+    binary = fake_binary(tmp_path / "bin", body)
+    target_gguf = tmp_path / "target.gguf"
+    target_gguf.write_bytes(b"GGUF")
+    result = run_acceptance(trained_target, [drafter_ggufs["q4_k_m"]], TRAINED / "prompts.jsonl", max_new_tokens=8,
+                            max_prompts=2, llama_cpp=binary.parent, target_gguf=target_gguf)
+    run = result.llama_cpp[0]
+    assert not run.refused and run.note == NO_REPACK_NOTE and run.tau == pytest.approx(17 / 3)
+    assert (tmp_path / "bin" / "calls").read_text() == "3"  # the crash, then each prompt without repacking
+    assert NO_REPACK_NOTE in result.report().render("text")
+
+
 def test_llama_cpp_arg_reaches_the_command_line(tmp_path: Path) -> None:
     binary = fake_binary(tmp_path / "bin", "Path(sys.argv[0] + '.argv').write_text('\\n'.join(argv)); "
                                            "sys.stderr.write(TAIL)")
