@@ -23,7 +23,7 @@ def weight_tensors(model_gguf: Path) -> list[tuple[str, int]]:
 
 def write_gguf_imatrix(out: Path, entries: list[tuple[str, int]], *, seed: int = 0, count: float = 37.0,
                        edit: Callable[[str, np.ndarray], np.ndarray] | None = None,
-                       metadata: bool = True) -> Path:
+                       metadata: bool = True, dataset: str = "unit-test.txt") -> Path:
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(out), arch="imatrix")
     w.add_type("imatrix")
@@ -34,7 +34,7 @@ def write_gguf_imatrix(out: Path, entries: list[tuple[str, int]], *, seed: int =
         w.add_tensor(f"{name}.in_sum2", sums)
         w.add_tensor(f"{name}.counts", np.array([count], np.float32))
     if metadata:
-        w.add_array("imatrix.datasets", ["unit-test.txt"])
+        w.add_array("imatrix.datasets", [dataset])
         w.add_uint32("imatrix.chunk_count", 5)
         w.add_uint32("imatrix.chunk_size", 512)
     w.write_header_to_file()

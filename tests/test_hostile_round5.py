@@ -267,7 +267,9 @@ def test_dflash_imatrix_never_writes_into_an_input_folder(tmp_path: Path) -> Non
 
     drafter = tmp_path / "drafter"
     shutil.copytree(TRAINED / "drafter", drafter)
-    for out in (drafter / "x.gguf", drafter / "sub" / ".." / "y.gguf"):
+    (drafter / "sub").mkdir()
+    (tmp_path / "link").symlink_to(drafter / "sub", target_is_directory=True)
+    for out in (drafter / "x.gguf", tmp_path / "link" / "y.gguf"):  # directly, and through a link
         run = run_contained("imatrix_command", [drafter, "--target", TRAINED / "target", "-o", out, "-q"],
                             inputs=[drafter, TRAINED / "target"], tmp=tmp_path / f"run-{out.name}")
         check_contained(run, 2, "is inside the input", bounded=True)
@@ -285,3 +287,92 @@ def test_dflash_imatrix_refuses_sums_that_overflow_float32(tmp_path: Path) -> No
                                               r"overflow float32"):
             write_imatrix(result, tmp_path / "m.gguf")
     assert not (tmp_path / "m.gguf").exists()
+
+
+# ---- the second attacker pass (a different reader than the one who wrote the fixes): each finding planted again ----
+
+def _with_huge_array(out: Path, entries: list[tuple[str, int]], n: int) -> Path:
+    """An imatrix whose last key is a UINT64 array of ``n`` values left as a sparse hole."""
+    from imatrix_files import _s
+
+    tensors = entry_arrays(entries)
+    kvs = standard_kvs()
+    head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs) + 1) + b"".join(kvs)
+    head += _s(b"zz.huge") + struct.pack("<IIQ", 9, 10, n)
+    with open(out, "wb") as f:
+        f.write(head)
+        f.seek(len(head) + 8 * n)
+        offset, infos = 0, b""
+        for name, data in tensors:
+            infos += _s(name.encode()) + struct.pack("<IQIQ", 1, data.size, 0, offset)
+            offset += -(-4 * data.size // 32) * 32
+        f.write(infos)
+        f.write(b"\0" * (-f.tell() % 32))
+        for _, data in tensors:
+            f.write(data.astype("<f4").tobytes())
+            f.write(b"\0" * (-f.tell() % 32))
+    return out
+
+
+def test_second_pass_imatrix_files(models: dict[str, Path], tmp_path: Path) -> None:
+    model = models["wide"]
+    entries = _entries(model)
+    arrays = entry_arrays(entries)
+    many = [(f"t{i}.in_sum2", np.zeros(0, np.float32)) for i in range(300_000)]
+    cases = {  # a NUL cuts a name in ggml: it would stand for another key or tensor
+        "NUL in a tensor name": (arrays + [(f"{entries[1][0]}.in_sum2\0zz", np.ones(entries[1][1], np.float32))],
+                                 standard_kvs(), "a tensor name holding a NUL byte"),
+        "NUL in a key": (arrays, [kv_u32("imatrix.chunk_count\0x", 77), *standard_kvs()], "a key holding a NUL byte"),
+        ".in_sum of another length": (arrays + [(f"{entries[0][0]}.in_sum", np.ones(3, np.float32))], standard_kvs(),
+                                      "llama.cpp b11549 refuses it"),
+        "n_layer_nextn a string": (arrays, [*standard_kvs(), kv_string("imatrix.n_layer_nextn", b"x")],
+                                   "imatrix.n_layer_nextn is a STRING"),
+        "300,000 tensor headers": (many, standard_kvs(), "over the cap of 262144"),
+    }
+    for case, (tensors, kvs, message) in cases.items():
+        im = write_raw_imatrix(tmp_path / f"{len(list(tmp_path.iterdir()))}.gguf", kvs, tensors)
+        _refused(tmp_path / case.replace(" ", "-").replace(",", ""), [model, tmp_path / "q.gguf", "q4_0", "--imatrix",
+                                                                        im], message, inputs=[model, im])
+    im = _with_huge_array(tmp_path / "huge.gguf", entries, 100_000_000)  # 800 MB of hole: was 2.4 GB
+    run = run_contained("quantize_command", [model, tmp_path / "q.gguf", "q4_0", "--imatrix", im, "-q"],
+                        inputs=[model], tmp=tmp_path / "run-huge")
+    check_contained(run, 1, "over the 16777216-byte cap", bounded=True)
+    assert run.peak_rss < 512 * 2**20, f"{run.peak_rss / 2**20:.0f} MiB"
+
+
+@pytest.mark.parametrize("args, message, code", [
+    (["--tensor-type", "attn_qé?=q8_0"], "past ASCII: std::regex matches bytes", 2),
+    (["--tensor-type", r"[\d-z]=q8_0"], "a range starting at a class", 2),
+    (["--tensor-type", "attn_v=q8_0 "], "unsupported ggml type 'q8_0 '", 2),
+    (["--imatrix", "{im}", "--include-weights", "blk.0", "--exclude-weights", "ffn"],
+     "--include-weights and --exclude-weights cannot be used together", 2),
+])
+def test_second_pass_options(models: dict[str, Path], tmp_path: Path, args: list[str], message: str,
+                             code: int) -> None:
+    im = write_raw_imatrix(tmp_path / "m.gguf", standard_kvs(), entry_arrays(_entries(models["wide"])))
+    _refused(tmp_path, [models["wide"], tmp_path / "q.gguf", "q4_k_m", *(a.format(im=im) for a in args)], message,
+             code=code, inputs=[models["wide"], im])
+
+
+def test_second_pass_a_unicode_escape_is_its_low_byte(models: dict[str, Path], tmp_path: Path) -> None:
+    r"""std::regex<char> keeps the low byte of \u012e: '.' — llama-quantize's bytes."""
+    (tmp_path / "m.gguf").symlink_to(models["wide"])
+    out = _same_bytes_as_llama_quantize(tmp_path, ["--tensor-type", r"blk\u012e0\.attn_v=q8_0", "m.gguf", "o.gguf",
+                                                   "q4_k_m"])
+    with open_gguf(out) as g:
+        assert g.tensors["blk.0.attn_v.weight"].ggml_type.name == "Q8_0"
+
+
+def test_second_pass_strict_refuses_bf16_infinities(tmp_path: Path) -> None:
+    import gguf
+
+    src = tmp_path / "f32.gguf"
+    w = gguf.GGUFWriter(str(src), arch="llama")
+    w.add_block_count(1)
+    w.add_tensor("blk.0.attn_q.weight", np.array([[3.4e38, -3.4e38] + [1.0] * 254] * 4, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    _refused(tmp_path, [src, tmp_path / "q.gguf", "bf16", "--strict"],
+             "tensor 'blk.0.attn_q.weight' has 8 value(s) beyond BF16's ±3.39e38", inputs=[src])

@@ -41,7 +41,8 @@ def private(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     base = root / "base.gguf"
     res = CliRunner().invoke(convert_command, [str(src), str(base), "--outtype", "f32", "--target", str(target), "-q"])
     assert res.exit_code == 0, res.output
-    im = write_gguf_imatrix(root / "drafter.imatrix.gguf", weight_tensors(base))
+    # llama-imatrix records its -f as typed: an absolute path of the machine
+    im = write_gguf_imatrix(root / "drafter.imatrix.gguf", weight_tensors(base), dataset=str(root / "calib.txt"))
     target_gguf = root / "target.gguf"
     target_gguf.write_bytes(b"GGUF")  # the stand-in never reads it
     return {"root": root, "src": src, "target": target, "imatrix": im, "target_gguf": target_gguf}
@@ -77,6 +78,7 @@ def test_a_release_where_llama_server_crashes_with_repacking(private: dict[str, 
     for t in ("Q8_0", "Q4_K_M"):  # the matrix by its base name in every GGUF's metadata
         with open_gguf(out / record["jobs"][t]["file"]) as g:
             assert g.get("quantize.imatrix.file") == "drafter.imatrix.gguf"
+            assert g.get("quantize.imatrix.dataset") == "calib.txt"
     _assert_nothing_private(out, private["root"])
     assert check_release(out) == []
 
@@ -151,3 +153,16 @@ def test_a_bad_imatrix_is_refused_before_any_work(private: dict[str, Path], tmp_
     lines = res.stderr.strip().splitlines()
     assert res.exit_code == 1 and len(lines) == 1 and message in lines[0], res.stderr
     assert "internal error" not in res.stderr and not out.exists()
+
+
+def test_scrubbed_messages_keep_no_path(tmp_path: Path) -> None:
+    """Known paths first (they may hold spaces, ':' or brackets), then anything shaped like an absolute path."""
+    from dflashkit.release.inputs import scrub_paths
+
+    known = tmp_path / "user name" / "m (copy):v2" / "x.gguf"
+    text = (f"llama_model_loader: loaded meta data from {known} | srv load_model: loading "
+            f"'/home/alice/models/t.gguf' file:///home/alice/y.gguf PATH=/usr/bin:/home/alice/bin "
+            "http://127.0.0.1:8080/health")
+    out = scrub_paths(text, [known])
+    assert out == ("llama_model_loader: loaded meta data from x.gguf | srv load_model: loading 't.gguf' "
+                   "file://y.gguf PATH=bin:bin http://127.0.0.1:8080/health")

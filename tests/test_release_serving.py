@@ -174,7 +174,7 @@ def test_nothing_private_in_any_published_file(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("args, message", [
     (["--llama-server", "{bin}"], "--llama-server needs the target as a GGUF: pass --target-gguf FILE"),
-    (["--draft-n-max", "4"], "--draft-n-max / --draft-cache-type are how llama-server serves the drafters: give "
+    (["--draft-n-max", "4"], "--draft-n-max / --draft-cache-type are how llama-server serves the files: give "
                              "--llama-server BIN_DIR too"),
     (["--llama-server", "{bin}", "--target-gguf", "{gguf}", "--draft-n-max", "16"],
      "--draft-n-max 16: drafter drafts at most 15 tokens a round"),

@@ -96,9 +96,10 @@ def accept_command(
     gap = _parse_fraction(max_gap, "--max-gap")
     if gap is not None and llama.llama_cpp is None:
         raise UsageError("--max-gap gates llama.cpp's τ: pass --llama-cpp BIN_DIR")
-    if min_speedup is not None and not llama.llama_servers and server_url is None:
-        raise UsageError("--min-speedup gates llama-server's speed-up: pass --llama-server BIN_DIR (or --server-url "
-                         "URL)")
+    if (min_speedup is not None or llama.draft_n_max or llama.draft_cache_types) and not llama.llama_servers \
+            and server_url is None:
+        raise UsageError("--min-speedup / --draft-n-max / --draft-cache-type measure llama-server: pass "
+                         "--llama-server BIN_DIR (or --server-url URL)")
     fmt = _resolve_format(fmt, legacy_fmt, output)
     outputs = [(opt, p) for opt, p in (("--trace", trace), ("--plot", plot), ("-o", output)) if p is not None]
     if len({os.path.abspath(p) for _, p in outputs}) < len(outputs):

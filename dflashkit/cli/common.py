@@ -295,10 +295,13 @@ def _group(options: list[Callable[[Any], Any]], names: tuple[str, ...], key: str
 def _prompt_options(prompts_file: str | None, max_prompts: int | None, max_new_tokens: int, seed: int,
                     reasoning: str | None, chat_template_kwargs: str | None) -> Any:
     from ..accept.options import PromptOptions
-    from ..accept.prompts import parse_template_kwargs
 
-    return PromptOptions(prompts_file, max_prompts, max_new_tokens, seed, reasoning,
-                         parse_template_kwargs(chat_template_kwargs) or {})
+    kwargs: dict[str, Any] = {}
+    if chat_template_kwargs is not None:  # (the prompts module loads the runtime: only when it is given)
+        from ..accept.prompts import parse_template_kwargs
+
+        kwargs = parse_template_kwargs(chat_template_kwargs) or {}
+    return PromptOptions(prompts_file, max_prompts, max_new_tokens, seed, reasoning, kwargs)
 
 
 def prompt_options(func: Any) -> Any:
@@ -329,14 +332,15 @@ def _llama_cpp_options(llama_cpp: str | None, llama_server: tuple[str, ...], tar
                        llama_cpp_src: str | None, draft_n_max: str | None, draft_cache_type: str | None,
                        llama_cpp_args: tuple[str, ...], llama_cpp_timeout: float, threads: int) -> Any:
     from ..accept.options import LlamaCppOptions
-    from ..accept.serving import cache_type_value, draft_n_max_value, parse_list
-    from ..llama_cpp import check_extra_args
+    from ..llama_cpp.process import check_extra_args
 
-    if (draft_n_max is not None or draft_cache_type is not None) and not llama_server:
-        raise UsageError("--draft-n-max / --draft-cache-type are how llama-server serves the drafters: give "
-                         "--llama-server BIN_DIR too")
-    n_max = parse_list(draft_n_max, "--draft-n-max", draft_n_max_value) if draft_n_max is not None else []
-    caches = parse_list(draft_cache_type, "--draft-cache-type", cache_type_value) if draft_cache_type else []
+    n_max: list[Any] = []
+    caches: list[Any] = []
+    if draft_n_max is not None or draft_cache_type is not None:  # (the serving module only when they are given)
+        from ..accept.serving import cache_type_value, draft_n_max_value, parse_list
+
+        n_max = parse_list(draft_n_max, "--draft-n-max", draft_n_max_value) if draft_n_max is not None else []
+        caches = parse_list(draft_cache_type, "--draft-cache-type", cache_type_value) if draft_cache_type else []
     return LlamaCppOptions(llama_cpp, tuple(llama_server), tuple(target_gguf), llama_cpp_src, tuple(n_max),
                            tuple(caches), tuple(check_extra_args(llama_cpp_args)), llama_cpp_timeout, threads)
 

@@ -36,8 +36,8 @@ def imatrix_command(drafter: str, target: str, prompts_file: str | None, max_pro
     from ..imatrix import collect_imatrix, write_imatrix
 
     inputs = [p for p in (drafter, target, prompts_file) if p]
-    check_outside_inputs(out, inputs, what="write the importance matrix to another folder")
     check_output(out, inputs=inputs, force=force)  # before minutes of draft rounds
+    check_outside_inputs(out, inputs, what="write the importance matrix to another folder")
     say = None if quiet else (lambda m: click.echo(escape_name(m, limit=400), err=True))
     result = collect_imatrix(drafter, target, prompts_file, max_prompts=max_prompts, max_new_tokens=max_new_tokens,
                              seed=seed, progress=say)

@@ -113,12 +113,17 @@ def _nonfinite_units(data: np.ndarray, type_name: str, unit: int) -> int:
 F16_OVERFLOW = np.float32(65520.0)
 
 
-def _count(x: np.ndarray, to_f16: bool) -> tuple[int, int]:
-    """(non-finite values, finite values beyond F16) of float32 ``x``."""
+#: the smallest magnitude that rounds to ±inf in BF16 (round to nearest even, as ggml's fp32→bf16: the float32 bits
+#: 0x7F7F8000, half a BF16 step past its largest finite value 0x7F7F)
+BF16_OVERFLOW = np.array([0x7F7F8000], np.uint32).view(np.float32)[0]
+
+
+def _count(x: np.ndarray, to_f16: bool, to_bf16: bool = False) -> tuple[int, int]:
+    """(non-finite values, finite values beyond F16 — or BF16 with ``to_bf16``) of float32 ``x``."""
     nonfinite = x.size - int(np.count_nonzero(np.isfinite(x)))
-    if not to_f16:
+    if not (to_f16 or to_bf16):
         return nonfinite, 0
-    beyond = int(np.count_nonzero(np.abs(x) >= F16_OVERFLOW))  # ±inf counted here too
+    beyond = int(np.count_nonzero(np.abs(x) >= (F16_OVERFLOW if to_f16 else BF16_OVERFLOW)))  # ±inf counted too
     return nonfinite, beyond - int(np.count_nonzero(np.isinf(x)))
 
 
@@ -131,13 +136,26 @@ class ValueCounts:
     nonfinite: dict[str, int] = field(default_factory=dict)
     f16_overflow: dict[str, int] = field(default_factory=dict)
     scale_overflow: dict[str, int] = field(default_factory=dict)  # quantized blocks whose F16 scale became ±inf
+    bf16_overflow: dict[str, int] = field(default_factory=dict)  # finite values a BF16 output turned into ±inf
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def add(self, name: str, x: np.ndarray, *, to_f16: bool = False) -> int:
-        """Count a float32 chunk of tensor ``name`` (``to_f16``: the output is F16); returns its non-finite count."""
-        nonfinite, overflow = _count(x, to_f16)
-        self.record(name, nonfinite, overflow)
+    def add(self, name: str, x: np.ndarray, *, to_f16: bool = False, to_bf16: bool = False) -> int:
+        """Count a float32 chunk of tensor ``name`` (``to_f16`` / ``to_bf16``: the output is F16 / BF16, whose
+        largest values round to ±inf); returns its non-finite count."""
+        nonfinite, overflow = _count(x, to_f16, to_bf16)
+        if to_bf16 and overflow:  # past ±3.39e38: rare enough to be named on its own
+            self.record(name, nonfinite, 0)
+            self.record_bf16(name, overflow)
+        else:
+            self.record(name, nonfinite, overflow)
         return nonfinite
+
+    def record_bf16(self, name: str, overflow: int) -> None:
+        if self.strict:
+            raise DFlashError(f"{self.source}: tensor '{name}' has {overflow} value(s) beyond BF16's ±3.39e38 (they "
+                              "become ±inf) — refusing under --strict (without it: written, with a warning)")
+        with self._lock:
+            self.bf16_overflow[name] = self.bf16_overflow.get(name, 0) + overflow
 
     def add_blocks(self, name: str, blocks: np.ndarray, type_name: str) -> None:
         """Count the blocks of a quantized chunk (from finite values) whose F16 scale overflowed to ±inf: a block of
@@ -189,6 +207,8 @@ class ValueCounts:
                for name, n in ranked(self.nonfinite)]
         out += [f"{name}: {n} value(s) beyond ±65504 became ±inf in F16 (use bf16 or f32 for this tensor)"
                 for name, n in ranked(self.f16_overflow)]
+        out += [f"{name}: {n} value(s) beyond ±3.39e38 became ±inf in BF16 (use f32 for this tensor)"
+                for name, n in ranked(self.bf16_overflow)]
         out += [f"{name}: {n} quantized block(s) whose scale overflowed F16 to ±inf (a runtime computes inf / NaN "
                 "from them; keep this tensor in bf16 or f32)" for name, n in ranked(self.scale_overflow)]
         return out

@@ -156,7 +156,8 @@ def _convert_chunk(raw: np.ndarray, src_tag: str, out_type: GGMLQuantizationType
             counts.add_bf16_to_f16(name, raw)
         return out
     x = codecs.to_float32(raw, src_tag, copy=False)
-    bad_input = counts.add(name, x, to_f16=out_type == Q.F16) if counts is not None else 1
+    bad_input = counts.add(name, x, to_f16=out_type == Q.F16, to_bf16=out_type == Q.BF16) \
+        if counts is not None else 1
     if out_type == Q.F32:
         return x
     if out_type == Q.F16:

@@ -116,6 +116,7 @@ class BoundedCursor:
         self.strict = strict
         self.pos = 0
         self.problems: list[GGUFFormatError] = []
+        self.max_array_bytes: int | None = None  # a numeric array value larger than this is refused (open_gguf)
 
     # -- error reporting ------------------------------------------------------------------------
     def fatal(self, check_id: str, message: str, **values: Any) -> NoReturn:
@@ -220,13 +221,17 @@ class BoundedCursor:
                 self.fatal("gguf.array_length", f"{what} holds {n} arrays, over the cap of {MAX_INNER_ARRAYS} (no "
                            "loader reads an array of arrays)", offset=count_offset, length=n)
             return [self.array(what, depth + 1)[0] for _ in range(n)], sub
-        # Numeric arrays: one bounded copy of the bytes (no reference to the map), read lazily.
+        # Numeric arrays: one copy of the bytes straight from the map (no reference to it kept), read lazily.
         nbytes = n * _SCALAR_STRUCTS[sub].size
-        chunk = self.buf[self.pos : self.pos + nbytes]
+        if self.max_array_bytes is not None and nbytes > self.max_array_bytes:
+            self.fatal("gguf.array_length", f"{what} holds {n} {sub.name} values ({nbytes} bytes), over the "
+                       f"{self.max_array_bytes}-byte cap of this kind of file", offset=count_offset, length=n)
+        view = np.frombuffer(self.buf, dtype=np.uint8 if sub is GGUFValueType.BOOL else "<" + _SCALAR_FORMATS[sub],
+                             count=n, offset=self.pos)
         self.pos += nbytes
         if sub is GGUFValueType.BOOL:
-            return NumericArray(np.frombuffer(chunk, dtype=np.uint8) != 0), sub  # type: ignore[return-value]
-        return NumericArray(np.frombuffer(chunk, dtype="<" + _SCALAR_FORMATS[sub]).copy()), sub  # type: ignore[return-value]
+            return NumericArray(view != 0), sub  # type: ignore[return-value]
+        return NumericArray(view.copy()), sub  # type: ignore[return-value]
 
     def string_array(self, n: int, what: str) -> list[str]:
         # Hot loop for tokenizer vocabularies and merges (~150k entries): locals only, no method calls.

@@ -370,26 +370,30 @@ def _stat(path: Path) -> int:
     return st.st_size
 
 
-def open_gguf(path: str | os.PathLike[str], *, strict: bool = True) -> GGUFFile:
+def open_gguf(path: str | os.PathLike[str], *, strict: bool = True, max_tensors: int | None = None,
+              max_array_bytes: int | None = None) -> GGUFFile:
     """Parse a GGUF header and validate the layout.
 
     strict=True raises :class:`GGUFFormatError` on the first problem. strict=False raises only when
-    parsing cannot continue and collects the rest in ``GGUFFile.problems``.
+    parsing cannot continue and collects the rest in ``GGUFFile.problems``. ``max_tensors`` /
+    ``max_array_bytes``: tighter bounds for a kind of file that never has more (an importance matrix).
     """
     path = Path(path)
     size = _stat(path)
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            return _parse(buf, path, size, strict)
+            return _parse(buf, path, size, strict, max_tensors, max_array_bytes)
     except OSError as exc:
         raise GGUFFormatError(path, "gguf.unreadable", f"cannot read the file: {exc.strerror or exc}") from None
     except ValueError as exc:  # mmap of a file that shrank to 0 bytes meanwhile
         raise GGUFFormatError(path, "gguf.unreadable", f"cannot map the file: {exc}") from None
 
 
-def _parse(buf: mmap.mmap, path: Path, size: int, strict: bool) -> GGUFFile:
+def _parse(buf: mmap.mmap, path: Path, size: int, strict: bool, max_tensors: int | None = None,
+           max_array_bytes: int | None = None) -> GGUFFile:
     size = min(size, len(buf))
     p = BoundedCursor(buf, path, size, strict)
+    p.max_array_bytes = max_array_bytes
     head = buf[:4]
     if head != MAGIC[: len(head)]:
         p.fatal("gguf.magic", f"not a GGUF file: starts with {head!r}, expected {MAGIC!r}", magic=head.hex())
@@ -399,6 +403,9 @@ def _parse(buf: mmap.mmap, path: Path, size: int, strict: bool) -> GGUFFile:
     n_tensors = p.u64("the tensor count")
     n_kv = p.u64("the key-value count")
     _check_counts(p, n_tensors, n_kv)
+    if max_tensors is not None and n_tensors > max_tensors:
+        p.fatal("gguf.tensor_count", f"header claims {n_tensors} tensors, over the cap of {max_tensors} for this kind "
+                "of file", n_tensors=n_tensors, max_tensors=max_tensors, file_size=p.size)
 
     kvs = _parse_kvs(p, n_kv)
     alignment = _alignment(p, kvs)

@@ -161,7 +161,8 @@ def _producer(gguf_file: GGUFFile, info: TensorInfo, new_type: GGMLQuantizationT
                     else:
                         x = (f16_bits_to_f32(part.reshape(-1, src_row)) if fast_f16 else
                              to_float32(part.reshape(-1, src_row), info.ggml_type, copy=False))
-                        bad_input = counts.add(info.name, x, to_f16=new_type == GGMLQuantizationType.F16)
+                        bad_input = counts.add(info.name, x, to_f16=new_type == GGMLQuantizationType.F16,
+                                               to_bf16=new_type == GGMLQuantizationType.BF16)
                         out = quantize(x, new_type, imatrix=weights)
                         if not bad_input:  # scales that overflow F16 from finite values (--strict refuses them)
                             counts.add_blocks(info.name, out, new_type.name)
@@ -271,7 +272,8 @@ def quantize_gguf(
     (`codecs.values`); ``strict`` refuses them instead (nothing is written). ``imatrix``: an importance matrix
     (``--imatrix``; `imatrix.load_imatrix` with ``include_weights`` / ``exclude_weights``), applied as
     llama-quantize applies it, its ``quantize.imatrix.*`` keys recorded (``imatrix_name``: what
-    ``quantize.imatrix.file`` records instead of the path as given — a release records the base name).
+    ``quantize.imatrix.file`` records instead of the path as given, and the dataset then by its last path part —
+    a release publishes no path of the machine).
     Raises DFlashError / UsageError (one line) before writing anything; ``out`` appears only when complete.
     """
     warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
@@ -283,11 +285,16 @@ def quantize_gguf(
     src_path = Path(src)
     if (include_weights or exclude_weights) and imatrix is None:
         raise UsageError("--include-weights / --exclude-weights choose entries of an importance matrix: give --imatrix")
+    if include_weights and exclude_weights:
+        raise UsageError("--include-weights and --exclude-weights cannot be used together (llama-quantize refuses "
+                         "both at once): give one of them")
     matrix = imatrix if isinstance(imatrix, ImportanceMatrix) or imatrix is None else \
         load_imatrix(imatrix, include=include_weights, exclude=exclude_weights)
     has_imatrix = matrix is not None and bool(matrix.entries)
-    if matrix is not None and imatrix_name is not None:
+    if matrix is not None and imatrix_name is not None:  # a release: nothing of the machine in the metadata
         matrix.recorded_name = imatrix_name
+        if matrix.dataset_bytes is not None:  # llama-imatrix records its -f as typed, often a path
+            matrix.dataset_bytes = re.split(rb"[/\\]", matrix.dataset_bytes.split(b"\0", 1)[0])[-1]
     with open_gguf(src_path) as gf:
         out_path = check_output_path(out, force=force, inputs=[src_path, *([] if imatrix is None or isinstance(
             imatrix, ImportanceMatrix) else [Path(imatrix)])])

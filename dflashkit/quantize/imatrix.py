@@ -9,10 +9,12 @@ one line saying why, before any work. What llama-quantize does, and so what this
 - weights: per expert slice ``in_sum2 / (float)lround(counts)``, 1 where that count is not positive — a count past
   2^63 overflows ``lround`` to LONG_MIN, so it is weight 1 too; legacy: ``sums / ncall`` (raw sums for ncall ≤ 0);
   then ``--exclude-weights`` and ``--include-weights`` by substring, in that order;
-- GGUF: ``imatrix.chunk_count`` / ``chunk_size`` must be scalar UINT32 (ggml aborts on any other type), read as a
-  signed 32-bit count (a value past 2^31 records no chunk count); the tensors must lie back to back, each padded to
-  the alignment, the last one's padding included (ggml refuses the file otherwise); a tensor named ``.in_sum2``
-  is an entry with an empty name; ``.in_sum`` tensors are ignored;
+- GGUF: ``imatrix.chunk_count`` / ``chunk_size`` (and b11549's ``n_layer_nextn``) must be scalar UINT32 (ggml
+  aborts on any other type), read as a signed 32-bit count (a value past 2^31 records no chunk count); the tensors
+  must lie back to back, each padded to the alignment, the last one's padding included (ggml refuses the file
+  otherwise); a tensor named ``.in_sum2`` is an entry with an empty name; an ``.in_sum`` tensor must have its
+  entry's length (b11549 refuses it otherwise; 0.3.36 ignores it); a key or tensor name holding a NUL is refused
+  (ggml finds it by its text up to the NUL: it would stand for another);
 - legacy: the names and the dataset cut at their first NUL; trailing bytes after the entries are a chunk count even
   when fewer than four (the bytes read, zero-padded); a dataset name whose length runs past the file is dropped;
 - the recorded ``quantize.imatrix.file`` / ``dataset`` are the first 127 bytes (``strncpy``), as bytes: a cut
@@ -42,6 +44,11 @@ from ..errors import DFlashError
 
 MAX_NAME_BYTES = 4096  # a legacy entry's name: ggml's tensor names are at most 63 bytes
 MAX_ENTRIES = 1 << 20
+#: tensors of a GGUF imatrix (two or three per entry): a real one has a few thousand; the header of each costs
+#: ~0.7 KB parsed, so 2^18 stay under 200 MB
+MAX_GGUF_TENSORS = 1 << 18
+#: a numeric array value of a GGUF imatrix (llama-imatrix writes none; its datasets are strings)
+MAX_ARRAY_BYTES = 16 << 20
 MAGIC = b"GGUF"
 #: what llama-quantize's KV overrides keep of a string (``char val_str[128]``, ``strncpy(…, 127)``)
 KV_STRING_BYTES = 127
@@ -186,21 +193,26 @@ def _check_ggml_layout(path: Path, g: object) -> None:
 def _load_gguf(path: Path) -> ImportanceMatrix:
     from ..io.gguf_reader import open_gguf
 
-    with open_gguf(path) as g:
+    with open_gguf(path, max_tensors=MAX_GGUF_TENSORS, max_array_bytes=MAX_ARRAY_BYTES) as g:
         if len(g.tensors) != g.n_tensors or not g.tensors:
             raise _bad(path, "no data")
+        for what, names in (("key", g.kvs), ("tensor name", g.tensors)):
+            if (odd := next((n for n in names if "\0" in n), None)) is not None:  # ggml reads it up to the NUL
+                raise _bad(path, f"a {what} holding a NUL byte ({escape_name(odd)}): ggml reads it cut there, so "
+                                 "it would stand for another")
         if any(k not in g.kvs for k in ("imatrix.datasets", "imatrix.chunk_count", "imatrix.chunk_size")):
             raise DFlashError(f"{path}: missing imatrix metadata (imatrix.datasets, imatrix.chunk_count, "
                               "imatrix.chunk_size) — llama-quantize refuses it too")
         chunk_count = _u32_key(path, g, "imatrix.chunk_count")
         _u32_key(path, g, "imatrix.chunk_size")
+        _u32_key(path, g, "imatrix.n_layer_nextn")  # b11549 reads it as gguf_get_val_u32 too
         _check_ggml_layout(path, g)
         datasets_kv = g.kvs["imatrix.datasets"]
         datasets = ([str(d) for d in datasets_kv.value] if datasets_kv.type == GGUFValueType.ARRAY
                     and datasets_kv.sub_type == GGUFValueType.STRING else [])  # another type: ignored, as there
         pairs: dict[str, dict[str, str]] = {}
         for tname in g.tensors:
-            for suffix in (".in_sum2", ".counts"):
+            for suffix in (".in_sum", ".in_sum2", ".counts"):  # b11549 pairs .in_sum too (0.3.36 ignores it)
                 if tname.endswith(suffix):
                     pairs.setdefault(tname[: -len(suffix)], {})[suffix] = tname
                     break
@@ -210,6 +222,9 @@ def _load_gguf(path: Path) -> ImportanceMatrix:
                 raise DFlashError(f"{path}: tensor {escape_name(name)}: mismatched sums and counts (needs "
                                   f"{name}.in_sum2 and {name}.counts) — llama-quantize refuses it too")
             sums_info, counts_info = g.tensors[parts[".in_sum2"]], g.tensors[parts[".counts"]]
+            if ".in_sum" in parts and g.tensors[parts[".in_sum"]].n_elements != sums_info.n_elements:
+                raise DFlashError(f"{path}: tensor {escape_name(name)}: {name}.in_sum and {name}.in_sum2 differ in "
+                                  "length — llama.cpp b11549 refuses it (mismatched sums and counts)")
             if sums_info.ggml_type != GGMLQuantizationType.F32 or counts_info.ggml_type != GGMLQuantizationType.F32:
                 raise DFlashError(f"{path}: tensor {escape_name(name)}: sums and counts must be F32 — llama-quantize "
                                   "refuses them too")

@@ -32,7 +32,7 @@ def parse_ggml_type(name: str | GGMLQuantizationType, what: str = "type") -> GGM
     if isinstance(name, GGMLQuantizationType):
         t: GGMLQuantizationType | None = name
     else:
-        t = Q.__members__.get(str(name).strip().upper())
+        t = Q.__members__.get(str(name).upper())  # no strip: llama-quantize refuses 'q8_0 ' too
     if t not in OVERRIDE_TYPES:
         raise UsageError(f"{what}: unsupported ggml type '{getattr(name, 'name', name)}' — choose one of "
                          f"{', '.join(x.name for x in OVERRIDE_TYPES)}")
@@ -53,6 +53,16 @@ def parse_tensor_type_override(spec: str) -> tuple[re.Pattern[str], GGMLQuantiza
     lowered = "".join(c.lower() if c.isascii() else c for c in pattern)  # std::tolower, byte by byte
     try:
         translated = translate_std_regex(lowered)
+    except _Hazard as exc:
+        translated, problem = "", str(exc)
+    except ValueError as exc:
+        raise UsageError(f"--tensor-type '{spec}': bad regular expression ({exc})") from None
+    else:
+        problem = None
+    try:
+        if problem:
+            raise UsageError(f"--tensor-type '{spec}': {problem} — a pattern that can backtrack for minutes on one "
+                             "tensor name; write it without (e.g. blk\\.[0-9]+\\.ffn_down)")
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # a warning is a construct read two ways: refused, never printed
             compiled = re.compile(translated, re.ASCII)
@@ -82,6 +92,10 @@ def _literal(c: str) -> str:
     return c if c.isalnum() or c == "_" or not c.isascii() else "\\" + c
 
 
+class _Hazard(ValueError):
+    """A construct refused for the time it can take (`pattern_hazard`'s words), not for its dialect."""
+
+
 def _refuse(construct: str, why: str = "which C++ std::regex (llama-quantize) reads differently or not at all") -> ValueError:
     return ValueError(f"{construct}: {why}")
 
@@ -102,7 +116,13 @@ def _escape(p: str, i: int, in_class: bool) -> tuple[str, int, bool]:
     for letter, width in (("x", 2), ("u", 4)):
         digits = p[i + 2:i + 2 + width]
         if c == letter and len(digits) == width and all(d in "0123456789abcdef" for d in digits):
-            return _literal(chr(int(digits, 16))), i + 2 + width, True
+            byte = int(digits, 16) & 0xFF  # std::regex<char> keeps the low byte of \uXXXX
+            if byte >= 0x80:
+                raise _refuse(f"the escape \\{letter}{digits}", "a byte past ASCII: std::regex matches bytes, "
+                              "Python characters")
+            return _literal(chr(byte)), i + 2 + width, True
+    if c in "123456789":
+        raise _Hazard("a back-reference")
     if c.isascii() and c.isalnum():
         raise _refuse(f"the escape \\{c}", "which C++ std::regex does not define (a back-reference or an unknown "
                       "escape)")
@@ -118,7 +138,11 @@ def _bracket(p: str, i: int) -> tuple[str, int]:
     if i < len(p) and p[i] == "]":
         raise _refuse("an empty bracket '[]'", "which matches nothing in std::regex's ECMAScript grammar")
     prev_single: str | None = None  # the last single character, for a range
+    prev_class = False  # the last item was a class (\d, [:alpha:]): a '-' after it starts no range std::regex takes
     while i < len(p) and p[i] != "]":
+        if p[i] == "-" and prev_class and i + 1 < len(p) and p[i + 1] != "]":
+            raise _refuse("a range starting at a class", "which std::regex refuses (Invalid start of range)")
+        prev_class = False
         if p.startswith("[:", i):
             end = p.find(":]", i + 2)
             name = p[i + 2:end] if end >= 0 else ""
@@ -126,7 +150,7 @@ def _bracket(p: str, i: int) -> tuple[str, int]:
                 raise _refuse(f"the class [:{name}:]" if end >= 0 else "an unclosed '[:'", "not a POSIX class "
                               f"std::regex knows ({', '.join(sorted(_POSIX_CLASSES))})")
             out.append(_POSIX_CLASSES[name])
-            i, prev_single = end + 2, None
+            i, prev_single, prev_class = end + 2, None, True
             continue
         if p.startswith("[.", i) or p.startswith("[=", i):
             raise _refuse(f"the {'collating element [.x.]' if p[i + 1] == '.' else 'equivalence class [=x=]'}",
@@ -148,7 +172,7 @@ def _bracket(p: str, i: int) -> tuple[str, int]:
         else:
             text, i, single = _literal(p[i]), i + 1, True
         out.append(text)
-        prev_single = text if single else None
+        prev_single, prev_class = (text, False) if single else (None, True)
     if i >= len(p):
         raise _refuse("an unclosed '['", "a bracket expression needs its ']'")
     return "".join(out) + "]", i + 1
@@ -157,6 +181,9 @@ def _bracket(p: str, i: int) -> tuple[str, int]:
 def translate_std_regex(pattern: str) -> str:
     """The ECMAScript ``std::regex`` ``pattern`` as a Python pattern (compile it with ``re.ASCII``), or ValueError
     naming the construct that has no faithful translation (module doc)."""
+    if not pattern.isascii():
+        raise _refuse(f"the character {next(c for c in pattern if not c.isascii())!r}", "past ASCII: std::regex "
+                      "matches bytes (a quantifier after it repeats its last byte), Python characters")
     out: list[str] = []
     i = 0
     while i < len(pattern):

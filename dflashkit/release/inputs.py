@@ -173,16 +173,15 @@ def check_names(names: dict[str, str | None]) -> None:
 
 #: an absolute path (or one under ~) of at least one folder: what a log line of llama.cpp or a message of a step
 #: may carry of this machine — kept as its last part
-_PATH = re.compile(r"(?<![\w.~:/-])(?:~|\.{0,2})/(?:[^\s/|'\"`:;,()\[\]<>]+/)+([^\s/|'\"`:;,()\[\]<>]*)")
+_PATH = re.compile(r"(?<![\w.~-])(?:~|\.{0,2})/(?:[^\s/|'\"`:;,()\[\]<>]+/)+([^\s/|'\"`:;,()\[\]<>]*)")
 
 
 def scrub_paths(text: str | None, known: Iterable[str | os.PathLike | None] = ()) -> str | None:
-    """``text`` with every path of this machine cut to its base name: anything shaped like an absolute path, then
-    the paths dflashkit passed (as given, made absolute, resolved; the longest first). For every message a
+    """``text`` with every path of this machine cut to its base name: the paths dflashkit passed (as given, made
+    absolute, resolved; the longest first), then anything else shaped like an absolute path. For every message a
     release stores or publishes (llama-server's own log lines name the model files it was given)."""
     if text is None:
         return None
-    text = _PATH.sub(lambda m: m.group(1) or "…", text)
     forms: set[str] = set()
     for p in known:
         if p is None or not str(p):
@@ -190,9 +189,9 @@ def scrub_paths(text: str | None, known: Iterable[str | os.PathLike | None] = ()
         for form in (str(p), os.path.abspath(p), os.path.realpath(p)):
             if len(form) > 1:
                 forms.add(form.rstrip("/") or form)
-    for form in sorted(forms, key=len, reverse=True):
+    for form in sorted(forms, key=len, reverse=True):  # first: a known path may hold spaces, ':' or brackets
         text = text.replace(form, Path(form).name or "…")
-    return text
+    return _PATH.sub(lambda m: m.group(1) or "…", text)
 
 
 def scrub_job(job: dict[str, Any], known: Iterable[str | os.PathLike | None]) -> None:

@@ -240,7 +240,7 @@ def release(
                 "min_top1": min_top1, "min_tau": min_tau}
     check_names({"SRC": public_name(src, source_repo), "--target": public_name(target, target_repo),
                  "--prompts": settings["prompts"], "--source-revision": source_revision,
-                 **{f"--target-gguf {g}": Path(g).name for g in target_ggufs},
+                 **{"--target-gguf" + (f" #{i + 1}" if i else ""): Path(g).name for i, g in enumerate(target_ggufs)},
                  "--imatrix": Path(imatrix).name if imatrix else None,
                  "--llama-cpp": build_name(llama_cpp),
                  **{f"--llama-server {b}": build_name(b) for b in servers}})
