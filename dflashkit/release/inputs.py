@@ -190,7 +190,7 @@ def scrub_paths(text: str | None, known: Iterable[str | os.PathLike | None] = ()
             if len(form) > 1:
                 forms.add(form.rstrip("/") or form)
     for form in sorted(forms, key=len, reverse=True):  # first: a known path may hold spaces, ':' or brackets
-        text = text.replace(form, Path(form).name or "…")
+        text = text.replace(form + "/", "").replace(form, Path(form).name or "…")  # a folder's files: base names
     return _PATH.sub(lambda m: m.group(1) or "…", text)
 
 
