@@ -30,7 +30,8 @@ from ..errors import DFlashError, UsageError
 from ..accept.options import DEFAULT_LLAMA_CPP_TIMEOUT_S, DEFAULT_MAX_NEW_TOKENS, LlamaCppOptions, PromptOptions
 from ..files import (MAX_JSON_CONTAINERS, check_output, check_outside_inputs, json_container_count, read_json,
                      signals_unwind, write_text_atomic)
-from ..filetypes import ALL_FILE_TYPES
+from ..filetypes import ALL_FILE_TYPES, NEEDS_IMATRIX
+from ..llama_cpp.process import check_extra_args
 from .card import recommended, recommended_by_speed, render_card, sha256_of, sha256sums
 from .inputs import _license_of, check_names, file_prefix, inputs_digest, public_name, release_name, scrub_job
 from .inside import NotInside, sha256_inside
@@ -206,8 +207,6 @@ def release(
         target_gguf = list(llama.target_ggufs) or None
         draft_n_max, draft_cache_types = list(llama.draft_n_max) or None, list(llama.draft_cache_types) or None
         threads, llama_cpp_timeout = llama.threads, llama.timeout
-    from ..llama_cpp import check_extra_args
-
     extra_args = tuple(check_extra_args(llama_cpp_args))
     target_ggufs = tuple(str(g) for g in ([] if target_gguf is None else [target_gguf]
                                           if isinstance(target_gguf, (str, os.PathLike)) else target_gguf))
@@ -223,8 +222,6 @@ def release(
     servers = _servers(llama_server, target_ggufs, draft_n_max, draft_cache_types, src)
     if target_gguf is not None and llama_cpp is None and not servers:
         raise UsageError("--target-gguf only matters with --llama-cpp or --llama-server BIN_DIR")
-    from ..filetypes import NEEDS_IMATRIX
-
     if imatrix is None and (need := [t for t in type_names if t in NEEDS_IMATRIX]):
         raise UsageError(f"--types {need[0]}: needs an importance matrix, as llama-quantize does — pass --imatrix FILE "
                          "(dflash-imatrix makes a drafter's)")
