@@ -24,15 +24,12 @@ def weight_tensors(model_gguf: Path) -> list[tuple[str, int]]:
 def write_gguf_imatrix(out: Path, entries: list[tuple[str, int]], *, seed: int = 0, count: float = 37.0,
                        edit: Callable[[str, np.ndarray], np.ndarray] | None = None,
                        metadata: bool = True, dataset: str = "unit-test.txt") -> Path:
-    rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(out), arch="imatrix")
     w.add_type("imatrix")
-    for name, ne0 in entries:
-        sums = (rng.gamma(0.5, 2.0, ne0) * count).astype(np.float32)
-        if edit is not None:
-            sums = edit(name, sums)
-        w.add_tensor(f"{name}.in_sum2", sums)
-        w.add_tensor(f"{name}.counts", np.array([count], np.float32))
+    for name, data in entry_arrays(entries, seed=seed, count=count):
+        if edit is not None and name.endswith(".in_sum2"):
+            data = edit(name[: -len(".in_sum2")], data)
+        w.add_tensor(name, data)
     if metadata:
         w.add_array("imatrix.datasets", [dataset])
         w.add_uint32("imatrix.chunk_count", 5)
@@ -46,12 +43,7 @@ def write_gguf_imatrix(out: Path, entries: list[tuple[str, int]], *, seed: int =
 
 def write_legacy_imatrix(out: Path, entries: list[tuple[str, int]], *, seed: int = 0, ncall: int = 11,
                          chunks: int = 3, dataset: str = "legacy.txt") -> Path:
-    rng = np.random.default_rng(seed)
-    data = struct.pack("<i", len(entries))
-    for name, ne0 in entries:
-        raw = name.encode()
-        data += struct.pack("<i", len(raw)) + raw + struct.pack("<ii", ncall, ne0)
-        data += (rng.gamma(0.5, 2.0, ne0) * ncall).astype("<f4").tobytes()
+    data = legacy_bytes(entries, seed=seed, ncall=ncall)
     data += struct.pack("<i", chunks) + struct.pack("<i", len(dataset)) + dataset.encode()
     out.write_bytes(data)
     return out

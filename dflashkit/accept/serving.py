@@ -27,6 +27,7 @@ machine with another. The report's sections are `serving_report`'s.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from dataclasses import dataclass, field
@@ -381,15 +382,15 @@ def measure_serving(
 
             say(f"llama-server: starting the target alone ({Path(target).name})")
             args, note = list(extra_args), None
-            try:
-                base_server = server().__enter__()
-            except LlamaCppCrashed as exc:
-                if not exc.repack:
-                    raise
-                say("llama-server crashed loading the target with weight repacking: every pair with --no-repack")
-                args, note = [*args, "--no-repack"], NO_REPACK_NOTE
-                base_server = server(args=args).__enter__()
-            try:
+            with contextlib.ExitStack() as stack:
+                try:
+                    base_server = stack.enter_context(server())
+                except LlamaCppCrashed as exc:
+                    if not exc.repack:
+                        raise
+                    say("llama-server crashed loading the target with weight repacking: every pair with --no-repack")
+                    args, note = [*args, "--no-repack"], NO_REPACK_NOTE
+                    base_server = stack.enter_context(server(args=args))
                 for path, gguf, block in drafters:
                     for cache in draft_cache_types:
                         for n_max in draft_n_max:
@@ -415,8 +416,6 @@ def measure_serving(
                                 run.on, run.off = [], []
                                 run.refused, run.crashed = str(exc), isinstance(exc, LlamaCppCrashed)
                                 say(f"llama-server {'crashed on' if run.crashed else 'refused'} {path}: {exc}")
-            finally:
-                base_server.__exit__(None, None, None)
     labels = dict(zip([p for p, _, _ in drafters], distinct_labels([str(p) for p, _, _ in drafters])))
     for run in runs:
         run.label = labels.get(run.drafter, "")

@@ -278,22 +278,23 @@ def run_drafter(
     say = progress or (lambda message: None)
     out = LlamaCppDrafterRun(drafter_path, str(drafter_gguf))
     args = list(extra_args)
+
+    def once(i: int, text: str) -> LlamaCppPromptRun:
+        return run_prompt(binary, target_gguf, drafter_gguf, text, n_predict=n_predict, draft_max=draft_max,
+                          threads=threads, prompt_tokens=prompt_tokens[i] if prompt_tokens else None,
+                          ignore_eos=ignore_eos, extra_args=args, retries=retries, timeout=timeout,
+                          label=drafter_path)
+
     for i, text in enumerate(texts):
         try:
             try:
-                r = run_prompt(binary, target_gguf, drafter_gguf, text, n_predict=n_predict, draft_max=draft_max,
-                               threads=threads, prompt_tokens=prompt_tokens[i] if prompt_tokens else None,
-                               ignore_eos=ignore_eos, extra_args=args, retries=retries, timeout=timeout,
-                               label=drafter_path)
+                r = once(i, text)
             except LlamaCppCrashed as exc:
                 if not exc.repack:
                     raise
                 say(f"llama.cpp crashed loading {drafter_path} with weight repacking: once more with --no-repack")
                 args, out.note = [*args, "--no-repack"], NO_REPACK_NOTE  # the later prompts too: one setting
-                r = run_prompt(binary, target_gguf, drafter_gguf, text, n_predict=n_predict, draft_max=draft_max,
-                               threads=threads, prompt_tokens=prompt_tokens[i] if prompt_tokens else None,
-                               ignore_eos=ignore_eos, extra_args=args, retries=retries, timeout=timeout,
-                               label=drafter_path)
+                r = once(i, text)
         except (LlamaCppRefused, LlamaCppCrashed) as exc:
             out.refused, out.runs, out.crashed = str(exc), [], isinstance(exc, LlamaCppCrashed)
             say(f"llama.cpp {'crashed on' if out.crashed else 'refused'} {drafter_path}: {exc}")
