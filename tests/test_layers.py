@@ -23,6 +23,7 @@ LAYERS: dict[str, int] = {
     "dflashkit.files": 0,
     "dflashkit.bounds": 0,
     "dflashkit.templates": 0,  # a chat template rendered bounded (time, memory, output)
+    "dflashkit.sweeps": 0,  # --context / --parallel levels, parsed once for every command (no torch)
     "dflashkit.reporting": 0,
     "dflashkit.filetypes": 0,
     "dflashkit.quant_types": 0,

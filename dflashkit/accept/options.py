@@ -30,6 +30,15 @@ class PromptOptions:
 
 
 @dataclass(frozen=True)
+class ContextOptions:
+    """``--context N[,N…]`` and its source ``--context-file``: the lengths of long context each prompt is measured
+    after (`dflashkit.sweeps.parse_context_levels`; empty: none, the prompts as they are)."""
+
+    levels: tuple[int, ...] = ()
+    file: str | None = None
+
+
+@dataclass(frozen=True)
 class LlamaCppOptions:
     """llama.cpp, where it is asked for: ``llama_cpp`` (llama-speculative-simple: τ in llama.cpp) and
     ``llama_servers`` (llama-server builds: speed-up), the target GGUFs, the n-max × draft-cache sweep

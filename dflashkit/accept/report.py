@@ -30,6 +30,8 @@ from .serving import combo_label
 from .serving_report import SECTIONS as SERVING_SECTIONS
 from .serving_report import headline as serving_headline
 from .serving_report import section_context as serving_context
+from .sweep_report import SECTIONS as SWEEP_SECTIONS
+from .sweep_report import cliff_lines, headline_tokens
 from ..stats import Comparison
 
 
@@ -60,9 +62,11 @@ def _context(r: AcceptMeasurement, max_drop: float | None, min_tau: float | None
     if r.serving is not None:
         named += [f"{run.name} in llama-server ({combo_label(run)}): {v}" for run, v in
                   zip(r.serving.runs, r.serving.verdicts()) if v not in (SERVING_GAIN, SERVING_NO_GAIN)]
-    return _Accept(r, max_drop, min_tau, max_gap, min_speedup, r.comparisons(),
-                   r.failures(max_drop, min_tau, max_gap, min_speedup), verdicts, r.llama_cpp_comparisons(),
-                   llama_verdicts, named)
+    c = _Accept(r, max_drop, min_tau, max_gap, min_speedup, r.comparisons(),
+                r.failures(max_drop, min_tau, max_gap, min_speedup), verdicts, r.llama_cpp_comparisons(),
+                llama_verdicts, named)
+    named += cliff_lines(c)  # where τ or the speed-up falls with context: a warning, with its cause
+    return c
 
 
 def build_report(r: AcceptMeasurement, max_drop: float | None, min_tau: float | None = None,
@@ -76,7 +80,7 @@ def build_report(r: AcceptMeasurement, max_drop: float | None, min_tau: float | 
 def _status(c: _Accept) -> tuple[str, str]:
     r = c.r
     first = r.drafters[0]
-    parts = [f"{first.name} τ {first.tau:.2f}"]
+    parts = [f"{headline_tokens(r)}: {first.name} τ {first.tau:.2f}"]
     for d, cmp in zip(r.drafters[1:], c.comps[1:]):
         assert cmp is not None
         parts.append(f"{d.name} τ {d.tau:.2f} ({cmp.delta:+.2f}, {cmp.relative:+.1%}; {ci_text(cmp)})")
@@ -294,6 +298,7 @@ ACCEPT_REPORT = ReportSpec(
         TableSpec("Acceptance length τ per drafter", _drafter_columns, _drafter_rows, id="drafters",
                   flagged=_drafter_flagged, note=_drafter_note,
                   level=lambda c: "error" if c.failures else "warning" if c.named else "info"),
+        *SWEEP_SECTIONS,
         ChartSpec("τ per drafter", _tau_bars, value_label="τ (tokens per target forward)",
                   reference=lambda c: c.r.drafters[0].tau, reference_label=lambda c: f"{c.r.drafters[0].name}",
                   id="tau_chart", scale="linear"),

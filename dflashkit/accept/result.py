@@ -129,6 +129,7 @@ class AcceptMeasurement:
     llama_cpp: list[LlamaCppDrafterRun] | None = None  # ↔ drafters, with --llama-cpp
     target_gguf: str | None = None
     serving: ServingResult | None = None  # with --llama-server / --server-url
+    by_context: Any = None  # with --context: the `dflashkit.accept.sweep.ContextSweep` (this is its first level)
 
     def comparisons(self) -> list[Comparison | None]:
         """Per drafter, the comparison with the first (None for the first itself)."""

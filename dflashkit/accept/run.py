@@ -33,6 +33,8 @@ from ..reporting import Report
 from ..runtime import HFTarget, load_drafter
 from ..runtime.speculative import check_pair, default_stop_ids, speculative_generate
 from .serving import ServingResult, check_n_max_fits, check_serving_options, measure_serving
+from .sweep import check_context_levels, sweep_context
+from ..runtime.speculative import PrefillCache
 
 
 class AcceptResult(AcceptMeasurement):
@@ -84,6 +86,8 @@ def run_acceptance(
     llama_cpp_timeout: float = LLAMA_CPP_TIMEOUT_S,
     prompt_options: PromptOptions | None = None,
     llama: LlamaCppOptions | None = None,
+    context: Sequence[int] | None = None,
+    context_file: str | os.PathLike | None = None,
 ) -> AcceptResult:
     """Run every drafter on every prompt against ``target`` (an HF dir, or an `HFTarget` already loaded).
 
@@ -107,7 +111,16 @@ def run_acceptance(
     measures a running server instead (``baseline_url``: the same target without a drafter). ``llama_cpp_args``
     are added to every llama.cpp command line (``--no-repack``…; what dflashkit sets itself is refused);
     ``llama_cpp_timeout`` bounds each llama.cpp run, server start and request (seconds).
+
+    ``context`` (token counts, `dflashkit.sweeps.parse_context_levels`) measures everything above once per level,
+    each prompt after that many tokens of long context (`dflashkit.accept.context`: ``context_file``'s text, else the
+    other prompts'); the result is the shortest level's, with every level in ``by_context`` and the report's "by
+    context length" table and cliff (`dflashkit.accept.sweep`). The target prefills each prompt once per level.
     """
+    if context is not None:
+        context = check_context_levels(context)
+    elif context_file is not None:
+        raise UsageError("--context-file is the source of --context: give --context N[,N…] too")
     if prompt_options is not None:  # the command lines' values: they stand for the settings they hold
         prompts, max_prompts, max_new_tokens = prompt_options.prompts, prompt_options.max_prompts, \
             prompt_options.max_new_tokens
@@ -221,6 +234,30 @@ def run_acceptance(
     if template_kwargs and not template:
         notes.append(f"target {runner.path} has no chat template: chat template kwargs {json.dumps(template_kwargs)} "
                      "were not used")
+    level_kw = dict(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, dtype=dtype,
+                    keep_quantized=keep_quantized, ignore_eos=ignore_eos, warmup=warmup, say=say, reasoning=reasoning,
+                    llama_binary=llama_binary, target_ggufs=target_ggufs, converter_src=converter_src,
+                    threads=threads, extra_args=extra_args, llama_server=llama_server, server_url=server_url,
+                    baseline_url=baseline_url, draft_n_max=draft_n_max, draft_cache_types=draft_cache_types,
+                    llama_cpp_timeout=float(llama_cpp_timeout))
+    if context is not None:
+        return sweep_context(runner, prompt_list, context, context_file, notes,
+                             lambda prompts, level_notes, prefills: _measure_level(
+                                 runner, prompts, source, drafters, level_notes, template_kwargs, prefills, **level_kw),
+                             max_new_tokens=max_new_tokens, template_kwargs=template_kwargs, say=say,
+                             target_context=_context_length(runner), drafters=drafters, llama_cpp_args=extra_args)
+    return _measure_level(runner, prompt_list, source, drafters, notes, template_kwargs, None, **level_kw)
+
+
+def _measure_level(runner: HFTarget, prompt_list: list[Prompt], source: str, drafters: Sequence[str | os.PathLike],
+                   notes: list[str], template_kwargs: dict[str, Any], prefills: PrefillCache | None, *,
+                   max_new_tokens: int, temperature: float, seed: int, dtype: str, keep_quantized: bool,
+                   ignore_eos: bool, warmup: bool, say: Callable[[str], None], reasoning: str | None,
+                   llama_binary: Path | None, target_ggufs: list[Any], converter_src: Path | None, threads: int,
+                   extra_args: list[str], llama_server: Any, server_url: str | None, baseline_url: str | None,
+                   draft_n_max: Sequence[int | None], draft_cache_types: Sequence[str | None],
+                   llama_cpp_timeout: float) -> AcceptResult:
+    """Every drafter on every prompt of one prompt set (one context level), in every runtime asked for."""
     prompt_ids, texts, plain = encode_prompts(runner, prompt_list, max_new_tokens, template_kwargs)
     vocab = _vocab_rows(runner)
     if llama_binary is not None and llama_binary.name != SERVER_BINARY:  # speculative-simple: the prompt is argv
@@ -245,11 +282,11 @@ def run_acceptance(
         check_pair(model, runner, head, where=f"drafter {path}")
         if warmup:
             speculative_generate(model, runner, prompt_ids[0], max_new_tokens=WARMUP_TOKENS, temperature=temperature,
-                                 head=head, stop_token_ids=(), seed=seed)
+                                 head=head, stop_token_ids=(), seed=seed, prefills=prefills)
         results = []
         for i, ids in enumerate(prompt_ids):
             r = speculative_generate(model, runner, ids, max_new_tokens=max_new_tokens, temperature=temperature,
-                                     head=head, stop_token_ids=stops, seed=seed + i)
+                                     head=head, stop_token_ids=stops, seed=seed + i, prefills=prefills)
             results.append(r)
             say(f"drafter {n}/{len(drafters)}: prompt {i + 1}/{len(prompt_ids)} ({prompt_list[i].id}): "
                 f"τ {r.tau:.2f} over {r.rounds} round(s)")

@@ -11,9 +11,9 @@ import click
 from ..bounds import escape_name
 from ..errors import UsageError
 from ..files import check_output, write_text_atomic
-from ..accept.options import LlamaCppOptions, PromptOptions
+from ..accept.options import ContextOptions, LlamaCppOptions, PromptOptions
 from .common import (FiniteFloat, _emit, _parse_fraction, _resolve_format, dflash_command, format_option,
-                     llama_cpp_options, output_option, prompt_options, user_errors)
+                     context_options, llama_cpp_options, output_option, prompt_options, user_errors)
 
 
 _PLOT_SUFFIXES = (".html", ".htm", ".png")
@@ -65,9 +65,11 @@ def _llama_cpp_inputs(*folders: str | None) -> list[str]:
 @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
 @user_errors
 @prompt_options
+@context_options
 @llama_cpp_options
 def accept_command(
-    drafters: tuple[str, ...], target: str, prompt_options: PromptOptions, llama: LlamaCppOptions,
+    drafters: tuple[str, ...], target: str, prompt_options: PromptOptions, context: ContextOptions,
+    llama: LlamaCppOptions,
     temperature: float, device: str, dtype: str, keep_quantized: bool, ignore_eos: bool,
     trace: str | None, plot: str | None, max_drop: str | None, min_tau: float | None, max_gap: str | None,
     server_url: str | None, baseline_url: str | None, min_speedup: float | None, force: bool,
@@ -82,7 +84,9 @@ def accept_command(
     τ in llama.cpp beside it (verdicts: agrees, below / above reference, zero accepted, refused to load, crashed).
     With --llama-server (or --server-url), the drafter where it is served: τ, speed-up against the target alone
     and identical output per target GGUF × draft cache type × draft n-max (verdicts: net gain, no gain, net loss,
-    output differs, refused to load, crashed).
+    output differs, refused to load, crashed). With --context N[,N…], all of it once per context length: each
+    prompt after N tokens of long context (--context-file, else the other prompts), a "τ by context length" table
+    and where τ or the speed-up falls, with the likely cause. Prompts with a "category" get a τ per category.
 
     Exit 0 on success; 1 when a drafter has non-finite logits, a gate (--max-drop, --min-tau, --max-gap,
     --min-speedup) fails or an input is bad; 2 for usage.
@@ -106,7 +110,7 @@ def accept_command(
         raise UsageError(f"{' / '.join(opt for opt, _ in outputs)} name the same file; give each its own")
     for opt, p in outputs:  # checked now, not after a long run
         check_output(p, inputs=[*drafters, target, prompt_options.prompts or builtin_prompts_path(),
-                                *llama.target_ggufs,
+                                *llama.target_ggufs, *([context.file] if context.file else []),
                                 *_llama_cpp_inputs(llama.llama_cpp, *llama.llama_servers, llama.llama_cpp_src)],
                      force=force, label=opt)
     if plot is not None:
@@ -118,7 +122,7 @@ def accept_command(
     result = run_acceptance(
         target, list(drafters), temperature=temperature, device=device, dtype=dtype, keep_quantized=keep_quantized,
         ignore_eos=ignore_eos, server_url=server_url, baseline_url=baseline_url, prompt_options=prompt_options,
-        llama=llama,
+        llama=llama, context=context.levels or None, context_file=context.file,
         progress=None if quiet else (
             lambda message: click.echo(f"dflash-accept: {escape_name(message, limit=2000)}", err=True)),
     )

@@ -328,6 +328,26 @@ def prompt_options(func: Any) -> Any:
         "prompt_options", _prompt_options)(func)
 
 
+def _context_options(context: str | None, context_file: str | None) -> Any:
+    from ..accept.options import ContextOptions
+    from ..sweeps import parse_context_levels
+
+    if context_file is not None and context is None:
+        raise UsageError("--context-file is the source of --context: give --context N[,N…] too")
+    return ContextOptions(parse_context_levels(context) if context is not None else (), context_file)
+
+
+def context_options(func: Any) -> Any:
+    """--context, --context-file → ``context`` (a `ContextOptions`): dflash-accept, dflash-parity, dflash-release."""
+    return _group([
+        click.option("--context", metavar="N[,N…]",
+                     help="Measure each prompt after N tokens of long context, per level (token counts, 4k = 4096; "
+                     "e.g. 0,1k,4k): τ, speed-up and parity by context length, and where they fall."),
+        click.option("--context-file", type=click.Path(dir_okay=False), metavar="FILE.txt",
+                     help="The long context: UTF-8 text of the target's domain (default: the other prompts)."),
+    ], ("context", "context_file"), "context", _context_options)(func)
+
+
 def _llama_cpp_options(llama_cpp: str | None, llama_server: tuple[str, ...], target_gguf: tuple[str, ...],
                        llama_cpp_src: str | None, draft_n_max: str | None, draft_cache_type: str | None,
                        llama_cpp_args: tuple[str, ...], llama_cpp_timeout: float, threads: int) -> Any:

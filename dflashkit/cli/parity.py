@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ..errors import UsageError
 from ..files import check_output
-from .common import FiniteFloat, MAX_PARITY_ROUNDS, _emit, _parse_fraction, _resolve_format, dflash_command, format_option, output_option, user_errors
+from .common import context_options, FiniteFloat, MAX_PARITY_ROUNDS, _emit, _parse_fraction, _resolve_format, dflash_command, format_option, output_option, user_errors
 
 
 def _parse_ids(value: str | None) -> list[int] | None:
@@ -60,14 +61,20 @@ def _parse_ids(value: str | None) -> list[int] | None:
 @click.option("--skip-weights", is_flag=True, help="Skip the per-tensor weight diff (faster on big files).")
 @click.option("--quiet", "-q", is_flag=True, help="No 'wrote' line for -o (a failure's reason still goes to stderr).")
 @user_errors
+@context_options
 def parity_command(
     reference: str, candidate: str, target: str | None, prompt: str | None, prompt_ids: str | None, rounds: int,
     device: str, dtype: str, seed: int, threshold_top1: str | None, threshold_kl: float | None, dump: str | None,
     force: bool, fmt: str | None, legacy_fmt: str | None, output: str | None, keep_quantized: bool,
-    skip_weights: bool, quiet: bool,
+    skip_weights: bool, quiet: bool, context: Any,
 ) -> None:
     """Does CANDIDATE still draft what REFERENCE drafts? Run both drafters (HF dirs or GGUFs) on the same
     inputs and compare weights, logits per block position and accepted-prefix length.
+
+    With --context N[,N…], once per context length with the anchors past N tokens (an HF target: the prompt after
+    N tokens of --context-file or of itself repeated; else N random context positions): a file whose sliding window
+    or rope metadata is wrong drafts like the right one until the context passes its window. The gates apply to
+    every level.
 
     Exit 0 when the thresholds hold (or none is given), 1 when one is missed or an input is bad, 2 for usage.
     """
@@ -82,11 +89,21 @@ def parity_command(
         check_output(output, inputs=[reference, candidate, target], force=force, label="-o")
     if (top1 is not None or threshold_kl is not None) and target is None:
         raise UsageError("--threshold-top1 / --threshold-kl gate on logits, which need a target head — pass --target")
-    result = run_parity(
-        reference, candidate, target=target, prompt=prompt, prompt_ids=_parse_ids(prompt_ids), rounds=rounds,
-        device=device, dtype=dtype, seed=seed, dump=dump, keep_quantized=keep_quantized, weights=not skip_weights,
-        force=force,
-    )
+    if context.levels:
+        if dump is not None:
+            raise UsageError("--dump writes one run's tensors: give it without --context")
+        from ..parity.sweep import run_parity_by_context
+
+        result = run_parity_by_context(
+            reference, candidate, levels=context.levels, context_file=context.file, target=target, prompt=prompt,
+            prompt_ids=_parse_ids(prompt_ids), rounds=rounds, device=device, dtype=dtype, seed=seed,
+            keep_quantized=keep_quantized, weights=not skip_weights)
+    else:
+        result = run_parity(
+            reference, candidate, target=target, prompt=prompt, prompt_ids=_parse_ids(prompt_ids), rounds=rounds,
+            device=device, dtype=dtype, seed=seed, dump=dump, keep_quantized=keep_quantized, weights=not skip_weights,
+            force=force,
+        )
     report = result.report(threshold_top1=top1, threshold_kl=threshold_kl)
     _emit(report.render(fmt), output, force, quiet, report.status, "dflash-parity")
     code = result.exit_code(top1, threshold_kl)

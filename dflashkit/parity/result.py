@@ -19,6 +19,7 @@ from .stats import HiddenStats, LogitStats
 from ..reporting import Column, FieldSpec, NotesSpec, Report, ReportSpec, TableSpec, build, verdict
 from ..runtime import LoadInfo
 from ..runtime.load import VERIFY_MODE
+from ..sweeps import level_label
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -67,6 +68,9 @@ class ParityResult:
     weights: Any = None  # dflashkit.diff.DiffResult, or None when skipped
     prompt_ids: list[int] | None = None
     dump: str | None = None
+    context_tokens: int = 0  # --context: the long context before the prompt (0: none)
+    by_context: list["ParityResult"] | None = None  # --context: every level, this one first
+    context_source: str | None = None
 
     @property
     def has_logits(self) -> bool:
@@ -93,8 +97,15 @@ class ParityResult:
             out.append(f"mean KL {self.overall.kl_mean:.3g} > --threshold-kl {threshold_kl:.3g}")
         return out
 
+    def all_failures(self, threshold_top1: float | None = None, threshold_kl: float | None = None) -> list[str]:
+        """`failures` of every --context level (each named by its level past the first)."""
+        out = self.failures(threshold_top1, threshold_kl)
+        for r in (self.by_context or [])[1:]:
+            out += [f"at --context {level_label(r.context_tokens)}: {f}" for f in r.failures(threshold_top1, threshold_kl)]
+        return out
+
     def exit_code(self, threshold_top1: float | None = None, threshold_kl: float | None = None) -> int:
-        return EXIT_FAILED if self.failures(threshold_top1, threshold_kl) else EXIT_OK
+        return EXIT_FAILED if self.all_failures(threshold_top1, threshold_kl) else EXIT_OK
 
     def report(self, threshold_top1: float | None = None, threshold_kl: float | None = None) -> Report:
         return _build_report(self, threshold_top1, threshold_kl)
@@ -141,7 +152,7 @@ class _Parity:
 
 
 def _build_report(r: ParityResult, threshold_top1: float | None, threshold_kl: float | None) -> Report:
-    return build(PARITY_REPORT, _Parity(r, threshold_top1, threshold_kl, r.failures(threshold_top1, threshold_kl)))
+    return build(PARITY_REPORT, _Parity(r, threshold_top1, threshold_kl, r.all_failures(threshold_top1, threshold_kl)))
 
 
 def _form(info: LoadInfo) -> str:
@@ -158,7 +169,10 @@ def _status(c: _Parity) -> tuple[str, str]:
     else:
         headline = (f"hidden-state rel RMS {r.hidden_overall.rel_rms:.3g}, cosine {r.hidden_overall.cosine:.6f} "
                     "(no target head: no logits)")
-    return verdict(c.failures, None, headline, "ok" if o is not None else "info")
+    if r.by_context:
+        headline += f" at --context {level_label(r.context_tokens)} (every level in 'Parity by context length')"
+    broken = breaks(r)
+    return verdict(c.failures, broken[0] if broken else None, headline, "ok" if o is not None else "info")
 
 
 def _weights_rel_rms(c: _Parity) -> tuple[float | None, float | None] | None:
@@ -252,6 +266,53 @@ def _round_rows(c: _Parity) -> list[dict[str, Any]]:
              "reference_tokens": x.reference_tokens, "candidate_tokens": x.candidate_tokens} for x in c.r.rounds]
 
 
+#: a --context level breaks when its top-1 agreement is this much below the shortest level's …
+BREAK_TOP1_DROP = 0.02
+#: … or its mean accepted prefix this many tokens shorter
+BREAK_PREFIX_DROP = 1.0
+
+
+def breaks(result: ParityResult) -> list[str]:
+    """The levels past the shortest where the candidate stops drafting like the reference, each as one line."""
+    levels = result.by_context or []
+    if len(levels) < 2 or levels[0].overall is None:
+        return []
+    first = levels[0]
+    out = []
+    for r in levels[1:]:
+        if r.overall is None:
+            continue
+        top1_drop = first.overall.top1 - r.overall.top1  # type: ignore[union-attr]
+        prefix_drop = (first.accepted_mean or 0.0) - (r.accepted_mean or 0.0)
+        if top1_drop >= BREAK_TOP1_DROP or prefix_drop >= BREAK_PREFIX_DROP:
+            out.append(f"from --context {level_label(r.context_tokens)} the candidate drafts unlike the reference: top-1 "
+                       f"{first.overall.top1:.1%} → {r.overall.top1:.1%}, KL mean {first.overall.kl_mean:.3g} → "  # type: ignore[union-attr]
+                       f"{r.overall.kl_mean:.3g}, accepted prefix {first.accepted_mean:.2f} → {r.accepted_mean:.2f} "
+                       f"(at --context {level_label(first.context_tokens)}) — a window, rope or position difference "
+                       "shows only past that length: compare the files' sliding_window, sliding_window_pattern, "
+                       "rope_theta / rope scaling and context length (dflash-inspect, dflash-diff)")
+            break
+    return out
+
+
+_CONTEXT_COLUMNS = [Column("context_label", "--context"), Column("positions", "context positions"),
+                    Column("top1", "top-1", "pct"), Column("top5", "top-5 overlap", "pct"),
+                    Column("kl_mean", "KL mean", ".3g"), Column("kl_max", "KL max", ".3g"),
+                    Column("accepted", "accepted prefix", ".2f"), Column("rel_rms", "hidden rel RMS", ".3g")]
+
+
+def _context_rows(c: _Parity) -> list[dict[str, Any]]:
+    rows = []
+    for r in c.r.by_context or []:
+        o = r.overall
+        rows.append({"context": r.context_tokens, "context_label": level_label(r.context_tokens),
+                     "positions": r.rounds[0].start if r.rounds else None,
+                     "top1": o.top1 if o else None, "top5": o.top5 if o else None,
+                     "kl_mean": o.kl_mean if o else None, "kl_max": o.kl_max if o else None,
+                     "accepted": r.accepted_mean, "rel_rms": r.hidden_overall.rel_rms})
+    return rows
+
+
 def _notes(c: _Parity) -> list[str]:
     r = c.r
     return ([MODES[r.mode]] + [f"reference: {n}" for n in r.reference.notes]
@@ -277,6 +338,14 @@ PARITY_REPORT = ReportSpec(
         TableSpec("Rounds", _ROUND_COLUMNS, _round_rows, id="rounds",
                   note="each round drafts from the cache of the previous ones, cropped to the context as "
                        "dflash_generate does"),
+        TableSpec("Parity by context length", _CONTEXT_COLUMNS, _context_rows, id="by_context",
+                  note=lambda c: f"the drafters after N tokens of context from {c.r.context_source}; the anchors of "
+                  "every level lie past its N (anchor pos of round 1 = context positions)",
+                  when=lambda c: bool(c.r.by_context)),
+        NotesSpec("Where parity breaks with context", lambda c: breaks(c.r), id="breaks",
+                  level=lambda c: "warning" if breaks(c.r) else "info",
+                  empty="the candidate drafts like the reference at every level",
+                  when=lambda c: bool(c.r.by_context)),
         NotesSpec("Notes", _notes, id="notes"),
     ),
 )

@@ -108,10 +108,10 @@ def _hf_inputs(target: HFTarget, head: TargetHead, models: dict[str, DFlashDraft
 
 
 def _random_inputs(head: TargetHead | None, models: dict[str, DFlashDraftModel], rounds: int, block: int,
-                   seed: int) -> _Inputs:
+                   seed: int, context_len: int = CONTEXT_LEN) -> _Inputs:
     g = torch.Generator().manual_seed(seed)
     ref = models["reference"].spec
-    length = CONTEXT_LEN + rounds * block + 1
+    length = context_len + rounds * block + 1
     # Target hidden states are O(1)–O(10) per channel; fc + hidden_norm make the scale immaterial.
     table = torch.randn(1, length, ref.fc_input_width, generator=g)
     vocab = head.vocab_size if head is not None else (ref.vocab_size or 1)
@@ -123,7 +123,7 @@ def _random_inputs(head: TargetHead | None, models: dict[str, DFlashDraftModel],
     def feats(start: int, end: int) -> torch.Tensor:
         return table[:, start:end]
 
-    return _Inputs(head, CONTEXT_LEN, tokens=tokens, feats={"reference": feats, "candidate": feats}, noise=noise)
+    return _Inputs(head, context_len, tokens=tokens, feats={"reference": feats, "candidate": feats}, noise=noise)
 
 
 def _check_pair(ref: DFlashDraftModel, cand: DFlashDraftModel, mode: str) -> None:
@@ -153,7 +153,7 @@ def run_parity(
     reference: str | os.PathLike,
     candidate: str | os.PathLike,
     *,
-    target: str | os.PathLike | None = None,
+    target: str | os.PathLike | HFTarget | None = None,
     prompt: str | None = None,
     prompt_ids: Sequence[int] | None = None,
     rounds: int = 1,
@@ -164,20 +164,24 @@ def run_parity(
     keep_quantized: bool = False,
     weights: bool = True,
     force: bool = False,
+    context_len: int = CONTEXT_LEN,
 ) -> ParityResult:
-    """Run both drafters on the same inputs for ``rounds`` draft rounds and compare them."""
+    """Run both drafters on the same inputs for ``rounds`` draft rounds and compare them. ``target``: an HF
+    directory (or that target already loaded), a GGUF, or None; ``context_len``: the random context's positions
+    where there is no HF target (`dflashkit.parity.sweep` sets it per ``--context`` level)."""
     if rounds < 1:
         raise UsageError(f"--rounds must be at least 1, got {rounds}")
     if prompt is not None and prompt_ids is not None:
         raise UsageError("give --prompt or --prompt-ids, not both")
-    hf_target = target is not None and Path(target).is_dir()
+    hf_target = isinstance(target, HFTarget) or (target is not None and Path(target).is_dir())
     if (prompt is not None or prompt_ids is not None) and not hf_target:
         raise UsageError("--prompt / --prompt-ids need --target as an HF model directory (a GGUF target only lends "
                          "its embeddings and lm_head; without a target the hidden states are random)")
     if dump is not None:
         dump = Path(dump)
         # checked now, not after a long run; the dump must never replace a file parity reads
-        dump = check_output(dump, inputs=[reference, candidate, target], force=force, label="--dump")
+        dump = check_output(dump, inputs=[reference, candidate, getattr(target, "path", target)], force=force,
+                            label="--dump")
 
     paths = {"reference": reference, "candidate": candidate}
     # both drafters' specs and every check of them before either loads (their weights load one at a time)
@@ -193,26 +197,26 @@ def run_parity(
 
     runner: HFTarget | None = None
     if hf_target:
-        runner = HFTarget(target, device=device)  # type: ignore[arg-type]
+        runner = target if isinstance(target, HFTarget) else HFTarget(target, device=device)  # type: ignore[arg-type]
         head: TargetHead | None = runner.head(dtype=dtype)
     else:
         head = (load_target_head(target, device=device, dtype=dtype, keep_quantized=keep_quantized, packed=True,
                                  mapped=True) if target else None)
     if head is not None:  # the drafter ↔ target rule table, as every command runs it
-        fit = Target(str(target), head.hidden_size, runner.n_layers if runner else None, head.vocab_size)
+        fit = Target(str(getattr(target, "path", target)), head.hidden_size, runner.n_layers if runner else None, head.vocab_size)
         for side, path in paths.items():
             check_runtime_fit(skeletons[side].spec, fit, f"{side} drafter {path}")
     if runner is not None:
         inputs = _hf_inputs(runner, head, skeletons, prompt, prompt_ids)
     else:
-        inputs = _random_inputs(head, skeletons, rounds, block, seed)
+        inputs = _random_inputs(head, skeletons, rounds, block, seed, context_len)
 
     run = _run_rounds(paths, load, inputs, rounds, block, torch.device(device))
     result = ParityResult(
         reference=run.infos["reference"],  # type: ignore[arg-type]
         candidate=run.infos["candidate"],  # type: ignore[arg-type]
         mode=mode,
-        target=str(target) if target is not None else None,
+        target=str(getattr(target, "path", target)) if target is not None else None,
         device=device,
         dtype=dtype,
         seed=seed,

@@ -18,10 +18,11 @@ proposes: a bad drafter only costs rounds. The per-round ``accepted`` counts are
 
 from __future__ import annotations
 
+import copy
 import math
 import operator
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Sequence
 
 import torch
@@ -222,6 +223,54 @@ def check_pair(model: DFlashDraftModel, target: HFTarget, head: TargetHead, wher
         raise DFlashError(f"{where}: block_size {spec.block_size} drafts nothing (needs at least 2)")
 
 
+@dataclass
+class _Prefilled:
+    cache: Any  # the target's cache after the prompt (copied for each run: a run extends and crops it)
+    logits: torch.Tensor  # the last position's logits: the first new token
+    features: torch.Tensor  # the drafter's first context (its taps of every prompt position)
+    seconds: float
+
+
+@dataclass
+class PrefillCache:
+    """The target's prefill of each prompt, kept for the next drafter on the same prompts (``--context``: one
+    prefill per prompt and level, whatever the number of drafters). Keyed by the prompt's ids and the taps; a
+    prefill past ``max_bytes`` together is not kept (it is computed again where asked). ``prefills`` counts the
+    target's prefill passes, ``reused`` the runs that started from a kept one."""
+
+    max_bytes: int = 2 << 30
+    prefills: int = 0
+    reused: int = 0
+    _kept: dict[tuple[tuple[int, ...], tuple[int, ...]], _Prefilled] = field(default_factory=dict)
+    _bytes: int = 0
+
+    def get(self, prompt: list[int], layers: list[int]) -> _Prefilled | None:
+        hit = self._kept.get((tuple(prompt), tuple(layers)))
+        if hit is not None:
+            self.reused += 1
+        return hit
+
+    def put(self, prompt: list[int], layers: list[int], entry: _Prefilled) -> None:
+        size = entry.features.nbytes + entry.logits.nbytes + _cache_bytes(entry.cache)
+        if self._bytes + size <= self.max_bytes:
+            self._kept[(tuple(prompt), tuple(layers))] = entry
+            self._bytes += size
+
+    def clear(self) -> None:
+        self._kept.clear()
+        self._bytes = 0
+
+
+def _cache_bytes(cache: Any) -> int:
+    """The tensors a target cache holds (its layers' keys and values; unknown layouts count as too large)."""
+    total = 0
+    for layer in getattr(cache, "layers", None) or []:
+        for name in ("keys", "values"):
+            t = getattr(layer, name, None)
+            total += t.nbytes if isinstance(t, torch.Tensor) else 0
+    return total if total else 1 << 62
+
+
 @torch.inference_mode()
 def speculative_generate(
     model: DFlashDraftModel,
@@ -234,13 +283,15 @@ def speculative_generate(
     stop_token_ids: Sequence[int] | None = None,
     block_size: int | None = None,
     seed: int | None = None,
+    prefills: PrefillCache | None = None,
 ) -> SpeculativeResult:
     """Generate up to ``max_new_tokens`` tokens after ``prompt_ids`` by draft–verify rounds.
 
     ``head``: the target's embeddings and lm_head in the drafter's dtype (built from ``target`` when
     omitted — pass it to avoid a copy per call when the dtypes differ). ``stop_token_ids``: None = the
     target's EOS ids; ``()`` = never stop early. ``seed``: seeds torch's RNG for this run (sampling,
-    and DFlash 2's sampled selector) without disturbing the caller's RNG state.
+    and DFlash 2's sampled selector) without disturbing the caller's RNG state. ``prefills``: the target's
+    prefill of this prompt is taken from there when kept, and kept there when made (same tokens, same output).
     """
     if temperature < 0 or not math.isfinite(temperature):
         raise UsageError(f"temperature must be a finite number ≥ 0, got {temperature}")
@@ -257,24 +308,40 @@ def speculative_generate(
         if seed is not None:
             torch.manual_seed(seed)
         return _generate(model, target, head, prompt, max_new_tokens, float(temperature), stops,
-                         block_size or model.block_size)
+                         block_size or model.block_size, prefills)
+
+
+def _prefill(lm: Any, prompt: list[int], layers: list[int], device: torch.device, dtype: torch.dtype,
+             prefills: PrefillCache | None) -> tuple[Any, torch.Tensor, torch.Tensor, float]:
+    """(the target's cache after ``prompt``, the last logits, the drafter's first context, seconds)."""
+    kept = prefills.get(prompt, layers) if prefills is not None else None
+    if kept is not None:
+        return copy.deepcopy(kept.cache), kept.logits, kept.features, kept.seconds
+    cache = _new_target_cache(lm)
+    t0 = _sync(device)
+    out = lm(torch.tensor([prompt], device=device), past_key_values=cache, use_cache=True,
+             logits_to_keep=1, output_hidden_states=True)
+    logits = out.logits[0, -1:]
+    features = extract_context_feature(out.hidden_states, layers).to(dtype)
+    seconds = _sync(device) - t0
+    if prefills is not None:
+        prefills.prefills += 1
+        prefills.put(prompt, layers, _Prefilled(copy.deepcopy(cache), logits, features, seconds))
+    return cache, logits, features, seconds
 
 
 def _generate(model: DFlashDraftModel, target: HFTarget, head: TargetHead, prompt: list[int], max_new_tokens: int,
-              temperature: float, stops: set[int], block: int) -> SpeculativeResult:
+              temperature: float, stops: set[int], block: int, prefills: PrefillCache | None) -> SpeculativeResult:
     lm, device, layers = target.model, target.device, list(model.target_layer_ids)
     dtype = drafter_dtype(model)
     n_prompt = len(prompt)
     max_length = n_prompt + max_new_tokens
     tokens = list(prompt)
-    target_cache, draft_cache = _new_target_cache(lm), model.new_cache()
+    draft_cache = model.new_cache()
     mask = int(model.mask_token_id)  # type: ignore[arg-type]  # check_pair made sure there is one
 
-    t0 = _sync(device)
-    out = lm(torch.tensor([prompt], device=device), past_key_values=target_cache, use_cache=True,
-             logits_to_keep=1, output_hidden_states=True)
-    tokens.append(_pick(out.logits[0, -1:], temperature)[0])
-    context = extract_context_feature(out.hidden_states, layers).to(dtype)  # the drafter's first context
+    target_cache, first_logits, context, prefill_s = _prefill(lm, prompt, layers, device, dtype, prefills)
+    tokens.append(_pick(first_logits, temperature)[0])
     t1 = _sync(device)
 
     accepted_counts: list[int] = []
@@ -347,7 +414,7 @@ def _generate(model: DFlashDraftModel, target: HFTarget, head: TargetHead, promp
         accepted=accepted_counts,
         drafted=drafted_counts,
         temperature=temperature,
-        prefill_s=t1 - t0,
+        prefill_s=prefill_s,
         decode_s=t2 - t1,
         stopped=stopped,
         block_size=block,

@@ -1,0 +1,149 @@
+"""Long context before each prompt (``--context N``): the same bytes for every drafter, runtime and build.
+
+Where the context comes from, in this order:
+
+* ``--context-file FILE``: UTF-8 text of the target's own domain (long documents, a book, a code base flattened).
+  Prompt *i* of *P* reads N tokens of it starting at token ``i · (M − N) // P`` (M: the file's tokens), so the
+  prompts see different stretches when the file is long enough and the same opening when it is just long enough;
+* otherwise the prompts themselves: prompt *i* reads the *other* prompts' texts (message contents for chat
+  prompts), from prompt *i + 1* on, wrapping, never its own — as a long conversation or a pile of documents would
+  precede it. Where the others hold fewer than N tokens the run is refused (give ``--context-file``): repeating
+  them would measure copying, not long context.
+
+The N tokens are the target tokenizer's: the source is encoded, cut to N ids and decoded back to text, then put
+before the prompt — a raw-text prompt becomes ``context + " " + text`` (a continuation of the same document), a
+chat prompt's first user message ``context + "\\n\\n" + content``. Re-encoding the joined text gives N + the
+prompt's tokens, give or take a merge at the seam: every figure states the *measured* mean prompt tokens.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..errors import DFlashError, UsageError
+from ..sweeps import level_label
+from .prompts import Prompt
+
+#: a context file larger than this is refused (64 MiB of text ≈ 16 M tokens: past every level)
+MAX_CONTEXT_FILE_BYTES = 64 << 20
+RAW_SEPARATOR = " "
+CHAT_SEPARATOR = "\n\n"
+
+
+def read_context_file(path: str | os.PathLike) -> str:
+    """The text of ``--context-file``, read bounded (a FIFO or /dev/zero is not read until memory runs out)."""
+    src = Path(path)
+    try:
+        if src.is_dir():
+            raise DFlashError(f"{src}: is a directory, not a context file (UTF-8 text)")
+        fd = os.open(src, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        with open(fd, "rb") as f:
+            raw = f.read(MAX_CONTEXT_FILE_BYTES + 1)
+    except FileNotFoundError:
+        raise DFlashError(f"{src}: no such context file") from None
+    except OSError as exc:
+        raise DFlashError(f"{src}: cannot read the context file ({exc.strerror or exc})") from None
+    if len(raw) > MAX_CONTEXT_FILE_BYTES:
+        raise DFlashError(f"{src}: the context file is over {MAX_CONTEXT_FILE_BYTES >> 20} MiB — give a smaller one")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DFlashError(f"{src}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}) — save the "
+                          "context file as UTF-8") from None
+    if not text.strip():
+        raise DFlashError(f"{src}: the context file is empty — give long text of the target's domain")
+    if "\x00" in text:
+        raise DFlashError(f"{src}: the context file holds a NUL byte (offset {text.index(chr(0))}) — llama.cpp cuts "
+                          "a prompt there; give plain text")
+    return text
+
+
+def _content(prompt: Prompt) -> str:
+    if prompt.messages is not None:
+        return CHAT_SEPARATOR.join(c for _, c in prompt.messages)
+    return prompt.text or ""
+
+
+class LongContext:
+    """Builds the context of every prompt at every level from one source, with ``tokenizer`` (the target's: an
+    ``encode(text, add_special_tokens=False)`` / ``decode(ids)`` object)."""
+
+    def __init__(self, tokenizer: Any, prompts: Sequence[Prompt], file_text: str | None = None,
+                 file_name: str | None = None) -> None:
+        self.tokenizer, self.prompts = tokenizer, list(prompts)
+        self.file_name = file_name
+        self._file_ids: list[int] | None = None
+        self._file_text = file_text
+        self._prompt_ids: dict[int, list[int]] = {}
+
+    @property
+    def source(self) -> str:
+        if self._file_text is not None:
+            return f"context file {self.file_name or '(given)'}"
+        return "the other prompts of the set (each prompt's own text never)"
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def context_ids(self, index: int, tokens: int) -> list[int]:
+        """The ``tokens`` ids of long context prompt ``index`` reads."""
+        if tokens == 0:
+            return []
+        if self._file_text is not None:
+            if self._file_ids is None:
+                self._file_ids = self._encode(self._file_text)
+            ids = self._file_ids
+            if len(ids) < tokens:
+                raise DFlashError(f"--context {level_label(tokens)}: {self.source} holds {len(ids):,} tokens of the "
+                                  "target's tokenizer — give a longer file or a shorter level")
+            start = index * (len(ids) - tokens) // max(1, len(self.prompts))
+            return ids[start: start + tokens]
+        texts: list[str] = []
+        counted, n = 0, len(self.prompts)
+        for step in range(1, n):
+            other = (index + step) % n
+            if other not in self._prompt_ids:  # a length estimate; the joined text is encoded as one below
+                self._prompt_ids[other] = self._encode(_content(self.prompts[other]) + RAW_SEPARATOR)
+            texts.append(_content(self.prompts[other]))
+            counted += len(self._prompt_ids[other])
+            if counted >= tokens:
+                ids = self._encode(RAW_SEPARATOR.join(texts))
+                if len(ids) >= tokens:
+                    return ids[:tokens]
+        raise DFlashError(f"--context {level_label(tokens)}: the other prompts hold only {counted:,} tokens of context "
+                          f"for prompt {self.prompts[index].id} — give --context-file FILE (long text of the target's "
+                          "domain)")
+
+    def prompts_at(self, tokens: int) -> list[Prompt]:
+        """Every prompt with ``tokens`` tokens of long context before it (the prompts as they are at 0)."""
+        if tokens == 0:
+            return list(self.prompts)
+        out = []
+        for i, p in enumerate(self.prompts):
+            context = self.tokenizer.decode(self.context_ids(i, tokens))
+            if p.messages is None:
+                out.append(replace(p, text=context + RAW_SEPARATOR + (p.text or "")))
+            else:
+                first = next((k for k, (role, _) in enumerate(p.messages) if role == "user"), 0)
+                messages = list(p.messages)
+                role, content = messages[first]
+                messages[first] = (role, context + CHAT_SEPARATOR + content)
+                out.append(replace(p, messages=tuple(messages)))
+        return out
+
+
+def check_levels_fit(levels: Sequence[int], context: int | None, longest_prompt: int, max_new_tokens: int,
+                     where: str) -> None:
+    """Every level + the longest prompt + the new tokens inside ``context`` (the target's), before any round."""
+    if context is None or not levels:
+        return
+    top = max(levels)
+    if top + longest_prompt + max_new_tokens > context:
+        raise UsageError(f"--context {level_label(top)}: {top:,} + {longest_prompt} prompt tokens + {max_new_tokens} new "
+                         f"tokens exceed {where}'s context of {context:,} (max_position_embeddings) — give levels up to "
+                         f"{max(0, context - longest_prompt - max_new_tokens):,}")

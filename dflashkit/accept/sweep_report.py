@@ -1,0 +1,124 @@
+"""The report's "by context length", "where τ falls" and "by category" sections (declared; `accept.report` lists
+them). Every τ and speed-up here stands beside the mean prompt tokens it was measured at."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..llama_cpp.speculative_simple import mean_tau
+from ..reporting import Column, NotesSpec, TableSpec
+from ..stats import paired_bootstrap_ci
+from ..sweeps import level_label
+from .sweep import cliffs, context_rows, mean_prompt_tokens
+
+
+def _sweep(c: Any) -> Any:
+    return c.r.by_context
+
+
+def _context_columns(c: Any) -> list[Column]:
+    columns = [Column("drafter", "drafter"), Column("context_label", "--context"),
+               Column("prompt_tokens", "mean prompt tokens", ".0f"), Column("tau", "τ", ".2f"),
+               Column("tau_ci_text", "τ 95% CI"), Column("delta", "Δτ vs shortest", "+.2f"),
+               Column("relative", "Δ%", "pct"), Column("delta_ci_text", "Δ 95% CI")]
+    rows = context_rows(_sweep(c), c.r.seed)
+    if any("tau_llama_cpp" in r for r in rows):
+        columns.append(Column("tau_llama_cpp", "τ llama.cpp", ".2f"))
+    if any("speedup" in r for r in rows):
+        columns += [Column("tau_server", "τ llama-server", ".2f"), Column("speedup", "speed-up", ".2f"),
+                    Column("speedup_ci_text", "speed-up 95% CI")]
+    return columns
+
+
+def _interval(ci: Any, fmt: str) -> str:
+    return f"[{ci[0]:{fmt}}, {ci[1]:{fmt}}]" if ci else "—"
+
+
+def _context_rows(c: Any) -> list[dict[str, Any]]:
+    rows = context_rows(_sweep(c), c.r.seed)
+    for r in rows:
+        r["context_label"] = level_label(r["context"])
+        r["tau_ci_text"] = _interval(r["tau_ci"], ".2f")
+        r["delta_ci_text"] = _interval(r["delta_ci"], "+.2f")
+        if "speedup_ci" in r:
+            r["speedup_ci_text"] = _interval(r["speedup_ci"], ".2f")
+    return rows
+
+
+def cliff_lines(c: Any) -> list[str]:
+    sweep = _sweep(c)
+    return [cl.text() for cl in cliffs(sweep, c.r.seed)] if sweep is not None else []
+
+
+def _context_note(c: Any) -> str:
+    s = _sweep(c)
+    return (f"each prompt measured after N tokens of long context from {s.source} (docs/serving.md, 'τ falls at long "
+            "context?'); Δτ and its CI are paired over prompts against the shortest level; the target prefilled each "
+            f"prompt once per level for every drafter (prefills per level: {', '.join(map(str, s.prefills))})")
+
+
+# ---- by category ----------------------------------------------------------------------------------------------
+
+
+def category_rows(r: Any) -> list[dict[str, Any]]:
+    """Per drafter × prompt category: prompts, mean prompt tokens, τ with its CI (and llama.cpp's τ, llama-server's
+    speed-up with its CI where measured)."""
+    categories = sorted({p.category or "(none)" for p in r.prompts})
+    rows = []
+    for j, d in enumerate(r.drafters):
+        for cat in categories:
+            idx = [i for i, p in enumerate(r.prompts) if (p.category or "(none)") == cat]
+            taus = [d.runs[i].tau for i in idx]
+            ci = paired_bootstrap_ci([t for t in taus if math.isfinite(t)], seed=r.seed)
+            row: dict[str, Any] = {"drafter": d.name, "category": cat, "prompts": len(idx),
+                                   "prompt_tokens": sum(len(r.prompt_ids[i]) for i in idx) / len(idx),
+                                   "tau": mean_tau(taus), "tau_ci": list(ci) if ci else None,
+                                   "tau_ci_text": _interval(ci, ".2f")}
+            if r.llama_cpp is not None and not r.llama_cpp[j].refused:
+                row["tau_llama_cpp"] = mean_tau([r.llama_cpp[j].runs[i].tau for i in idx if i < len(r.llama_cpp[j].runs)])
+            if r.serving is not None:
+                runs = [s for s in r.serving.runs if s.drafter == d.path and s.off]
+                if runs:  # the first combination's (as the headline's); per prompt tok/s with / alone
+                    logs = [math.log(b.tokens_per_s / a.tokens_per_s)
+                            for n, (a, b) in enumerate(zip(runs[0].off, runs[0].on))
+                            if n in idx and a.tokens_per_s > 0 and b.tokens_per_s > 0]
+                    lci = paired_bootstrap_ci(logs, seed=r.seed)
+                    row["speedup"] = math.exp(sum(logs) / len(logs)) if logs else math.nan
+                    row["speedup_ci_text"] = _interval([math.exp(x) for x in lci] if lci else None, ".2f")
+            rows.append(row)
+    return rows
+
+
+def _category_columns(c: Any) -> list[Column]:
+    columns = [Column("drafter", "drafter"), Column("category", "category"), Column("prompts", "prompts"),
+               Column("prompt_tokens", "mean prompt tokens", ".0f"), Column("tau", "τ", ".2f"),
+               Column("tau_ci_text", "τ 95% CI")]
+    rows = category_rows(c.r)
+    if any("tau_llama_cpp" in r for r in rows):
+        columns.append(Column("tau_llama_cpp", "τ llama.cpp", ".2f"))
+    if any("speedup" in r for r in rows):
+        columns += [Column("speedup", "speed-up", ".2f"), Column("speedup_ci_text", "speed-up 95% CI")]
+    return columns
+
+
+def headline_tokens(r: Any) -> str:
+    """"at ≈ 31 prompt tokens" (or the range of levels): what every τ of the status line was measured at."""
+    if r.by_context is not None:
+        s = r.by_context
+        return (f"at ≈ {mean_prompt_tokens(s.results[0]):.0f} prompt tokens (--context {level_label(s.levels[0])}; "
+                f"every level in 'τ by context length')")
+    return f"at ≈ {mean_prompt_tokens(r):.0f} prompt tokens"
+
+
+SECTIONS = (
+    TableSpec("τ by context length", _context_columns, _context_rows, id="by_context", note=_context_note,
+              when=lambda c: c.r.by_context is not None),
+    NotesSpec("Where τ falls with context", cliff_lines, id="cliffs",
+              level=lambda c: "warning" if cliff_lines(c) else "info",
+              empty="no level significantly below the shortest (paired 95% CI, ≥ 10% lower)",
+              when=lambda c: c.r.by_context is not None),
+    TableSpec("τ by prompt category", _category_columns, lambda c: category_rows(c.r), id="by_category",
+              note="τ per prompt category (the prompts file's 'category'), CI over the category's prompts",
+              when=lambda c: len({p.category for p in c.r.prompts}) > 1),
+)
