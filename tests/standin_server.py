@@ -4,8 +4,10 @@ It answers ``/health`` and ``/completion`` the way llama-server does (the JSON f
 argv and pid, and misbehaves on request: the file ``mode`` beside it names how (``segv`` at start, ``refuse``,
 ``segv-generate``, ``base-segv-generate`` (the target alone dies), ``hang``, ``impossible``, ``no-draft``,
 ``http-error``, ``amx`` (dies loading a drafter with weight repacking on, as ggml on an AMX CPU: fine with
-``--no-repack``), ``amx-q8`` (the same for Q8_0 files only), ``segv-q8`` (dies loading any Q8_0 drafter)). With ``-md`` it reports draft counts
-and generates twice as fast as without, so the speed-up is ×2 and every verdict is known in advance.
+``--no-repack``), ``amx-q8`` (the same for Q8_0 files only), ``segv-q8`` (dies loading any Q8_0 drafter),
+``slot1-nodraft`` (with ``-np`` > 1, slots past 0 draft but nothing is accepted: the forks' bug)). With ``-md`` it
+reports draft counts and generates twice as fast as without, so the speed-up is ×2 and every verdict is known in
+advance. It serves ``-np`` requests at once, each in its own slot (the reply's ``id_slot``).
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ import sys
 from pathlib import Path
 
 SCRIPT = r'''
-import json, os, signal, sys, time
-from http.server import BaseHTTPRequestHandler, HTTPServer
+import json, os, signal, sys, threading, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 here = Path(sys.argv[0]).resolve().parent
@@ -32,6 +34,10 @@ if mode == "setsid-grandchild":  # a grandchild that leaves the group and keeps 
     with open(here / "escaped-pids.txt", "a") as f:
         f.write(f"{escaped.pid}\n")
 n_max = int(argv[argv.index("--spec-draft-n-max") + 1]) if "--spec-draft-n-max" in argv else 3
+n_slots = int(argv[argv.index("-np") + 1]) if "-np" in argv else 1
+# the drafter's time per generated token (the target alone takes twice it); the file ms_per_token sets it
+ms_per_token = float((here / "ms_per_token").read_text()) if (here / "ms_per_token").exists() else 0.1
+busy, lock = set(), threading.Condition()
 sys.stderr.write("main: loading model\n")
 sys.stderr.flush()
 if mode == "segv" and draft:
@@ -82,32 +88,51 @@ class Handler(BaseHTTPRequestHandler):
         if draft and mode == "http-error":
             self.reply(500, {"error": {"code": 500, "message": "the draft context failed"}})
             return
+        with lock:
+            slot = min(set(range(n_slots)) - busy) if len(busy) < n_slots else n_slots - 1
+            busy.add(slot)
+            lock.notify_all()  # a batch runs together: each request waits (≤ 1 s) until every slot is taken
+            lock.wait_for(lambda: len(busy) >= n_slots, timeout=1.0)
+        try:
+            self.generate(request, n, slot)
+        finally:
+            with lock:
+                busy.discard(slot)
+                lock.notify_all()
+
+    def generate(self, request, n, slot):
         tokens = [7 + (i % 5) for i in range(n)]
         # 0.1 ms a token with the drafter, 0.2 without: a ×2 speed-up, and the reply takes the time it claims (a
         # reply whose predicted_ms exceeds its own wall time is refused as impossible)
-        ms = (n - 1) * (0.1 if draft else 0.2)
+        ms = (n - 1) * (1 if draft else 2) * ms_per_token
         time.sleep(ms / 1e3)
         timings = {"prompt_n": 12, "prompt_ms": 3.0, "predicted_n": n, "predicted_ms": ms}
         if draft and mode != "no-draft":
             rounds = -(-(n - 1) // (n_max + 1))
             accepted = (n - 1) - rounds
+            if mode == "slot1-nodraft" and slot > 0:  # drafts every round, none of it accepted: one token a round
+                rounds, accepted = n - 1, 0
             timings.update(draft_n=rounds * n_max, draft_n_accepted=accepted + (10 * n if mode == "impossible" else 0))
-        self.reply(200, {"content": "x" * n, "tokens": tokens, "timings": timings, "stop_type": "limit"})
+        self.reply(200, {"content": "x" * n, "tokens": tokens, "timings": timings, "stop_type": "limit",
+                         "id_slot": slot})
 
 
 port = int(argv[argv.index("--port") + 1])
 host = argv[argv.index("--host") + 1]
-HTTPServer((host, port), Handler).serve_forever()
+ThreadingHTTPServer((host, port), Handler).serve_forever()
 '''
 
 
-def make(folder: Path, mode: str = "normal") -> Path:
-    """``folder/llama-server`` (the stand-in) with ``mode``; returns the folder (a bin/ dir)."""
+def make(folder: Path, mode: str = "normal", ms_per_token: float | None = None) -> Path:
+    """``folder/llama-server`` (the stand-in) with ``mode``; returns the folder (a bin/ dir). ``ms_per_token``: the
+    drafter's time per token (0.1 ms; slower where wall-clock speed is measured, so HTTP costs do not dominate)."""
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / "llama-server"
     script.write_text(f"#!{sys.executable}\n{SCRIPT}")
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     (folder / "mode").write_text(mode)
+    if ms_per_token is not None:
+        (folder / "ms_per_token").write_text(str(ms_per_token))
     return folder
 
 

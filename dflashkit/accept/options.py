@@ -53,3 +53,4 @@ class LlamaCppOptions:
     extra_args: tuple[str, ...] = ()
     timeout: float = DEFAULT_LLAMA_CPP_TIMEOUT_S
     threads: int = 1
+    parallel: tuple[int, ...] = ()  # --parallel: llama-server's -np and as many concurrent requests, per level

@@ -30,6 +30,8 @@ from .serving import combo_label
 from .serving_report import SECTIONS as SERVING_SECTIONS
 from .serving_report import headline as serving_headline
 from .serving_report import section_context as serving_context
+from .parallel_report import SECTIONS as PARALLEL_SECTIONS
+from .parallel_report import findings as parallel_findings
 from .sweep_report import SECTIONS as SWEEP_SECTIONS
 from .sweep_report import cliff_lines, headline_tokens
 from ..stats import Comparison
@@ -66,6 +68,7 @@ def _context(r: AcceptMeasurement, max_drop: float | None, min_tau: float | None
                 r.failures(max_drop, min_tau, max_gap, min_speedup), verdicts, r.llama_cpp_comparisons(),
                 llama_verdicts, named)
     named += cliff_lines(c)  # where τ or the speed-up falls with context: a warning, with its cause
+    named += parallel_findings(r)  # a slot that drafts nothing, an output that differs under concurrency
     return c
 
 
@@ -313,6 +316,7 @@ ACCEPT_REPORT = ReportSpec(
         NotesSpec("Warnings", _warnings, id="warnings", level=lambda c: "warning" if _warnings(c) else "info"),
         NotesSpec("Notes", _notes, id="notes"),
         EachSpec(lambda c: [serving_context(c.r.serving)] if c.r.serving is not None else [], SERVING_SECTIONS),
+        *PARALLEL_SECTIONS,
     ),
 )
 

@@ -33,6 +33,7 @@ from ..reporting import Report
 from ..runtime import HFTarget, load_drafter
 from ..runtime.speculative import check_pair, default_stop_ids, speculative_generate
 from .serving import ServingResult, check_n_max_fits, check_serving_options, measure_serving
+from .parallel import measure_parallel
 from .sweep import check_context_levels, sweep_context
 from ..runtime.speculative import PrefillCache
 
@@ -88,6 +89,7 @@ def run_acceptance(
     llama: LlamaCppOptions | None = None,
     context: Sequence[int] | None = None,
     context_file: str | os.PathLike | None = None,
+    parallel: Sequence[int] | None = None,
 ) -> AcceptResult:
     """Run every drafter on every prompt against ``target`` (an HF dir, or an `HFTarget` already loaded).
 
@@ -136,6 +138,7 @@ def run_acceptance(
         draft_n_max = llama.draft_n_max or (None,)
         draft_cache_types = llama.draft_cache_types or (None,)
         llama_cpp_args, llama_cpp_timeout = llama.extra_args, llama.timeout
+        parallel = llama.parallel or parallel
     if not drafters:
         raise UsageError("give at least one drafter")
     if max_new_tokens < 2:
@@ -174,6 +177,13 @@ def run_acceptance(
     server_url, baseline_url = public_url(server_url), public_url(baseline_url)  # credentials: never recorded
     if not (isinstance(llama_cpp_timeout, (int, float)) and math.isfinite(llama_cpp_timeout) and llama_cpp_timeout > 0):
         raise UsageError(f"--llama-cpp-timeout must be a positive number of seconds, got {llama_cpp_timeout!r}")
+    if parallel:
+        from .sweep import check_parallel_levels
+
+        parallel = check_parallel_levels(parallel)
+        if llama_server is None:
+            raise UsageError("--parallel starts llama-server with -np N for each level: pass --llama-server BIN_DIR "
+                             "(a server at --server-url keeps the slots it was started with)")
     if llama_server is not None and server_url is not None:
         raise UsageError("--llama-server starts its own servers, --server-url asks a running one: give one of them")
     if baseline_url is not None and server_url is None:
@@ -239,7 +249,7 @@ def run_acceptance(
                     llama_binary=llama_binary, target_ggufs=target_ggufs, converter_src=converter_src,
                     threads=threads, extra_args=extra_args, llama_server=llama_server, server_url=server_url,
                     baseline_url=baseline_url, draft_n_max=draft_n_max, draft_cache_types=draft_cache_types,
-                    llama_cpp_timeout=float(llama_cpp_timeout))
+                    llama_cpp_timeout=float(llama_cpp_timeout), parallel=tuple(parallel or ()))
     if context is not None:
         return sweep_context(runner, prompt_list, context, context_file, notes,
                              lambda prompts, level_notes, prefills: _measure_level(
@@ -256,7 +266,7 @@ def _measure_level(runner: HFTarget, prompt_list: list[Prompt], source: str, dra
                    llama_binary: Path | None, target_ggufs: list[Any], converter_src: Path | None, threads: int,
                    extra_args: list[str], llama_server: Any, server_url: str | None, baseline_url: str | None,
                    draft_n_max: Sequence[int | None], draft_cache_types: Sequence[str | None],
-                   llama_cpp_timeout: float) -> AcceptResult:
+                   llama_cpp_timeout: float, parallel: tuple[int, ...]) -> AcceptResult:
     """Every drafter on every prompt of one prompt set (one context level), in every runtime asked for."""
     prompt_ids, texts, plain = encode_prompts(runner, prompt_list, max_new_tokens, template_kwargs)
     vocab = _vocab_rows(runner)
@@ -301,7 +311,7 @@ def _measure_level(runner: HFTarget, prompt_list: list[Prompt], source: str, dra
             threads, notes, say, ignore_eos, extra_args,
             dict(llama_server=llama_server, server_url=server_url, baseline_url=baseline_url,
                  draft_n_max=list(draft_n_max), draft_cache_types=list(draft_cache_types), seed=seed,
-                 timeout=float(llama_cpp_timeout), vocab=vocab))
+                 timeout=float(llama_cpp_timeout), vocab=vocab, parallel=tuple(parallel)))
     return AcceptResult(
         target=str(runner.path), prompts=prompt_list, prompt_source=source, prompt_ids=prompt_ids, drafters=runs,
         max_new_tokens=max_new_tokens, temperature=float(temperature), seed=seed, device=str(runner.device),
@@ -391,11 +401,20 @@ def _run_llama_cpp(binary: Path | None, runs: list[DrafterRun], texts: list[str]
             if mismatched:
                 notes.append(f"llama.cpp tokenized {len(mismatched)} prompt(s) to another length than the HF tokenizer "
                              f"(prompt indices {mismatched[:10]}): those τ pairs compare different token streams")
+        parallel = serving_options.pop("parallel", ())
         if serving_options["llama_server"] is not None or serving_options["server_url"] is not None:
             serving = measure_serving(
                 [(d.path, g, d.block_size) for d, g in zip(runs, drafter_ggufs)], texts, [p.id for p in prompt_list],
                 target_ggufs=ggufs, max_new_tokens=max_new_tokens, prompt_tokens=[len(ids) for ids in prompt_ids],
                 threads=threads, extra_args=extra_args, ignore_eos=ignore_eos, progress=say, **serving_options)
+            if parallel:  # the first target GGUF, each drafter at its block's n-max, under N concurrent requests
+                ctx = max(len(ids) for ids in prompt_ids) + 2 * (max_new_tokens + max(d.block_size for d in runs)) + 64
+                for d, g in zip(runs, drafter_ggufs):
+                    serving.parallel += measure_parallel(
+                        serving_options["llama_server"], ggufs[0], (d.path, g, d.block_size), texts, parallel,
+                        max_new_tokens=max_new_tokens, ctx_per_request=ctx, threads=threads, extra_args=extra_args,
+                        timeout=serving_options["timeout"], vocab=serving_options["vocab"],
+                        seed=serving_options["seed"], ignore_eos=ignore_eos, progress=say)
         kept = str(ggufs[0]) if ggufs else None
     return out, kept, serving
 

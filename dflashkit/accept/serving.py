@@ -203,6 +203,7 @@ class ServingResult:
     threads: int
     extra_args: list[str]
     notes: list[str] = field(default_factory=list)
+    parallel: list[Any] = field(default_factory=list)  # --parallel: `dflashkit.accept.parallel.ParallelLevel`s
 
     def verdicts(self) -> list[str]:
         return [r.verdict(self.prompt_names) for r in self.runs]

@@ -20,7 +20,8 @@ from ..llama_cpp.speculative_simple import mean_tau
 from ..runtime import HFTarget
 from ..runtime.speculative import PrefillCache
 from ..stats import Comparison, paired_bootstrap_ci, paired_comparison
-from ..sweeps import MAX_CONTEXT_LEVELS, MAX_CONTEXT_TOKENS, level_label, parse_context_levels
+from ..sweeps import (MAX_CONTEXT_LEVELS, MAX_CONTEXT_TOKENS, MAX_PARALLEL, MAX_PARALLEL_LEVELS, level_label,
+                      parse_context_levels, parse_parallel_levels)
 from .context import LongContext, check_levels_fit, read_context_file
 from .prompts import Prompt
 
@@ -45,6 +46,17 @@ def check_context_levels(levels: Sequence[int] | str) -> tuple[int, ...]:
     if not out or len(out) > MAX_CONTEXT_LEVELS:
         raise UsageError(f"--context: give 1..{MAX_CONTEXT_LEVELS} levels")
     return tuple(sorted(out))
+
+
+def check_parallel_levels(levels: Sequence[int] | str) -> tuple[int, ...]:
+    """``--parallel`` levels as a Python caller gives them (a string as the command line), bounded."""
+    if isinstance(levels, str):
+        return parse_parallel_levels(levels)
+    out = sorted(set(levels)) if all(type(v) is int for v in levels) else None
+    if out is None or len(out) != len(list(levels)) or not 1 <= len(out) <= MAX_PARALLEL_LEVELS \
+            or not all(1 <= v <= MAX_PARALLEL for v in out):
+        raise UsageError(f"--parallel {list(levels)!r}: 1..{MAX_PARALLEL_LEVELS} distinct counts of 1..{MAX_PARALLEL}")
+    return tuple(out)
 
 
 @dataclass

@@ -350,8 +350,10 @@ def context_options(func: Any) -> Any:
 
 def _llama_cpp_options(llama_cpp: str | None, llama_server: tuple[str, ...], target_gguf: tuple[str, ...],
                        llama_cpp_src: str | None, draft_n_max: str | None, draft_cache_type: str | None,
-                       llama_cpp_args: tuple[str, ...], llama_cpp_timeout: float, threads: int) -> Any:
+                       llama_cpp_args: tuple[str, ...], llama_cpp_timeout: float, threads: int,
+                       parallel: str | None) -> Any:
     from ..accept.options import LlamaCppOptions
+    from ..sweeps import parse_parallel_levels
     from ..llama_cpp.process import check_extra_args
 
     n_max: list[Any] = []
@@ -361,8 +363,11 @@ def _llama_cpp_options(llama_cpp: str | None, llama_server: tuple[str, ...], tar
 
         n_max = parse_list(draft_n_max, "--draft-n-max", draft_n_max_value) if draft_n_max is not None else []
         caches = parse_list(draft_cache_type, "--draft-cache-type", cache_type_value) if draft_cache_type else []
+    levels = parse_parallel_levels(parallel) if parallel is not None else ()
+    if levels and not llama_server:
+        raise UsageError("--parallel starts llama-server with -np N for each level: pass --llama-server BIN_DIR")
     return LlamaCppOptions(llama_cpp, tuple(llama_server), tuple(target_gguf), llama_cpp_src, tuple(n_max),
-                           tuple(caches), tuple(check_extra_args(llama_cpp_args)), llama_cpp_timeout, threads)
+                           tuple(caches), tuple(check_extra_args(llama_cpp_args)), llama_cpp_timeout, threads, levels)
 
 
 def llama_cpp_options(func: Any) -> Any:
@@ -400,5 +405,8 @@ def llama_cpp_options(func: Any) -> Any:
         click.option("--threads", type=click.IntRange(1, 512), default=1, show_default=True,
                      help="llama.cpp threads (-t, target and drafter). ggml's threads spin while they wait: more "
                      "threads than idle cores makes a run many times slower."),
+        click.option("--parallel", metavar="N[,N…]",
+                     help="With --llama-server: per level, -np N and N concurrent requests — identical output per "
+                     "request, τ per slot, aggregate tok/s with and without the drafter and the speed-up, e.g. 1,2,4."),
     ], ("llama_cpp", "llama_server", "target_gguf", "llama_cpp_src", "draft_n_max", "draft_cache_type",
-        "llama_cpp_args", "llama_cpp_timeout", "threads"), "llama", _llama_cpp_options)(func)
+        "llama_cpp_args", "llama_cpp_timeout", "threads", "parallel"), "llama", _llama_cpp_options)(func)

@@ -59,6 +59,7 @@ class Completion(CountedRounds):
     prompt_n: int | None  # prompt tokens the server processed
     speculated: bool = False  # the reply carries draft counts (the server leaves them out when it never drafted)
     stop_type: str | None = None  # "limit" (n_predict reached), "eos", "word"…
+    slot: int | None = None  # the server's slot that ran it (its reply's id_slot)
 
     @property
     def decoded(self) -> int:
@@ -142,7 +143,8 @@ def parse_completion(body: bytes, where: str, limits: Limits) -> Completion:
                    predicted_ms=float(predicted_ms), draft_n=_int(t.get("draft_n", 0), "timings.draft_n", where),
                    draft_accepted=_int(t.get("draft_n_accepted", 0), "timings.draft_n_accepted", where),
                    prompt_n=t.get("prompt_n") if isinstance(t.get("prompt_n"), int) else None,
-                   speculated=speculated, stop_type=stop_type)
+                   speculated=speculated, stop_type=stop_type,
+                   slot=doc["id_slot"] if type(doc.get("id_slot")) is int and 0 <= doc["id_slot"] < 1 << 16 else None)
     check_completion(c, where, limits)
     return c
 
@@ -294,8 +296,9 @@ class LlamaServer(_Client):
                  draft_max: int | None = None, draft_cache_type: str | None = None, ctx_size: int = 4096,
                  threads: int = 1, extra_args: Sequence[str] = (), startup_timeout: float = STARTUP_TIMEOUT_S,
                  option: str = "--llama-server", spec_type: str | None = None,
-                 request_timeout: float = REQUEST_TIMEOUT_S, vocab: int | None = None) -> None:
+                 request_timeout: float = REQUEST_TIMEOUT_S, vocab: int | None = None, parallel: int = 1) -> None:
         self.binary = executable(bin_dir, SERVER_BINARY, option, SERVER_BINARY)
+        self.parallel = parallel  # -np: the slots (ctx_size is all of them together, llama-server splits it)
         self.target_gguf, self.drafter_gguf = str(target_gguf), None if drafter_gguf is None else str(drafter_gguf)
         if drafter_gguf is not None and draft_max is None:
             raise ValueError("a server with a drafter is started with its draft n-max (the bound of every reply)")
@@ -315,7 +318,7 @@ class LlamaServer(_Client):
 
     def command(self, port: int) -> list[str]:
         cmd = [str(self.binary), "-m", self.target_gguf, "--host", HOST, "--port", str(port), "-c",
-               str(self.ctx_size), "-np", "1", "-t", str(self.threads), "--no-webui"]
+               str(self.ctx_size), "-np", str(self.parallel), "-t", str(self.threads), "--no-webui"]
         if self.drafter_gguf is not None:
             cmd += ["-md", self.drafter_gguf, "--spec-type", self.spec_type or "draft-dflash"]
             if self.draft_max is not None:
