@@ -267,3 +267,38 @@ def test_the_causes_it_can_check_are_named() -> None:
     none = likely_causes(_sweep(plain, ["-cd", "512"]), 0, 1, "reference")
     assert none[0].startswith("none this run can check")
     assert likely_causes(_sweep(plain, [], 1000), 0, 1, "reference") == ["past the target's context of 1,000"]
+
+
+# ---- parity by context ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--dump", "x.npz"], "--dump writes one run's tensors: give it without --context"),
+    (["--context-file", "x.txt"], "--context-file is text for an HF --target's tokenizer; with a GGUF target or none "
+                                  "the context is random hidden states (drop --context-file)"),
+])
+def test_parity_context_usage_errors(extra: list[str], message: str) -> None:
+    res = CliRunner().invoke(parity_command, [str(TRAINED / "drafter"), str(TRAINED / "drafter"), "--context", "0,64",
+                                              *extra])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip() == f"error: {message}"
+
+
+def test_parity_random_context_is_bounded_before_it_is_allocated(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dflashkit.parity.sweep as sweep_module
+
+    monkeypatch.setattr(sweep_module, "MAX_RANDOM_CONTEXT_BYTES", 1 << 20)
+    with pytest.raises(UsageError) as exc:
+        sweep_module.run_parity_by_context(TRAINED / "drafter", TRAINED / "drafter", levels=(0, 4096))
+    assert str(exc.value) == ("--context 4k: 4,096 random context positions of 512 features are 0.0 GiB — without an "
+                              "HF --target the context is held whole; give levels up to 512 (or --target HF_DIR)")
+
+
+def test_parity_by_context_with_random_hidden_states() -> None:
+    res = CliRunner().invoke(parity_command, [str(TRAINED / "drafter"), str(TRAINED / "drafter"), "--context",
+                                              "0,300", "--skip-weights", "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    rows = next(s for s in data["sections"] if s["id"] == "by_context")["rows"]
+    assert [(r["context"], r["positions"]) for r in rows] == [(0, 32), (300, 300)]
+    assert all(r["rel_rms"] == 0 for r in rows)

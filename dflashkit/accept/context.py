@@ -85,7 +85,7 @@ class LongContext:
     def source(self) -> str:
         if self._file_text is not None:
             return f"context file {self.file_name or '(given)'}"
-        return "the other prompts of the set (each prompt's own text never)"
+        return "the other prompts of the set, never a prompt's own"
 
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))

@@ -59,6 +59,40 @@ def check_parallel_levels(levels: Sequence[int] | str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def check_context_plan(target: str | os.PathLike, prompts: Any, max_prompts: int | None, levels: Sequence[int],
+                       context_file: str | os.PathLike | None, max_new_tokens: int, reasoning: str | None,
+                       chat_template_kwargs: dict[str, Any] | None) -> None:
+    """Before any work (a release measures the sweep last): every level's context exists and fits the target's
+    context — read with the target's tokenizer and config only, not its weights."""
+    import json
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from .prompts import load_prompts, reasoning_template_kwargs
+
+    tok = AutoTokenizer.from_pretrained(str(target))
+    template = getattr(tok, "chat_template", None)
+    kwargs = {**reasoning_template_kwargs(reasoning, template if isinstance(template, str) else None),
+              **(chat_template_kwargs or {})}
+    prompt_list = load_prompts(prompts, limit=max_prompts)
+    runner = SimpleNamespace(tokenizer=tok, path=Path(target))
+    text = read_context_file(context_file) if context_file is not None else None
+    long = LongContext(tok, prompt_list, text, Path(context_file).name if context_file else None)
+    longest = max(len(p.ids(runner, kwargs)[0]) for p in prompt_list)  # type: ignore[arg-type]
+    try:
+        config = json.loads((Path(target) / "config.json").read_text(encoding="utf-8"))
+        config = config.get("text_config", config)
+        limit = config.get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError):
+        limit = None
+    check_levels_fit(levels, limit if isinstance(limit, int) and limit > 0 else None, longest, max_new_tokens,
+                     f"target {target}")
+    for level in levels:
+        for i in range(len(prompt_list)):
+            long.context_ids(i, level)
+
+
 @dataclass
 class DrafterLimits:
     """What of a drafter decides where its τ can fall with context: read from its config or metadata."""
@@ -67,6 +101,23 @@ class DrafterLimits:
     sliding_layers: tuple[int, ...]
     context_length: int | None  # max_position_embeddings / context_length: the length it claims (trained)
     rope_scaling: str | None
+    rope_theta: float | None = None
+
+    def differences(self, other: "DrafterLimits") -> list[str]:
+        """What of these limits differs from ``other``'s (the first drafter's), one phrase each."""
+        out = []
+        if (self.window, self.sliding_layers) != (other.window, other.sliding_layers):
+            def show(x: DrafterLimits) -> str:
+                return f"{x.window} on layers {', '.join(map(str, x.sliding_layers))}" if x.window else "none"
+            out.append(f"its sliding window ({show(self)}) is not the first drafter's ({show(other)})")
+        if self.rope_theta != other.rope_theta:
+            out.append(f"its rope base ({self.rope_theta:g}) is not the first drafter's ({other.rope_theta:g})")
+        if self.rope_scaling != other.rope_scaling:
+            out.append(f"its rope scaling ({self.rope_scaling or 'none'}) is not the first drafter's "
+                       f"({other.rope_scaling or 'none'})")
+        if self.context_length != other.context_length:
+            out.append(f"its context length ({self.context_length}) is not the first drafter's ({other.context_length})")
+        return out
 
 
 def drafter_limits(path: str | os.PathLike) -> DrafterLimits:
@@ -79,7 +130,7 @@ def drafter_limits(path: str | os.PathLike) -> DrafterLimits:
     if s.sliding_window and not pattern:
         sliding = tuple(range(s.n_layers))
     scaling = ", ".join(f"{k}={v}" for k, v in s.rope_scaling) if s.rope_scaling else None
-    return DrafterLimits(s.sliding_window, sliding, s.context_length or None, scaling)
+    return DrafterLimits(s.sliding_window, sliding, s.context_length or None, scaling, float(s.rope_theta))
 
 
 @dataclass
@@ -221,6 +272,31 @@ def cliffs(sweep: ContextSweep, seed: int) -> list[Cliff]:
                     out.append(Cliff(d.name, runtime, sweep.levels[k], tokens, before, after, cmp,
                                      likely_causes(sweep, j, k, runtime)))
                     break
+    return out
+
+
+def below_first(sweep: ContextSweep, seed: int) -> list[str]:
+    """Per drafter past the first and per runtime: the first level where it drafts significantly below the first
+    drafter (paired over prompts, ≥ `MIN_CLIFF_DROP`) when it did not at the shortest level — a file that agrees
+    with its reference at short context and not at long, named with what of its metadata differs."""
+    out = []
+    first = _series(sweep, 0)
+    for j, d in enumerate(sweep.results[0].drafters[1:], 1):
+        for runtime, per_level in _series(sweep, j).items():
+            if runtime not in first or runtime.endswith("speed-up"):
+                continue
+            comps = [paired_comparison(first[runtime][k], per_level[k], seed=seed) for k in range(len(sweep.levels))]
+            below = [c.ci is not None and c.ci[1] < 0 and c.relative <= -MIN_CLIFF_DROP for c in comps]
+            if below[0] or not any(below):
+                continue
+            k = below.index(True)
+            diffs = sweep.limits[j].differences(sweep.limits[0]) or ["none of its metadata differs from the first "
+                                                                     "drafter's: its weights do"]
+            c = comps[k]
+            out.append(f"{d.name} ({runtime}) drafts like {sweep.results[0].drafters[0].name} at --context "
+                       f"{level_label(sweep.levels[0])} and {c.relative:+.0%} below it from --context "
+                       f"{level_label(sweep.levels[k])} (≈ {mean_prompt_tokens(sweep.results[k]):.0f} prompt tokens; "
+                       f"paired CI [{c.ci[0]:+.2f}, {c.ci[1]:+.2f}]) — likely cause: " + "; ".join(diffs))
     return out
 
 

@@ -10,7 +10,7 @@ from ..llama_cpp.speculative_simple import mean_tau
 from ..reporting import Column, NotesSpec, TableSpec
 from ..stats import paired_bootstrap_ci
 from ..sweeps import level_label
-from .sweep import cliffs, context_rows, mean_prompt_tokens
+from .sweep import below_first, cliffs, context_rows, mean_prompt_tokens
 
 
 def _sweep(c: Any) -> Any:
@@ -48,7 +48,9 @@ def _context_rows(c: Any) -> list[dict[str, Any]]:
 
 def cliff_lines(c: Any) -> list[str]:
     sweep = _sweep(c)
-    return [cl.text() for cl in cliffs(sweep, c.r.seed)] if sweep is not None else []
+    if sweep is None:
+        return []
+    return [cl.text() for cl in cliffs(sweep, c.r.seed)] + below_first(sweep, c.r.seed)
 
 
 def _context_note(c: Any) -> str:

@@ -7,8 +7,8 @@ import click
 from ..bounds import escape_name
 from ..errors import UsageError
 from ..release.runners import DEFAULT_RAY_TIMEOUT_S
-from ..accept.options import LlamaCppOptions, PromptOptions
-from .common import FiniteFloat, _parse_fraction, llama_cpp_options, prompt_options, user_errors
+from ..accept.options import ContextOptions, LlamaCppOptions, PromptOptions
+from .common import FiniteFloat, _parse_fraction, context_options, llama_cpp_options, prompt_options, user_errors
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]}, epilog="""\b
@@ -54,16 +54,19 @@ Examples:
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @user_errors
 @prompt_options
+@context_options
 @llama_cpp_options
 def release_command(paths: tuple[str, ...], target: str | None, types: str, prompt_options: PromptOptions,
-                    llama: LlamaCppOptions, parity_rounds: int, min_top1: str, min_tau: float | None,
+                    context: ContextOptions, llama: LlamaCppOptions, parity_rounds: int, min_top1: str, min_tau: float | None,
                     allow_failures: bool, source_repo: str | None, source_revision: str | None,
                     target_repo: str | None, workers: int | None, ray_address: str | None, ray_gpus_per_job: float,
                     ray_timeout: float, check: bool, quiet: bool, imatrix: str | None, naming: str,
                     target_name: str | None) -> None:
     """Release SRC (an HF drafter folder or hub id) as GGUFs of every --types into OUTDIR, each checked (inspect
     --strict, diff and parity against the checkpoint, τ), with a model card (README.md), SHA256SUMS and
-    release.json. Resumable: run it again after an interruption and the finished types are kept.
+    release.json. Resumable: run it again after an interruption and the finished types are kept. With --context
+    N[,N…] (and --parallel N[,N…] with --llama-server) the card gains "By context length" (a table and a picture,
+    tau-by-context.png) and "By concurrent requests", measured after every file is made.
 
     Exit 0 when every gate passed (or --allow-failures); 1 naming the type and the gate or step that failed; 2 for
     usage. With --check OUTDIR: exit 0 when the folder is what its release.json says, else 1 with each problem."""
@@ -86,6 +89,7 @@ def release_command(paths: tuple[str, ...], target: str | None, types: str, prom
     top1 = _parse_fraction(min_top1, "--min-top1")
     say = None if quiet else (lambda m: click.echo(escape_name(m, limit=600), err=True))
     result = release(paths[0], paths[1], target=target, types=types, prompt_options=prompt_options, llama=llama,
+                     context=context,
                      parity_rounds=parity_rounds, min_top1=top1 if top1 is not None else 0.75, min_tau=min_tau,
                      allow_failures=allow_failures, source_repo=source_repo, source_revision=source_revision,
                      target_repo=target_repo, workers=workers, ray=ray_address, ray_gpus_per_job=ray_gpus_per_job,

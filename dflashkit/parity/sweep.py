@@ -27,6 +27,10 @@ from ..sweeps import level_label
 from .result import ParityResult
 from .run import CONTEXT_LEN, run_parity
 
+#: the random context's hidden states (no HF target) are held whole: at most this many bytes
+MAX_RANDOM_CONTEXT_BYTES = 2 << 30
+
+
 def run_parity_by_context(reference: str | os.PathLike, candidate: str | os.PathLike, *, levels: Sequence[int],
                           context_file: str | os.PathLike | None = None, target: str | os.PathLike | None = None,
                           prompt: str | None = None, prompt_ids: Sequence[int] | None = None, device: str = "cpu",
@@ -50,6 +54,15 @@ def run_parity_by_context(reference: str | os.PathLike, candidate: str | os.Path
         if limit is not None and max(levels) + len(base) + 64 > limit:
             raise UsageError(f"--context {level_label(max(levels))}: {max(levels):,} + {len(base)} prompt tokens and "
                              f"the rounds exceed the target's context of {limit:,} (max_position_embeddings)")
+    elif max(levels) > 0:  # random context: the hidden states of every position are held at once
+        from ..runtime.load import runtime_spec
+
+        width = runtime_spec(reference).fc_input_width
+        if max(levels) * width * 4 > MAX_RANDOM_CONTEXT_BYTES:
+            raise UsageError(f"--context {level_label(max(levels))}: {max(levels):,} random context positions of "
+                             f"{width:,} features are {max(levels) * width * 4 / 2**30:.1f} GiB — without an HF "
+                             f"--target the context is held whole; give levels up to "
+                             f"{MAX_RANDOM_CONTEXT_BYTES // (width * 4):,} (or --target HF_DIR)")
     source_ids = list(runner.tokenizer.encode(text, add_special_tokens=False)) if runner is not None and text else None
     if source_ids is not None and len(source_ids) < max(levels):
         raise UsageError(f"--context {level_label(max(levels))}: {Path(str(context_file)).name} holds "

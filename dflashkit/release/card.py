@@ -195,6 +195,12 @@ def _speed_text(e: dict[str, Any] | None) -> str:
     return f"×{e['speedup']:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "") + f" {e['verdict']}"
 
 
+def sweep_card_lines(release: dict[str, Any]) -> list[str]:
+    from .sweeps import card_lines
+
+    return card_lines(release)
+
+
 def render_card(release: dict[str, Any]) -> str:
     """The card's full text (front matter + body) from ``release.json``'s content."""
     from huggingface_hub import ModelCard
@@ -216,6 +222,7 @@ def render_card(release: dict[str, Any]) -> str:
     # the one Markdown table renderer of every report (reporting): escaped cells, failed rows flagged
     lines += markdown_section(build_section(FILES_TABLE, _Files(jobs, types, extra)))
     lines += serving_lines(release, types)
+    lines += sweep_card_lines(release)  # by context length (and its picture), by concurrent requests
     lines += ["", "## Recommended", ""]
     by_speed = release.get("recommended_by") == "speed-up"
     rule = RECOMMEND_SPEED_RULE if by_speed else RECOMMEND_RULE
@@ -249,7 +256,10 @@ def render_card(release: dict[str, Any]) -> str:
               "- Files: `dflash-convert SRC BASE.gguf --outtype f32 --target TARGET`, then "
               "`dflash-quantize BASE.gguf FILE TYPE` per type (byte-identical to llama-quantize).",
               f"- τ: dflashkit's reference runtime, greedy, {settings['max_new_tokens']} new tokens per prompt, "
-              f"{jobs[types[0]]['tau']['prompts'] if types else 0} prompts from {md_name(settings['prompts'])}, seed "
+              f"{jobs[types[0]]['tau']['prompts'] if types else 0} prompts from {md_name(settings['prompts'])}"
+              + (f" (at ≈ {jobs[types[0]]['tau']['prompt_tokens']:.0f} prompt tokens each on average: τ falls with "
+                 "context — see 'By context length' where measured)" if types and 'prompt_tokens' in
+                 jobs[types[0]]['tau'] else "") + f", seed "
               f"{settings['seed']}; {pct} percentile bootstrap intervals over prompts (Δτ: paired, per-prompt "
               "differences).",
               *([f"- Importance matrix: every quantized type was made with {md_name(release['imatrix']['name'])} "

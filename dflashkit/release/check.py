@@ -8,7 +8,8 @@ Checked, reading nothing outside OUTDIR (`inside`: base names, no links, regular
   acceptance rate, the speed-up, its CI and its verdict from the per-prompt speeds), the recommended type and the
   rule that chose it;
 - the card is exactly the card the record renders (`card.render_card`), so an edited figure in either is found,
-  named by its line;
+  named by its line; with ``--context`` the card's by-context and by-concurrency tables are derived from the
+  record's per-prompt and per-batch values, and the picture beside it is drawn again and compared byte for byte;
 - ``SHA256SUMS`` lists exactly the release's files with their checksums: a line that ``sha256sum -c`` would fail
   on — a missing or foreign file, a path (``../../etc/passwd``), a wrong sum, a malformed line — fails here too,
   without reading what it names (a file whose size is not the record's is not hashed);
@@ -32,6 +33,7 @@ from .inside import NotInside, read_inside, sha256_inside
 from .run import CARD, RECORD, SUMS, TIMINGS, release_types
 from .schema import RecordError, validate_record
 from .serving import MEASURED, speedup_of, verdict_of
+from .sweeps import PICTURE, picture
 
 _SUM_LINE = re.compile(r"^([0-9a-fA-F]{64}) [ *](.+)$")
 MAX_CARD_BYTES = 1 << 20
@@ -157,6 +159,22 @@ def _check_card(out: Path, record: dict[str, Any], problems: list[str]) -> bytes
     return data
 
 
+def _check_picture(out: Path, record: dict[str, Any], problems: list[str]) -> bytes | None:
+    """The by-context picture against the one the record draws (deterministic bytes): an edited figure in it, or a
+    picture of other figures, is found."""
+    if not record.get("by_context"):
+        return None
+    try:
+        data = read_inside(out, PICTURE, MAX_CARD_BYTES)
+    except NotInside as exc:
+        problems.append(f"{out / PICTURE}: {exc}")
+        return None
+    if data != picture(record):
+        problems.append(f"{out / PICTURE}: not the picture {RECORD}'s by-context figures draw (edited, or of another "
+                        "release)")
+    return data
+
+
 def _sum_lines(text: str) -> list[str]:
     """SHA256SUMS' lines as sha256sum -c reads them: split at "\\n" only, one trailing "\\r" dropped (a "\\r", "\\v"
     or U+2028 inside a line is part of it, and makes it malformed)."""
@@ -175,7 +193,7 @@ def _check_sums(out: Path, record: dict[str, Any], read: dict[str, bytes | None]
         problems.append(f"{sums}: {exc}")
         return
     jobs = {record["jobs"][t]["file"]: record["jobs"][t] for t in record["types"] if t in record["jobs"]}
-    own = [*jobs, CARD, RECORD]
+    own = [*jobs, CARD, RECORD, *([PICTURE] if record.get("by_context") else [])]
     listed: dict[str, str] = {}
     for n, line in enumerate(_sum_lines(text), 1):
         m = _SUM_LINE.match(line)
@@ -210,6 +228,8 @@ def _check_entries(out: Path, record: dict[str, Any], problems: list[str]) -> No
     """Every entry of OUTDIR is a file of the release: whatever else is there would be uploaded unverified."""
     own = {record["jobs"][t]["file"] for t in record["types"] if t in record["jobs"]} | {CARD, RECORD, SUMS,
                                                                                          TIMINGS}
+    if record.get("by_context"):
+        own.add(PICTURE)
     try:
         names = sorted(os.listdir(out))[:10_000]
     except OSError as exc:
@@ -231,6 +251,7 @@ def check_release(outdir: str | os.PathLike) -> list[str]:
         problems.append(f"{out / RECORD}: the release did not finish (run dflash-release again to complete it)")
     hashed = _check_files(out, record, problems)
     card = _check_card(out, record, problems)
-    _check_sums(out, record, {CARD: card, RECORD: raw}, hashed, problems)
+    drawn = _check_picture(out, record, problems)
+    _check_sums(out, record, {CARD: card, RECORD: raw, PICTURE: drawn}, hashed, problems)
     _check_entries(out, record, problems)
     return problems

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 import time
 from dataclasses import dataclass
@@ -27,26 +26,29 @@ from typing import Any, Callable, Sequence
 
 from ..bounds import dumps
 from ..errors import DFlashError, UsageError
-from ..accept.options import DEFAULT_LLAMA_CPP_TIMEOUT_S, DEFAULT_MAX_NEW_TOKENS, LlamaCppOptions, PromptOptions
-from ..files import (MAX_JSON_CONTAINERS, check_output, check_outside_inputs, json_container_count, read_json,
-                     signals_unwind, write_text_atomic)
-from ..filetypes import ALL_FILE_TYPES, NEEDS_IMATRIX
+from ..accept.options import (DEFAULT_LLAMA_CPP_TIMEOUT_S, DEFAULT_MAX_NEW_TOKENS, ContextOptions, LlamaCppOptions,
+                              PromptOptions)
+from ..files import (MAX_JSON_CONTAINERS, atomic_output, check_output, check_outside_inputs, json_container_count,
+                     read_json, signals_unwind, write_text_atomic)
+from ..filetypes import NEEDS_IMATRIX
 from ..llama_cpp.process import check_extra_args
 from .card import recommended, recommended_by_speed, render_card, sha256_of, sha256sums
-from .inputs import _license_of, check_names, file_prefix, inputs_digest, public_name, release_name, scrub_job
+from .inputs import (_license_of, check_names, file_prefix, inputs_digest, public_name, release_name, scrub_job,
+                     scrub_paths)
 from .inside import NotInside, sha256_inside
 from .jobs import JobSpec
 from .outdir import Claim, claim, foreign_entry, read_pending, remove_unrecorded
 from .runners import DEFAULT_RAY_TIMEOUT_S, connect_ray, disconnect_ray, run_in_process, run_pool, run_ray
-from .schema import FORMAT, MAX_RELEASE_PROMPTS, RecordError, validate_record
+from .schema import FORMAT, RecordError, validate_record
 from .seal import machine_key, seal, verify
+from .arguments import MAX_SEED, _check_arguments, _servers, parse_types, release_types  # noqa: F401 (re-exported)
 from .serving import build_name, host_description, run_serving
+from .sweeps import PICTURE, measure_sweeps, picture
 
 DEFAULT_TYPES = ("BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_K_M_DRAFT")
 CARD, SUMS, RECORD = "README.md", "SHA256SUMS", "release.json"
 TIMINGS = "timings.json"  # wall times and workers: the one file that differs between runners (not in SHA256SUMS)
 BASE = "base-F32.gguf"
-MAX_SEED = 2**63 - 1
 
 
 @dataclass
@@ -93,41 +95,9 @@ class Options:
     reasoning: str | None = None
     chat_template_kwargs: tuple[tuple[str, Any], ...] = ()
     llama_cpp_src: str | os.PathLike | None = None
-
-
-def release_types() -> tuple[str, ...]:
-    from ..quantize.policy import PRESETS
-
-    return tuple(t for t in [*ALL_FILE_TYPES, *PRESETS] if t != "F32")
-
-
-def parse_types(types: str | Sequence[str]) -> list[str]:
-    """``bf16,q8_0,…`` → llama.cpp's spellings, in order, each once; an unknown type is a usage error."""
-    names = [t.strip() for t in (types.split(",") if isinstance(types, str) else types) if t.strip()]
-    known = release_types()
-    out: list[str] = []
-    from ..filetypes import FILE_TYPE_ALIASES
-
-    for n in names:
-        up = FILE_TYPE_ALIASES.get(n.upper(), n.upper())  # llama-quantize's aliases: Q3_K is Q3_K_M
-        if up not in known:
-            raise UsageError(f"--types {n}: not a release type — choose from {', '.join(known)}")
-        if up not in out:
-            out.append(up)
-    if not out:
-        raise UsageError("--types: give at least one type")
-    return out
-
-
-def _check_arguments(seed: int, workers: int | None, max_prompts: int | None, ray_timeout: float) -> None:
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
-        raise UsageError(f"--seed {seed}: give an integer from 0 to {MAX_SEED}")
-    if workers is not None and workers < 1:
-        raise UsageError(f"--jobs {workers}: give at least 1")
-    if max_prompts is not None and not 1 <= max_prompts <= MAX_RELEASE_PROMPTS:
-        raise UsageError(f"--max-prompts {max_prompts}: a release measures 1 to {MAX_RELEASE_PROMPTS} prompts")
-    if not (isinstance(ray_timeout, (int, float)) and math.isfinite(ray_timeout) and ray_timeout > 0):
-        raise UsageError(f"--ray-timeout {ray_timeout!r}: give a positive number of seconds")
+    context_levels: tuple[int, ...] = ()  # --context: the sweep step's levels (after every job and serving)
+    context_file: str | os.PathLike | None = None
+    parallel: tuple[int, ...] = ()  # --parallel: -np levels through the first --llama-server
 
 
 def _load_previous(out: Path, digest: str) -> dict[str, Any] | None:
@@ -184,7 +154,7 @@ def release(
     reasoning: str | None = None, chat_template_kwargs: dict[str, Any] | None = None,
     llama_cpp_src: str | os.PathLike | None = None,
     prompt_options: PromptOptions | None = None, llama: LlamaCppOptions | None = None,
-    progress: Callable[[str], None] | None = None,
+    context: ContextOptions | None = None, progress: Callable[[str], None] | None = None,
 ) -> ReleaseResult:
     """Release ``src`` into ``outdir`` (module doc). Raises `DFlashError` naming the type and the gate or step that
     failed (gates: unless ``allow_failures``, which writes the card with those rows marked); KeyboardInterrupt
@@ -193,8 +163,10 @@ def release(
     ``llama_server``: one build's bin/ folder or several (measured side by side), with ``target_gguf``; each type's
     file is served at every ``draft_n_max`` (default: the block − 1) × ``draft_cache_types`` (default: the
     server's). ``naming="target"`` names the files ``dflash-<target>-<TYPE>.gguf`` (``target_name``, default the
-    target's hub id or folder name), else ``<name>-<TYPE>.gguf``. ``prompt_options`` / ``llama``: the values
-    ``dflash-accept`` takes too (`dflashkit.accept.options`); given, they stand for the settings they hold."""
+    target's hub id or folder name), else ``<name>-<TYPE>.gguf``. ``prompt_options`` / ``llama`` / ``context``: the
+    values ``dflash-accept`` takes too (`dflashkit.accept.options`); given, they stand for the settings they hold.
+    ``context`` levels and ``llama.parallel`` add the sweep step (`sweeps`): the card's "by context length" table
+    and picture, and its "by concurrent requests" table."""
     say = progress or (lambda message: None)
     if prompt_options is not None:
         prompts, max_prompts, max_new_tokens = prompt_options.prompts, prompt_options.max_prompts, \
@@ -207,6 +179,8 @@ def release(
         target_gguf = list(llama.target_ggufs) or None
         draft_n_max, draft_cache_types = list(llama.draft_n_max) or None, list(llama.draft_cache_types) or None
         threads, llama_cpp_timeout = llama.threads, llama.timeout
+    context = context or ContextOptions()
+    parallel = llama.parallel if llama is not None else ()
     extra_args = tuple(check_extra_args(llama_cpp_args))
     target_ggufs = tuple(str(g) for g in ([] if target_gguf is None else [target_gguf]
                                           if isinstance(target_gguf, (str, os.PathLike)) else target_gguf))
@@ -220,6 +194,15 @@ def release(
         raise DFlashError(f"{out}: the folder {out.parent} does not exist")
     check_outside_inputs(out, [src, target])
     servers = _servers(llama_server, target_ggufs, draft_n_max, draft_cache_types, src)
+    if parallel and not servers:
+        raise UsageError("--parallel starts llama-server with -np N for each level: pass --llama-server BIN_DIR")
+    if context.levels:  # every level's context built now (tokenizer only): a short source is said before any work
+        from ..accept.sweep import check_context_plan
+
+        check_context_plan(target, prompts, max_prompts, context.levels, context.file, max_new_tokens, reasoning,
+                           chat_template_kwargs)
+    elif context.file is not None:
+        raise UsageError("--context-file is the source of --context: give --context N[,N…] too")
     if target_gguf is not None and llama_cpp is None and not servers:
         raise UsageError("--target-gguf only matters with --llama-cpp or --llama-server BIN_DIR")
     if imatrix is None and (need := [t for t in type_names if t in NEEDS_IMATRIX]):
@@ -252,12 +235,14 @@ def release(
                                      "imatrix": imatrix},
                                     __version__, extra={"llama_cpp_args": list(extra_args), "threads": threads,
                                                         "reasoning": reasoning,
-                                                        "chat_template_kwargs": chat_template_kwargs or {}})
+                                                        "chat_template_kwargs": chat_template_kwargs or {},
+                                                        "context": list(context.levels), "parallel": list(parallel),
+                                                        "context_file": context.file})
     options = Options(prompts, max_prompts, max_new_tokens, seed, parity_rounds, min_top1, min_tau, allow_failures,
                       llama_cpp, servers, target_gguf, source_repo, source_revision, target_repo, workers, ray,
                       ray_gpus_per_job, ray_timeout, imatrix, n_max, caches, target_ggufs, extra_args, threads,
                       llama_cpp_timeout, reasoning, tuple(sorted((chat_template_kwargs or {}).items())),
-                      llama_cpp_src)
+                      llama_cpp_src, tuple(context.levels), context.file, tuple(parallel))
     naming_record = {"naming": naming, "file_prefix": prefix, "target_name": short_target}
     with signals_unwind():  # TERM / HUP unwind like Ctrl-C: workers killed, OUTDIR left as its record says
         claimed = claim(out)
@@ -298,13 +283,13 @@ def _run(claimed: Claim, src: Any, target: Any, type_names: list[str], files: di
     previous = _load_previous(out, digests[0])
     # the type files that are this release's: the ones its record lists, and the ones a run cut short was writing
     ours = {j["file"] for j in previous["jobs"].values()} | read_pending(claimed) if previous is not None else set()
-    foreign = foreign_entry(claimed, {CARD, SUMS, RECORD, TIMINGS} | ours, previous is not None)
+    foreign = foreign_entry(claimed, {CARD, SUMS, RECORD, TIMINGS, PICTURE} | ours, previous is not None)
     if foreign is not None:
         raise UsageError(f"{out / foreign}: not a file of this release — dflash-release writes only into an empty "
                          "folder or a release of the same inputs; give another OUTDIR")
     claimed.owned = True  # from here on, what OUTDIR holds is this release's
     inputs = [p for p in (src, target, o.prompts, *o.target_ggufs, o.imatrix) if p is not None and Path(p).exists()]
-    for f in [*files.values(), CARD, SUMS, RECORD, TIMINGS]:
+    for f in [*files.values(), CARD, SUMS, RECORD, TIMINGS, PICTURE]:
         check_output(out / f, inputs=inputs, force=True)
     # Ray first: an address that does not answer or a cluster that cannot run a job is said before minutes of work
     ray = connect_ray(o.ray, o.ray_gpus_per_job, o.ray_timeout) if o.ray is not None else None
@@ -446,54 +431,30 @@ def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str],
         t, g = failed[0]
         raise DFlashError(f"{t}: the {g['gate']} gate failed: {g['why']} — no card written (--allow-failures writes "
                           "it with the row marked)")
+    if o.context_levels or o.parallel:  # alone too: after every job and every serving pair
+        record.update(measure_sweeps(
+            {t: out / files[t] for t in type_names}, target, prompts=o.prompts, max_prompts=o.max_prompts,
+            max_new_tokens=o.max_new_tokens, seed=o.seed, reasoning=o.reasoning,
+            chat_template_kwargs=dict(o.chat_template_kwargs), levels=o.context_levels, context_file=o.context_file,
+            parallel=o.parallel, llama_server=o.llama_servers[0] if o.llama_servers else None,
+            build=build_name(o.llama_servers[0]) if o.llama_servers else None,
+            target_gguf=o.target_ggufs[0] if o.target_ggufs else None, threads=o.threads,
+            extra_args=o.llama_cpp_args, timeout=o.llama_cpp_timeout, say=say,
+            scrub=lambda m: scrub_paths(m, private)))
     record["recommended"] = recommended(record)
     record["recommended_by"] = "speed-up" if recommended_by_speed(record) is not None else "τ"
     record["complete"] = True
     save()
+    drawn = picture(record)
+    if drawn is not None:
+        with atomic_output(out / PICTURE, force=True) as f:
+            f.write(drawn)
     write_text_atomic(out / TIMINGS, dumps(timings, indent=2) + "\n", force=True)
     write_text_atomic(out / CARD, render_card(record), force=True)
     for gone in sorted(ours - set(files.values())):  # a type the last run made that --types no longer lists
         if remove_unrecorded(claimed, {gone}, set()):
             say(f"removed {gone}: its type is no longer in --types, and the folder is what release.json records")
-    write_text_atomic(out / SUMS, sha256sums(out, [files[t] for t in type_names] + [CARD, RECORD]), force=True)
+    write_text_atomic(out / SUMS, sha256sums(out, [files[t] for t in type_names] + [CARD, RECORD]
+                                             + ([PICTURE] if drawn is not None else [])), force=True)
     claimed.remove_work_folder()
     return ReleaseResult(out, record, [s.type_name for s in specs], skipped)
-
-
-def _servers(llama_server: Any, target_ggufs: Sequence[str], draft_n_max: Sequence[int] | None,
-             draft_cache_types: Sequence[str] | None, src: Any) -> tuple[str, ...]:
-    """The ``--llama-server`` builds as a tuple, their options checked before any work: a target GGUF, a
-    llama-server in each folder, builds the card can tell apart, an n-max the drafter can draft."""
-    servers = tuple(str(b) for b in ([] if llama_server is None else [llama_server]
-                                     if isinstance(llama_server, (str, os.PathLike)) else llama_server))
-    if not servers:
-        if draft_n_max or draft_cache_types:
-            raise UsageError("--draft-n-max / --draft-cache-type are how llama-server serves the files: give "
-                             "--llama-server BIN_DIR too")
-        return servers
-    if not target_ggufs:
-        raise UsageError("--llama-server needs the target as a GGUF: pass --target-gguf FILE")
-    for g in target_ggufs:
-        if not Path(g).is_file():
-            raise UsageError(f"--target-gguf {g}: no such file")
-    from ..llama_cpp.server import find_server
-
-    names: dict[str, str] = {}
-    binaries: dict[str, str] = {}
-    for b in servers:
-        real = os.path.realpath(find_server(b))  # a build given twice (a link to it) is one build
-        if real in binaries:
-            raise UsageError(f"--llama-server {b}: the same llama-server as --llama-server {binaries[real]} (a link "
-                             "to the same build) — give each build once")
-        binaries[real] = b
-        n = build_name(b) or b
-        if n in names:
-            raise UsageError(f"--llama-server {b}: the card would name it {n}, as it names {names[n]} — give the "
-                             "builds folders of different names")
-        names[n] = b
-    if draft_n_max:
-        from ..accept.run import _block_size
-        from ..accept.serving import check_n_max_fits
-
-        check_n_max_fits([(str(src), None, _block_size(src))], list(draft_n_max))
-    return servers

@@ -173,10 +173,32 @@ def job_schema(max_prompts: int) -> Obj:
                     "per_prompt": listing(number(0.0, 4097.0, null=True), max_prompts),
                     "nonfinite_rounds": COUNT, "prompts": integer(0, max_prompts), "max_new_tokens": integer(2, 1 << 20)},
                    optional={"llama_cpp": number(0.0, 4097.0, null=True), "llama_cpp_refused": text(null=True),
+                             "prompt_tokens": number(0.0, 1e9),  # the mean prompt tokens τ was measured at
                              "llama_cpp_note": text(200, null=True)}),
         "gates_failed": listing(Obj({"gate": text(32), "why": text()}), 16),
         "sha256": HASH,
     }, optional={"serving": listing(serving_run(max_prompts), 4096), "seal": HASH})
+
+
+# ---- the record's schema --------------------------------------------------------------------------------------
+
+
+def sweep_schemas(max_prompts: int, max_types: int) -> dict[str, Obj]:
+    """``by_context`` / ``by_parallel`` (`dflashkit.release.sweeps`): per-prompt and per-batch values only."""
+    level_row = Obj({"context": COUNT, "prompt_tokens": number(0.0, 1e9),
+                     "tau_per_prompt": listing(number(0.0, 4097.0, null=True), max_prompts),
+                     "server_tau": number(0.0, 4097.0, null=True),
+                     "log_speedups": listing(number(-50.0, 50.0), max_prompts, null=True)})
+    parallel_row = Obj({"np": COUNT, "on": listing(SPEED, 4096), "off": listing(SPEED, 4096),
+                        "slot_tau": mapping(text(8), number(0.0, 4097.0, null=True), 64), "differences": COUNT,
+                        "refused": text(null=True), "findings": listing(text(600), 64)})
+    return {
+        "by_context": Obj({"levels": listing(COUNT, 16, min_len=1), "source": text(200), "build": text(200, null=True),
+                           "rows": mapping(text(32), listing(level_row, 16), max_types),
+                           "cliffs": listing(text(600), 64)}, null=True),
+        "by_parallel": Obj({"build": text(200, null=True), "rows": mapping(text(32), listing(parallel_row, 8), max_types)},
+                           null=True),
+    }
 
 
 SETTINGS = Obj({
@@ -219,7 +241,8 @@ def _validate(record: Any, known_types: tuple[str, ...]) -> None:
     }, optional={"recommended": text(32, null=True, choices=known_types),
                  "recommended_by": text(16, choices=("speed-up", "τ")),
                  "base_seal": text(64, null=True, pattern=HEX64),
-                 "imatrix": Obj({"name": text(MAX_NAME), "sha256": HASH})})(record, "")
+                 "imatrix": Obj({"name": text(MAX_NAME), "sha256": HASH}),
+                 **sweep_schemas(max_prompts, len(known_types))})(record, "")
     types = record["types"]
     if len(set(types)) != len(types):
         raise RecordError(f"types: {types!r} lists a type twice")
