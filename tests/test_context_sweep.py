@@ -253,9 +253,12 @@ def _sweep(limits: DrafterLimits, args: list[str] = (), target_context: int | No
 
 
 def test_the_causes_it_can_check_are_named() -> None:
-    window = DrafterLimits(128, (0, 1, 2), 1024, None)
-    causes = likely_causes(_sweep(window), 0, 1, "reference")
-    assert causes[0].startswith("the drafter's sliding window of 128 tokens (layers 0, 1, 2 slide)")
+    window = DrafterLimits(512, (0, 1, 2), 1024, None)
+    causes = likely_causes(_sweep(window), 0, 1, "reference")  # 164 → 1,164 tokens: the fall crosses the window
+    assert causes[0].startswith("the drafter's sliding window of 512 tokens (layers 0, 1, 2 slide)")
+    # a window the shorter level had already passed is not where the fall comes from
+    assert not any("sliding window" in c for c in likely_causes(_sweep(DrafterLimits(128, (0,), 1024, None)), 0, 1,
+                                                                 "reference"))
     assert causes[1] == ("past the drafter's trained length: it claims 1,024 positions (max_position_embeddings), "
                          "this level reaches 1,164 without rope scaling")
     plain = DrafterLimits(None, (), 4096, "rope_type=yarn, factor=4.0")

@@ -116,3 +116,22 @@ def test_release_usage_errors(tmp_path: Path, args: list[str], message: str) -> 
     assert res.exit_code == 2, res.output
     assert res.stderr.strip() == f"error: {message}"
     assert not (tmp_path / "out").exists()
+
+
+def test_the_picture_is_a_valid_png_and_the_same_bytes_every_time() -> None:
+    import struct
+    import zlib
+
+    from dflashkit.reporting.png_chart import Panel, Series, line_chart_png
+
+    panels = [Panel("TAU", [Series("BF16", [14.0, 12.0, None]), Series("Q4_0", [13.0, float("nan"), 3.0])]),
+              Panel("SPEED-UP", [Series("BF16", [2.0, 1.5, 0.8])], reference=1.0)]
+    png = line_chart_png(["0", "1k", "4k"], panels, "CONTEXT")
+    assert png == line_chart_png(["0", "1k", "4k"], panels, "CONTEXT")
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", png[16:24])
+    idat = png.index(b"IDAT")
+    length = struct.unpack(">I", png[idat - 4: idat])[0]
+    raw = zlib.decompress(png[idat + 4: idat + 4 + length])
+    assert len(raw) == height * (1 + 3 * width)
+    assert png != line_chart_png(["0", "1k", "4k"], [Panel("TAU", [Series("BF16", [14.0, 12.5, None])])], "CONTEXT")

@@ -326,7 +326,7 @@ def likely_causes(sweep: ContextSweep, j: int, k: int, runtime: str) -> list[str
     reach = max(len(ids) for ids in res.prompt_ids) + res.max_new_tokens
     before = max(len(ids) for ids in sweep.results[k - 1].prompt_ids) + res.max_new_tokens
     causes = []
-    if limits.window and reach > limits.window:
+    if limits.window and before <= limits.window < reach:  # the fall comes as the context passes the window
         layers = ", ".join(str(i) for i in limits.sliding_layers)
         causes.append(f"the drafter's sliding window of {limits.window} tokens (layers {layers} slide): past it "
                       "only its full-attention layers see the early context — a file whose window metadata is "
