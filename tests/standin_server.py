@@ -5,7 +5,8 @@ argv and pid, and misbehaves on request: the file ``mode`` beside it names how (
 ``segv-generate``, ``base-segv-generate`` (the target alone dies), ``hang``, ``impossible``, ``no-draft``,
 ``http-error``, ``amx`` (dies loading a drafter with weight repacking on, as ggml on an AMX CPU: fine with
 ``--no-repack``), ``amx-q8`` (the same for Q8_0 files only), ``segv-q8`` (dies loading any Q8_0 drafter),
-``slot1-nodraft`` (with ``-np`` > 1, slots past 0 draft but nothing is accepted: the forks' bug)). With ``-md`` it
+``slot1-nodraft`` (with ``-np`` > 1, slots past 0 draft but nothing is accepted: the forks' bug)). Given a fork's
+``-cd N``, a request whose prompt (characters / 4) and new tokens pass N drafts nothing that is accepted. With ``-md`` it
 reports draft counts and generates twice as fast as without, so the speed-up is ×2 and every verdict is known in
 advance. It serves ``-np`` requests at once, each in its own slot (the reply's ``id_slot``).
 """
@@ -38,6 +39,8 @@ n_slots = int(argv[argv.index("-np") + 1]) if "-np" in argv else 1
 # the drafter's time per generated token (the target alone takes twice it); the file ms_per_token sets it
 ms_per_token = float((here / "ms_per_token").read_text()) if (here / "ms_per_token").exists() else 0.1
 busy, lock = set(), threading.Condition()
+# a fork's -cd (the pinned builds have none): past it (prompt characters / 4 + new tokens) nothing is accepted
+draft_ctx = int(argv[argv.index("-cd") + 1]) if "-cd" in argv else None
 sys.stderr.write("main: loading model\n")
 sys.stderr.flush()
 if mode == "segv" and draft:
@@ -111,6 +114,8 @@ class Handler(BaseHTTPRequestHandler):
             rounds = -(-(n - 1) // (n_max + 1))
             accepted = (n - 1) - rounds
             if mode == "slot1-nodraft" and slot > 0:  # drafts every round, none of it accepted: one token a round
+                rounds, accepted = n - 1, 0
+            if draft_ctx is not None and len(request["prompt"]) // 4 + n > draft_ctx:  # a fork's full draft cache
                 rounds, accepted = n - 1, 0
             timings.update(draft_n=rounds * n_max, draft_n_accepted=accepted + (10 * n if mode == "impossible" else 0))
         self.reply(200, {"content": "x" * n, "tokens": tokens, "timings": timings, "stop_type": "limit",

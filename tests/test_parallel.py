@@ -116,3 +116,21 @@ def test_accept_reports_by_concurrent_requests(tmp_path: Path) -> None:
     assert [(r["np"], r["batches"], r["verdict"]) for r in rows] == [(1, 4, "net gain"), (2, 2, "net gain")]
     assert rows[1]["slot_tau"] == {"0": pytest.approx(15 / 1), "1": pytest.approx(1.0)}
     assert "drafter.gguf at -np 2: slot 1 drafts nothing that is accepted" in report["status"]
+
+
+def test_a_draft_context_smaller_than_the_prompt_is_named(tmp_path: Path) -> None:
+    """A fork's -cd (the pinned builds have none: their draft context is -c): past it the stand-in drafts nothing."""
+    from dflashkit.converters.convert import convert
+
+    folder = standin_server.make(tmp_path / "bin")
+    gguf = tmp_path / "drafter.gguf"
+    convert(TRAINED / "drafter", gguf, outtype="bf16", target=TRAINED / "target", progress=False, warn=lambda m: None)
+    target = tmp_path / "target.gguf"
+    target.write_bytes(b"GGUF")
+    result = run_acceptance(TRAINED / "target", [gguf], TRAINED / "prompts.jsonl", max_prompts=8, max_new_tokens=16,
+                            context=(0, 100), llama=LlamaCppOptions(llama_servers=(str(folder),),
+                                                                    target_ggufs=(str(target),),
+                                                                    extra_args=("-cd", "60")))
+    status = result.report().status
+    assert "drafter.gguf (llama-server τ): τ falls from" in status and "from --context 100" in status
+    assert "the server's draft context -cd 60 is smaller than the prompt + new tokens" in status
