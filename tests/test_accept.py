@@ -53,10 +53,12 @@ def _write(path: Path, lines: list[Any]) -> Path:
 # ---------------------------------------------------------------------------------------------
 
 
-def test_builtin_prompts_mix_chat_code_and_math() -> None:
+def test_builtin_prompts_mix_chat_code_math_and_long_context() -> None:
     prompts = load_prompts()
-    assert len(prompts) >= 9
-    assert {p.category for p in prompts} == {"chat", "code", "math"}
+    assert len(prompts) >= 16
+    assert {p.category for p in prompts} == {"chat", "code", "math", "long-context"}
+    long = [p for p in prompts if p.category == "long-context"]
+    assert len(long) == 4 and all(len(p.messages[-1][1]) > 900 for p in long)  # a passage, then the question
     assert len({p.id for p in prompts}) == len(prompts)
     assert all(p.messages and p.messages[-1][0] == "user" for p in prompts)
 

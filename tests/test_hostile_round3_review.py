@@ -119,10 +119,10 @@ def test_max_prompts_stops_the_parse_and_the_prompt_count_is_bounded(tmp_path: P
 
 
 def test_the_prompts_tokens_together_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dflashkit.accept import run as accept_module
+    from dflashkit.accept import context as context_module
     from dflashkit.cli import accept_command
 
-    monkeypatch.setattr(accept_module, "MAX_PROMPT_TOKENS_TOTAL", 20)
+    monkeypatch.setattr(context_module, "MAX_PROMPT_TOKENS_TOTAL", 20)
     f = tmp_path / "p.jsonl"
     f.write_text("".join(json.dumps({"id": f"p{i}", "text": "the old king walks to the river"}) + "\n"
                          for i in range(5)))

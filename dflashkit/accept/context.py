@@ -27,6 +27,8 @@ from ..errors import DFlashError, UsageError
 from ..sweeps import level_label
 from .prompts import Prompt
 
+#: the most prompt tokens a run keeps (as Python lists, ~36 bytes a token: 8 M tokens ≈ 300 MB with their texts)
+MAX_PROMPT_TOKENS_TOTAL = 8_000_000
 #: a context file larger than this is refused (64 MiB of text ≈ 16 M tokens: past every level)
 MAX_CONTEXT_FILE_BYTES = 64 << 20
 RAW_SEPARATOR = " "

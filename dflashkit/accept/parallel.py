@@ -102,7 +102,7 @@ class ParallelLevel:
         first = taus.get(0)
         out = []
         for s, tau in taus.items():
-            if s == 0 or first is None:
+            if s == 0 or first is None or not first > 1.0:  # slot 0 drafting nothing too: the drafter, not a slot
                 continue
             if not tau > 1.0:
                 out.append(f"slot {s} drafts nothing that is accepted (τ {tau:.2f}; slot 0 τ {first:.2f}) — a server "

@@ -135,7 +135,7 @@ MAX_PROMPTS = 100_000
 
 
 def load_prompts(path: str | os.PathLike | None = None, limit: int | None = None) -> list[Prompt]:
-    """Prompts from a JSONL file (the built-in chat/code/math set when ``path`` is None).
+    """Prompts from a JSONL file (the built-in chat / code / math / long-context set when ``path`` is None).
 
     Each line: ``{"messages": [{"role": "user", "content": "..."}, ...]}`` (chat template),
     ``{"prompt": "..."}`` or a bare JSON string (one user turn, chat template), or ``{"text": "..."}``

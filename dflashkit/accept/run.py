@@ -33,6 +33,7 @@ from ..reporting import Report
 from ..runtime import HFTarget, load_drafter
 from ..runtime.speculative import check_pair, default_stop_ids, speculative_generate
 from .serving import ServingResult, check_n_max_fits, check_serving_options, measure_serving
+from . import context as _context_module
 from .parallel import measure_parallel
 from .sweep import check_context_levels, sweep_context
 from ..runtime.speculative import PrefillCache
@@ -51,8 +52,6 @@ class AcceptResult(AcceptMeasurement):
 # ---------------------------------------------------------------------------------------------
 
 
-#: the most prompt tokens a run keeps (as Python lists, ~36 bytes a token: 8 M tokens ≈ 300 MB with their texts)
-MAX_PROMPT_TOKENS_TOTAL = 8_000_000
 #: the lowest sampling temperature: below it the scaled logits overflow float32 (use 0 for greedy)
 MIN_TEMPERATURE = 1e-6
 
@@ -161,7 +160,7 @@ def run_acceptance(
         raise UsageError(f"chat_template_kwargs: expected a mapping or JSON text, got {type(chat_template_kwargs).__name__}")
 
     if isinstance(prompts, (str, os.PathLike)) or prompts is None:
-        source = str(prompts) if prompts is not None else "built-in (chat, code, math)"
+        source = str(prompts) if prompts is not None else "built-in (chat, code, math, long-context)"
         prompt_list = load_prompts(prompts, limit=max_prompts)
     else:
         source, prompt_list = "given", list(prompts)
@@ -252,8 +251,9 @@ def run_acceptance(
                     llama_cpp_timeout=float(llama_cpp_timeout), parallel=tuple(parallel or ()))
     if context is not None:
         return sweep_context(runner, prompt_list, context, context_file, notes,
-                             lambda prompts, level_notes, prefills: _measure_level(
-                                 runner, prompts, source, drafters, level_notes, template_kwargs, prefills, **level_kw),
+                             lambda prompts, level_notes, prefills, first: _measure_level(
+                                 runner, prompts, source, drafters, level_notes, template_kwargs, prefills,
+                                 **{**level_kw, "parallel": level_kw["parallel"] if first else ()}),
                              max_new_tokens=max_new_tokens, template_kwargs=template_kwargs, say=say,
                              target_context=_context_length(runner), drafters=drafters, llama_cpp_args=extra_args)
     return _measure_level(runner, prompt_list, source, drafters, notes, template_kwargs, None, **level_kw)
@@ -344,8 +344,9 @@ def encode_prompts(runner: HFTarget, prompt_list: Sequence[Prompt], max_new_toke
                               f"context of {context} (max_position_embeddings) — shorten the prompt or lower "
                               "--max-new-tokens")
         total_tokens += len(ids)
-        if total_tokens > MAX_PROMPT_TOKENS_TOTAL:  # the ids and texts of every prompt are kept for the whole run
-            raise DFlashError(f"prompt {p.id}: the prompts hold over {MAX_PROMPT_TOKENS_TOTAL:,} tokens together — "
+        limit = _context_module.MAX_PROMPT_TOKENS_TOTAL
+        if total_tokens > limit:  # the ids and texts of every prompt are kept for the whole run
+            raise DFlashError(f"prompt {p.id}: the prompts hold over {limit:,} tokens together — "
                               "give fewer or shorter prompts (--max-prompts uses the first N)")
         prompt_ids.append(ids)
         texts.append(p.rendered(runner, template_kwargs)[0])

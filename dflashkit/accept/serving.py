@@ -137,6 +137,12 @@ class ServingRun(CountedRuns):
     def tokens_per_s_off(self) -> float:
         return self._rate(self.off)
 
+    def log_ratios_per_prompt(self) -> list[float]:
+        """One log ratio per prompt, NaN where it has none (a prompt's pairs across runs stay aligned)."""
+        return [math.log(b.tokens_per_s / a.tokens_per_s)
+                if a.tokens_per_s > 0 and b.tokens_per_s > 0 and math.isfinite(a.tokens_per_s * b.tokens_per_s)
+                else math.nan for a, b in zip(self.off, self.on)]
+
     def log_ratios(self) -> list[float]:
         out = []
         for a, b in zip(self.off, self.on):

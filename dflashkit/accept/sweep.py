@@ -22,7 +22,7 @@ from ..runtime.speculative import PrefillCache
 from ..stats import Comparison, paired_bootstrap_ci, paired_comparison
 from ..sweeps import (MAX_CONTEXT_LEVELS, MAX_CONTEXT_TOKENS, MAX_PARALLEL, MAX_PARALLEL_LEVELS, level_label,
                       parse_context_levels, parse_parallel_levels)
-from .context import LongContext, check_levels_fit, read_context_file
+from .context import MAX_PROMPT_TOKENS_TOTAL, LongContext, check_levels_fit, read_context_file
 from .prompts import Prompt
 
 #: a level's τ must be at least this much below the shortest's (besides its CI) to be called a cliff
@@ -46,6 +46,15 @@ def check_context_levels(levels: Sequence[int] | str) -> tuple[int, ...]:
     if not out or len(out) > MAX_CONTEXT_LEVELS:
         raise UsageError(f"--context: give 1..{MAX_CONTEXT_LEVELS} levels")
     return tuple(sorted(out))
+
+
+def check_levels_total(levels: Sequence[int], lengths: Sequence[int]) -> None:
+    """The longest level's prompts together under `MAX_PROMPT_TOKENS_TOTAL`, before any level is built."""
+    total = len(lengths) * max(levels) + sum(lengths)
+    if total > MAX_PROMPT_TOKENS_TOTAL:
+        raise UsageError(f"--context {level_label(max(levels))}: {len(lengths)} prompts after {max(levels):,} tokens "
+                         f"each hold {total:,} tokens together, over {MAX_PROMPT_TOKENS_TOTAL:,} — give fewer prompts "
+                         "(--max-prompts) or shorter levels")
 
 
 def check_parallel_levels(levels: Sequence[int] | str) -> tuple[int, ...]:
@@ -72,6 +81,7 @@ def check_context_plan(target: str | os.PathLike, prompts: Any, max_prompts: int
     from .prompts import load_prompts, reasoning_template_kwargs
 
     tok = AutoTokenizer.from_pretrained(str(target))
+    tok.model_max_length = 1 << 62  # the context file is encoded whole: no "longer than the maximum" log line
     template = getattr(tok, "chat_template", None)
     kwargs = {**reasoning_template_kwargs(reasoning, template if isinstance(template, str) else None),
               **(chat_template_kwargs or {})}
@@ -79,7 +89,8 @@ def check_context_plan(target: str | os.PathLike, prompts: Any, max_prompts: int
     runner = SimpleNamespace(tokenizer=tok, path=Path(target))
     text = read_context_file(context_file) if context_file is not None else None
     long = LongContext(tok, prompt_list, text, Path(context_file).name if context_file else None)
-    longest = max(len(p.ids(runner, kwargs)[0]) for p in prompt_list)  # type: ignore[arg-type]
+    lengths = [len(p.ids(runner, kwargs)[0]) for p in prompt_list]  # type: ignore[arg-type]
+    longest = max(lengths)
     try:
         config = json.loads((Path(target) / "config.json").read_text(encoding="utf-8"))
         config = config.get("text_config", config)
@@ -88,6 +99,7 @@ def check_context_plan(target: str | os.PathLike, prompts: Any, max_prompts: int
         limit = None
     check_levels_fit(levels, limit if isinstance(limit, int) and limit > 0 else None, longest, max_new_tokens,
                      f"target {target}")
+    check_levels_total(levels, lengths)
     for level in levels:
         for i in range(len(prompt_list)):
             long.context_ids(i, level)
@@ -149,14 +161,15 @@ class ContextSweep:
 
 def sweep_context(runner: HFTarget, prompt_list: list[Prompt], levels: Sequence[int],
                   context_file: str | os.PathLike | None, notes: list[str],
-                  measure: Callable[[list[Prompt], list[str], PrefillCache], Any], *, max_new_tokens: int,
+                  measure: Callable[[list[Prompt], list[str], PrefillCache, bool], Any], *, max_new_tokens: int,
                   template_kwargs: dict[str, Any], say: Callable[[str], None], target_context: int | None,
                   drafters: Sequence[str | os.PathLike], llama_cpp_args: Sequence[str]) -> Any:
     """Measure at every level; the shortest level's result, carrying the sweep in ``by_context``."""
     text = read_context_file(context_file) if context_file is not None else None
     long = LongContext(runner.tokenizer, prompt_list, text, Path(context_file).name if context_file else None)
-    longest = max(len(p.ids(runner, template_kwargs)[0]) for p in prompt_list)
-    check_levels_fit(levels, target_context, longest, max_new_tokens, f"target {runner.path}")
+    lengths = [len(p.ids(runner, template_kwargs)[0]) for p in prompt_list]
+    check_levels_fit(levels, target_context, max(lengths), max_new_tokens, f"target {runner.path}")
+    check_levels_total(levels, lengths)
     for level in levels:  # every level's context exists before the first round (a short file is said now)
         for i in range(len(prompt_list)):
             long.context_ids(i, level)
@@ -168,7 +181,7 @@ def sweep_context(runner: HFTarget, prompt_list: list[Prompt], levels: Sequence[
             f"of {long.source}")
         prefills.clear()
         prefills.prefills = prefills.reused = 0
-        result = measure(long.prompts_at(level), notes if n == 0 else [], prefills)
+        result = measure(long.prompts_at(level), notes if n == 0 else [], prefills, n == 0)  # --parallel: first level
         results.append(result)
         prefill_counts.append(prefills.prefills)
     prefills.clear()
@@ -200,7 +213,7 @@ def _series(sweep: ContextSweep, j: int) -> dict[str, list[list[float]]]:
         runs = [[s for s in res.serving.runs if s.drafter == res.drafters[j].path] for res in sweep.results]
         if all(runs):
             out["llama-server τ"] = [r[0].taus for r in runs]
-            out["llama-server speed-up"] = [r[0].log_ratios() for r in runs]
+            out["llama-server speed-up"] = [r[0].log_ratios_per_prompt() for r in runs]
     return out
 
 
@@ -224,7 +237,7 @@ def context_rows(sweep: ContextSweep, seed: int) -> list[dict[str, Any]]:
             if "llama.cpp" in series:
                 row["tau_llama_cpp"] = mean_tau(series["llama.cpp"][k])
             if "llama-server speed-up" in series:
-                logs = series["llama-server speed-up"][k]
+                logs = [x for x in series["llama-server speed-up"][k] if math.isfinite(x)]
                 lci = _ci(logs, seed)
                 row["tau_server"] = mean_tau(series["llama-server τ"][k])
                 row["speedup"] = math.exp(sum(logs) / len(logs)) if logs else math.nan
@@ -302,6 +315,7 @@ def below_first(sweep: ContextSweep, seed: int) -> list[str]:
 
 def _level_value(runtime: str, values: list[float]) -> float:
     if runtime.endswith("speed-up"):
+        values = [x for x in values if math.isfinite(x)]
         return math.exp(sum(values) / len(values)) if values else math.nan
     return mean_tau(values)
 
@@ -350,7 +364,9 @@ def likely_causes(sweep: ContextSweep, j: int, k: int, runtime: str) -> list[str
         if lossy:
             causes.append(f"a quantized draft KV cache ({', '.join(lossy)}): its error grows with the context it holds")
     if not causes:
-        causes.append(f"none this run can check (≈ {before:,}–{reach:,} tokens is inside the drafter's window, trained "
-                      "length and every context given) — the drafter itself loses accuracy with distance: the pair's "
-                      "training data was shorter than this, or the content changes")
+        passed = (f"; its window of {limits.window} was passed already at ≈ {before:,} tokens, where τ held"
+                  if limits.window and limits.window < before else "")
+        causes.append(f"none this run can check (the fall comes between ≈ {before:,} and ≈ {reach:,} tokens, inside "
+                      f"the drafter's trained length and every context given{passed}) — the drafter itself loses "
+                      "accuracy with distance: the pair's training data was shorter than this, or the content changes")
     return causes

@@ -312,7 +312,7 @@ def prompt_options(func: Any) -> Any:
     return _group([
         click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False), metavar="FILE.jsonl",
                      help='Prompts, one JSON per line: {"messages": [...]} (chat template), {"prompt": "..."} or '
-                     '{"text": "..."} (raw). Default: the built-in chat/code/math set.'),
+                     '{"text": "..."} (raw). Default: the built-in chat / code / math / long-context set.'),
         click.option("--max-prompts", type=click.IntRange(min=1), help="Use only the first N prompts."),
         click.option("--max-new-tokens", type=click.IntRange(min=2), default=DEFAULT_MAX_NEW_TOKENS,
                      show_default=True, help="New tokens per prompt."),

@@ -51,9 +51,13 @@ def run_parity_by_context(reference: str | os.PathLike, candidate: str | os.Path
         if not base:
             raise UsageError("the prompt is empty — give --prompt text or --prompt-ids")
         limit = _target_context(runner)
-        if limit is not None and max(levels) + len(base) + 64 > limit:
-            raise UsageError(f"--context {level_label(max(levels))}: {max(levels):,} + {len(base)} prompt tokens and "
-                             f"the rounds exceed the target's context of {limit:,} (max_position_embeddings)")
+        from ..runtime.load import runtime_spec
+
+        rounds_tokens = int(kwargs.get("rounds", 1)) * runtime_spec(reference).block_size + 1
+        if limit is not None and max(levels) + len(base) + rounds_tokens > limit:
+            raise UsageError(f"--context {level_label(max(levels))}: {max(levels):,} + {len(base)} prompt tokens + "
+                             f"{rounds_tokens} of the rounds exceed the target's context of {limit:,} "
+                             "(max_position_embeddings)")
     elif max(levels) > 0:  # random context: the hidden states of every position are held at once
         from ..runtime.load import runtime_spec
 

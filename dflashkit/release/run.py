@@ -181,6 +181,11 @@ def release(
         threads, llama_cpp_timeout = llama.threads, llama.timeout
     context = context or ContextOptions()
     parallel = llama.parallel if llama is not None else ()
+    from ..accept.sweep import check_context_levels, check_parallel_levels
+
+    if context.levels:  # a Python caller's values bounded as the command line's are, before any work
+        context = ContextOptions(check_context_levels(context.levels), context.file)
+    parallel = check_parallel_levels(parallel) if parallel else ()
     extra_args = tuple(check_extra_args(llama_cpp_args))
     target_ggufs = tuple(str(g) for g in ([] if target_gguf is None else [target_gguf]
                                           if isinstance(target_gguf, (str, os.PathLike)) else target_gguf))

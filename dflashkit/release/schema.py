@@ -208,6 +208,27 @@ SETTINGS = Obj({
 })
 
 
+def _validate_sweeps(record: dict[str, Any], types: list[str]) -> None:
+    """``by_context`` / ``by_parallel`` rows: types of this release, one row per level in the levels' order."""
+    part = record.get("by_context")
+    if part:
+        levels = part["levels"]
+        if levels != sorted(set(levels)):
+            raise RecordError(f"by_context.levels: {levels!r} are not ascending and distinct")
+        for t, rows in part["rows"].items():
+            if t not in types:
+                raise RecordError(f"by_context.rows.{t}: not a type of this release")
+            if [r["context"] for r in rows] != levels:
+                raise RecordError(f"by_context.rows.{t}: its rows' levels are not by_context.levels {levels!r}")
+    part = record.get("by_parallel")
+    if part:
+        for t, rows in part["rows"].items():
+            if t not in types:
+                raise RecordError(f"by_parallel.rows.{t}: not a type of this release")
+            if any(len(r["on"]) != len(r["off"]) for r in rows):
+                raise RecordError(f"by_parallel.rows.{t}: batches with and without the drafter differ in number")
+
+
 def validate_record(record: Any, where: str, known_types: tuple[str, ...]) -> dict[str, Any]:
     """``record`` checked whole (module doc); a `RecordError` prefixed with ``where`` otherwise."""
     try:
@@ -260,6 +281,7 @@ def _validate(record: Any, known_types: tuple[str, ...]) -> None:
         for k, e in enumerate(j.get("serving", [])):
             if len(e["tau_per_prompt"]) > tau["prompts"] or len(e["per_prompt_tokens_per_s"]) > tau["prompts"]:
                 raise RecordError(f"jobs.{t}.serving[{k}]: more per-prompt values than the {tau['prompts']} prompts")
+    _validate_sweeps(record, types)
     if record["complete"] and any(t not in record["jobs"] for t in types):
         missing = next(t for t in types if t not in record["jobs"])
         raise RecordError(f"complete: true, but jobs has no {missing}")

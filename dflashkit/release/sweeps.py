@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 
 from ..accept.serving import speedup_ci_of_logs, speedup_of_logs
 from ..llama_cpp.speculative_simple import mean_tau
+from ..reporting.markdown import markdown_text
 from ..reporting.png_chart import Panel, Series, line_chart_png
 from ..stats import paired_bootstrap_ci, paired_comparison
 from ..sweeps import level_label
@@ -149,22 +150,25 @@ def card_lines(record: dict[str, Any]) -> list[str]:
     part = record.get("by_context")
     if part:
         lines += ["", "## By context length", "",
-                  f"Each prompt measured after N tokens of long context ({part['source']}); τ in dflashkit's reference "
-                  "runtime with its 95% CI over prompts, Δ against the shortest level paired over prompts"
-                  + (f"; speed-up through llama-server ({part['build']}) with its 95% CI" if part["build"] else "")
+                  f"Each prompt measured after N tokens of long context ({markdown_text(part['source'])}); τ in "
+                  "dflashkit's reference runtime with its 95% CI over prompts, Δ against the shortest level paired "
+                  "over prompts"
+                  + (f"; speed-up through llama-server ({markdown_text(part['build'])}) with its 95% CI"
+                     if part["build"] else "")
                   + ".", "", "| type | context | mean prompt tokens | τ | τ 95% CI | Δ vs shortest | speed-up | "
                   "speed-up 95% CI |", "|---|---|---|---|---|---|---|---|"]
         for r in context_table(part, seed):
             rel = "—" if r["relative"] is None else f"{r['relative']:+.0%}"
-            lines.append(f"| {r['type']} | {level_label(r['context'])} | {r['prompt_tokens']:.0f} | {_f(r['tau'], '.2f')} "
+            lines.append(f"| {markdown_text(r['type'])} | {level_label(r['context'])} | {r['prompt_tokens']:.0f} | {_f(r['tau'], '.2f')} "
                          f"| {_ci(r['tau_ci'], '.2f')} | {rel} | {_f(r['speedup'], '.2f')} | "
                          f"{_ci(r['speedup_ci'], '.2f')} |")
         lines += ["", f"![τ and speed-up by context length]({PICTURE})", ""]
-        lines += [f"- {c}" for c in part["cliffs"]] or ["- No level's τ is significantly below the shortest's."]
+        lines += [f"- {markdown_text(c)}" for c in part["cliffs"]] or ["- No level's τ is significantly below the "
+                                                                         "shortest's."]
     part = record.get("by_parallel")
     if part:
         lines += ["", "## By concurrent requests", "",
-                  f"llama-server ({part['build']}) with -np N asked N prompts at once; aggregate tok/s with and without "
+                  f"llama-server ({markdown_text(str(part['build']))}) with -np N asked N prompts at once; aggregate tok/s with and without "
                   "the drafter, speed-up over batches with its 95% CI.", "",
                   "| type | -np | τ per slot | tok/s alone | tok/s with drafter | speed-up | 95% CI | outputs |",
                   "|---|---|---|---|---|---|---|---|"]
@@ -172,9 +176,9 @@ def card_lines(record: dict[str, Any]) -> list[str]:
             slots = ", ".join(f"{s}: {_f(v, '.2f')}" for s, v in r["slot_tau"].items()) or "—"
             outputs = ("refused" if r["refused"] else "identical" if not r["differences"]
                        else f"{r['differences']} differ")
-            lines.append(f"| {r['type']} | {r['np']} | {slots} | {_f(r['tok_s_off'], '.1f')} | {_f(r['tok_s_on'], '.1f')} "
+            lines.append(f"| {markdown_text(r['type'])} | {r['np']} | {markdown_text(slots)} | {_f(r['tok_s_off'], '.1f')} | {_f(r['tok_s_on'], '.1f')} "
                          f"| {_f(r['speedup'], '.2f')} | {_ci(r['speedup_ci'], '.2f')} | {outputs} |")
-            lines += [f"- {r['type']} at -np {r['np']}: {f}" for f in r["findings"]]
+            lines += [f"- {markdown_text(r['type'])} at -np {r['np']}: {markdown_text(f)}" for f in r["findings"]]
     return lines
 
 

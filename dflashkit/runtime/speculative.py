@@ -235,26 +235,29 @@ class _Prefilled:
 class PrefillCache:
     """The target's prefill of each prompt, kept for the next drafter on the same prompts (``--context``: one
     prefill per prompt and level, whatever the number of drafters). Keyed by the prompt's ids and the taps; a
-    prefill past ``max_bytes`` together is not kept (it is computed again where asked). ``prefills`` counts the
+    prefill past ``max_bytes`` together is not kept (nor copied) (it is computed again where asked). ``prefills`` counts the
     target's prefill passes, ``reused`` the runs that started from a kept one."""
 
     max_bytes: int = 2 << 30
     prefills: int = 0
     reused: int = 0
-    _kept: dict[tuple[tuple[int, ...], tuple[int, ...]], _Prefilled] = field(default_factory=dict)
+    _kept: dict[tuple[tuple[int, ...], tuple[int, ...], str], _Prefilled] = field(default_factory=dict)
     _bytes: int = 0
 
-    def get(self, prompt: list[int], layers: list[int]) -> _Prefilled | None:
-        hit = self._kept.get((tuple(prompt), tuple(layers)))
+    def get(self, prompt: list[int], layers: list[int], dtype: torch.dtype) -> _Prefilled | None:
+        hit = self._kept.get((tuple(prompt), tuple(layers), str(dtype)))
         if hit is not None:
             self.reused += 1
         return hit
 
-    def put(self, prompt: list[int], layers: list[int], entry: _Prefilled) -> None:
-        size = entry.features.nbytes + entry.logits.nbytes + _cache_bytes(entry.cache)
-        if self._bytes + size <= self.max_bytes:
-            self._kept[(tuple(prompt), tuple(layers))] = entry
-            self._bytes += size
+    def fits(self, cache: Any, features: torch.Tensor, logits: torch.Tensor) -> int | None:
+        """The bytes a prefill would take when they fit what is left, else None (checked before it is copied)."""
+        size = features.nbytes + logits.nbytes + _cache_bytes(cache)
+        return size if self._bytes + size <= self.max_bytes else None
+
+    def put(self, prompt: list[int], layers: list[int], dtype: torch.dtype, entry: _Prefilled, size: int) -> None:
+        self._kept[(tuple(prompt), tuple(layers), str(dtype))] = entry
+        self._bytes += size
 
     def clear(self) -> None:
         self._kept.clear()
@@ -314,7 +317,7 @@ def speculative_generate(
 def _prefill(lm: Any, prompt: list[int], layers: list[int], device: torch.device, dtype: torch.dtype,
              prefills: PrefillCache | None) -> tuple[Any, torch.Tensor, torch.Tensor, float]:
     """(the target's cache after ``prompt``, the last logits, the drafter's first context, seconds)."""
-    kept = prefills.get(prompt, layers) if prefills is not None else None
+    kept = prefills.get(prompt, layers, dtype) if prefills is not None else None
     if kept is not None:
         return copy.deepcopy(kept.cache), kept.logits, kept.features, kept.seconds
     cache = _new_target_cache(lm)
@@ -326,7 +329,9 @@ def _prefill(lm: Any, prompt: list[int], layers: list[int], device: torch.device
     seconds = _sync(device) - t0
     if prefills is not None:
         prefills.prefills += 1
-        prefills.put(prompt, layers, _Prefilled(copy.deepcopy(cache), logits, features, seconds))
+        size = prefills.fits(cache, features, logits)
+        if size is not None:  # copied only when it is kept
+            prefills.put(prompt, layers, dtype, _Prefilled(copy.deepcopy(cache), logits, features, seconds), size)
     return cache, logits, features, seconds
 
 
