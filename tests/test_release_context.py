@@ -135,3 +135,26 @@ def test_the_picture_is_a_valid_png_and_the_same_bytes_every_time() -> None:
     raw = zlib.decompress(png[idat + 4: idat + 4 + length])
     assert len(raw) == height * (1 + 3 * width)
     assert png != line_chart_png(["0", "1k", "4k"], [Panel("TAU", [Series("BF16", [14.0, 12.5, None])])], "CONTEXT")
+
+
+def test_the_card_gives_tau_by_prompt_category(tmp_path: Path) -> None:
+    lines = (TRAINED / "prompts.jsonl").read_text().splitlines()[:6]
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({**json.loads(line), "category": "odd" if i % 2 else "even"}) + "\n"
+                               for i, line in enumerate(lines)))
+    out = tmp_path / "out"
+    release(TRAINED / "drafter", out, target=TRAINED / "target", types="bf16", workers=1, prompts=prompts,
+            max_new_tokens=24, parity_rounds=2)
+    record = json.loads((out / "release.json").read_text())
+    tau = record["jobs"]["BF16"]["tau"]
+    assert tau["categories"] == ["even", "odd"] * 3
+    card = (out / "README.md").read_text()
+    rows = [line for line in card.splitlines() if line.startswith("| BF16 | even |") or line.startswith("| BF16 | odd |")]
+    assert len(rows) == 2 and "## τ by prompt category" in card
+    even = [x for i, x in enumerate(tau["per_prompt"]) if i % 2 == 0]
+    assert rows[0].split(" | ")[3] == f"{sum(even) / 3:.2f}"
+    assert check_release(out) == []
+    record["jobs"]["BF16"]["tau"]["categories"] = ["even"] * 5
+    (out / "release.json").write_text(json.dumps(record))
+    with pytest.raises(Exception, match="tau.categories: 5 for 6 prompts"):
+        check_release(out)

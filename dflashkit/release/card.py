@@ -196,9 +196,9 @@ def _speed_text(e: dict[str, Any] | None) -> str:
 
 
 def sweep_card_lines(release: dict[str, Any]) -> list[str]:
-    from .sweeps import card_lines
+    from .sweeps import card_lines, category_lines
 
-    return card_lines(release)
+    return category_lines(release) + card_lines(release)
 
 
 def render_card(release: dict[str, Any]) -> str:

@@ -125,7 +125,8 @@ def run_job(spec: JobSpec) -> dict[str, Any]:
         record["tau"] = {"mean": _finite(run.tau), "per_prompt": [_finite(t) for t in run.taus],
                          "nonfinite_rounds": run.nonfinite_rounds, "prompts": len(run.taus),
                          "max_new_tokens": spec.max_new_tokens,
-                         "prompt_tokens": sum(map(len, accept.prompt_ids)) / max(1, len(accept.prompt_ids))}
+                         "prompt_tokens": sum(map(len, accept.prompt_ids)) / max(1, len(accept.prompt_ids)),
+                         "categories": [p.category[:64] for p in accept.prompts]}
         if accept.llama_cpp:
             lc = accept.llama_cpp[0]
             record["tau"]["llama_cpp"] = _finite(lc.tau) if not lc.refused else None

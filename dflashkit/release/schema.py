@@ -174,6 +174,7 @@ def job_schema(max_prompts: int) -> Obj:
                     "nonfinite_rounds": COUNT, "prompts": integer(0, max_prompts), "max_new_tokens": integer(2, 1 << 20)},
                    optional={"llama_cpp": number(0.0, 4097.0, null=True), "llama_cpp_refused": text(null=True),
                              "prompt_tokens": number(0.0, 1e9),  # the mean prompt tokens τ was measured at
+                             "categories": listing(text(64), max_prompts),  # each prompt's category
                              "llama_cpp_note": text(200, null=True)}),
         "gates_failed": listing(Obj({"gate": text(32), "why": text()}), 16),
         "sha256": HASH,
@@ -276,6 +277,8 @@ def _validate(record: Any, known_types: tuple[str, ...]) -> None:
             raise RecordError(f"jobs.{t}.file: {_describe(j['file'])} is not {record['file_prefix']}-{t}.gguf, the "
                               "name the release gives it")
         tau = j["tau"]
+        if "categories" in tau and len(tau["categories"]) != tau["prompts"]:
+            raise RecordError(f"jobs.{t}.tau.categories: {len(tau['categories'])} for {tau['prompts']} prompts")
         if len(tau["per_prompt"]) != tau["prompts"]:
             raise RecordError(f"jobs.{t}.tau.per_prompt: {len(tau['per_prompt'])} values for {tau['prompts']} prompts")
         for k, e in enumerate(j.get("serving", [])):

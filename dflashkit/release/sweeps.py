@@ -182,6 +182,37 @@ def card_lines(record: dict[str, Any]) -> list[str]:
     return lines
 
 
+def category_lines(record: dict[str, Any]) -> list[str]:
+    """The card's "τ by prompt category" (where the prompts hold more than one): per type × category, τ with its CI
+    over the category's prompts and the speed-up of the type's best llama-server combination with its CI — derived
+    from the per-prompt values the record keeps."""
+    from .serving import best_entry
+
+    seed = record["settings"]["seed"]
+    jobs = [(t, record["jobs"][t]) for t in record["types"] if t in record["jobs"]]
+    cats = [j["tau"].get("categories") for _, j in jobs]
+    if not jobs or cats[0] is None or len(set(cats[0])) < 2:
+        return []
+    lines = ["", "## τ by prompt category", "", "| type | category | prompts | τ | τ 95% CI | speed-up | speed-up 95% CI |",
+             "|---|---|---|---|---|---|---|"]
+    for t, j in jobs:
+        categories = j["tau"].get("categories") or []
+        entry = best_entry(j.get("serving", []))
+        speeds = entry["per_prompt_tokens_per_s"] if entry else []
+        for cat in sorted(set(categories)):
+            idx = [i for i, c in enumerate(categories) if c == cat]
+            taus = [j["tau"]["per_prompt"][i] for i in idx if i < len(j["tau"]["per_prompt"])]
+            taus = [x for x in taus if x is not None and math.isfinite(x)]
+            ci = paired_bootstrap_ci(taus, seed=seed)
+            logs = [math.log(speeds[i][1] / speeds[i][0]) for i in idx
+                    if i < len(speeds) and speeds[i][0] and speeds[i][1]]
+            sp = speedup_of_logs(logs) if logs else None
+            lines.append(f"| {markdown_text(t)} | {markdown_text(cat or '(none)')} | {len(idx)} | "
+                         f"{_f(mean_tau(taus), '.2f')} | {_ci(ci, '.2f')} | {_f(sp, '.2f')} | "
+                         f"{_ci(speedup_ci_of_logs(logs, seed) if logs else None, '.2f')} |")
+    return lines
+
+
 def picture(record: dict[str, Any]) -> bytes | None:
     """τ (and the speed-up, where measured) against context, one line per type; None without ``by_context``."""
     part = record.get("by_context")
