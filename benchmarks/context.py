@@ -35,23 +35,13 @@ LEVELS = "0,256,512,1k,2k"
 
 def planted(work: Path) -> dict[str, Path]:
     """The correct bf16 GGUF and the three planted defects."""
-    import gguf
-    from hostile import rewrite_gguf
+    from hostile import plant_context_defects
 
     from dflashkit.converters.convert import convert
 
-    V = gguf.GGUFValueType
     good = work / "drafter-bf16.gguf"
     convert(LONG / "drafter", good, outtype="bf16", target=LONG / "target", progress=False, warn=lambda m: None)
-    return {
-        "correct": good,
-        "window removed": rewrite_gguf(good, work / "no-window.gguf", drop_keys=(
-            "dflash.attention.sliding_window", "dflash.attention.sliding_window_pattern")),
-        "window 512": rewrite_gguf(good, work / "window-512.gguf",
-                                   set_keys={"dflash.attention.sliding_window": (512, V.UINT32)}),
-        "rope base 1e4": rewrite_gguf(good, work / "rope-1e4.gguf",
-                                      set_keys={"dflash.rope.freq_base": (10000.0, V.FLOAT32)}),
-    }
+    return plant_context_defects(good, work)
 
 
 def _section(data: dict, sid: str) -> list[dict]:

@@ -84,6 +84,21 @@ def rewrite_gguf(src: Path, dst: Path, set_keys: dict[str, tuple] | None = None,
     return dst
 
 
+def plant_context_defects(good: Path, folder: Path) -> dict[str, Path]:
+    """``good`` (a drafter GGUF with a sliding window) and three copies whose defect shows only with context: the
+    sliding-window keys dropped, the window set to 512, ``rope.freq_base`` 1e4 — by name (the long pair's tests and
+    ``benchmarks/context.py``)."""
+    return {
+        "correct": good,
+        "window removed": rewrite_gguf(good, folder / "no-window.gguf", drop_keys=(
+            "dflash.attention.sliding_window", "dflash.attention.sliding_window_pattern")),
+        "window 512": rewrite_gguf(good, folder / "window-512.gguf",
+                                   set_keys={"dflash.attention.sliding_window": (512, V.UINT32)}),
+        "rope base 1e4": rewrite_gguf(good, folder / "rope-1e4.gguf",
+                                      set_keys={"dflash.rope.freq_base": (10000.0, V.FLOAT32)}),
+    }
+
+
 #: Every drafter metadata key the readers use (llama.cpp dialect, arch ``dflash``) → its good type.
 DRAFTER_KEYS: dict[str, V] = {
     "general.file_type": V.UINT32,

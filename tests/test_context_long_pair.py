@@ -24,12 +24,11 @@ from dflashkit.converters.convert import convert
 from dflashkit.parity.result import breaks
 from dflashkit.parity.sweep import run_parity_by_context
 
-from hostile import rewrite_gguf
+from hostile import plant_context_defects
 
 ROOT = Path(__file__).resolve().parents[1]
 LONG = ROOT / "fixtures" / "trained-long"
 CONTEXT = LONG / "context.txt"
-V = gguf.GGUFValueType
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -39,15 +38,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("long")
     good = tmp / "drafter-bf16.gguf"
     convert(LONG / "drafter", good, outtype="bf16", target=LONG / "target", progress=False, warn=lambda m: None)
-    return {
-        "correct": good,
-        "window removed": rewrite_gguf(good, tmp / "no-window.gguf", drop_keys=(
-            "dflash.attention.sliding_window", "dflash.attention.sliding_window_pattern")),
-        "window 512": rewrite_gguf(good, tmp / "window-512.gguf",
-                                   set_keys={"dflash.attention.sliding_window": (512, V.UINT32)}),
-        "rope base 1e4": rewrite_gguf(good, tmp / "rope-1e4.gguf",
-                                      set_keys={"dflash.rope.freq_base": (10000.0, V.FLOAT32)}),
-    }
+    return plant_context_defects(good, tmp)
 
 
 def test_the_converted_file_carries_the_window_and_a_bidirectional_block(files: dict[str, Path]) -> None:
