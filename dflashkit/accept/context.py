@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import DFlashError, UsageError
+from ..files import read_bounded
 from ..sweeps import level_label
 from .prompts import Prompt
 
@@ -41,11 +42,7 @@ def read_context_file(path: str | os.PathLike) -> str:
     try:
         if src.is_dir():
             raise DFlashError(f"{src}: is a directory, not a context file (UTF-8 text)")
-        fd = os.open(src, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-        if hasattr(os, "set_blocking"):
-            os.set_blocking(fd, True)
-        with open(fd, "rb") as f:
-            raw = f.read(MAX_CONTEXT_FILE_BYTES + 1)
+        raw = read_bounded(src, MAX_CONTEXT_FILE_BYTES)
     except FileNotFoundError:
         raise DFlashError(f"{src}: no such context file") from None
     except OSError as exc:
@@ -137,6 +134,14 @@ class LongContext:
                 messages[first] = (role, context + CHAT_SEPARATOR + content)
                 out.append(replace(p, messages=tuple(messages)))
         return out
+
+
+def target_context(runner: Any) -> int | None:
+    """The target's context length (``max_position_embeddings`` of its text config), where its config gives one."""
+    config = getattr(getattr(runner, "model", None), "config", None)
+    text = config.get_text_config() if config is not None and hasattr(config, "get_text_config") else config
+    value = getattr(text, "max_position_embeddings", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def check_levels_fit(levels: Sequence[int], context: int | None, longest_prompt: int, max_new_tokens: int,

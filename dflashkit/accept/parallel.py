@@ -27,7 +27,8 @@ from typing import Any, Callable, Sequence
 
 from ..llama_cpp.server import Completion, LlamaServer
 from ..llama_cpp.speculative_simple import mean_tau
-from .serving import VERDICT_DIFFERS, measured_verdict, speedup_ci_of_logs, speedup_of_logs
+from .serving import (VERDICT_DIFFERS, first_difference, log_speed_ratio, measured_verdict, speedup_ci_of_logs,
+                      speedup_of_logs)
 
 #: a slot drafts "much less" than slot 0 when its accepted tokens per round are under this share of slot 0's
 SLOT_SHARE = 0.5
@@ -57,8 +58,8 @@ class ParallelLevel:
     seed: int = 0
 
     def log_ratios(self) -> list[float]:
-        return [math.log(b.tokens_per_s / a.tokens_per_s) for a, b in zip(self.off, self.on)
-                if a.tokens_per_s > 0 and b.tokens_per_s > 0]
+        logs = [log_speed_ratio(a.tokens_per_s, b.tokens_per_s) for a, b in zip(self.off, self.on)]
+        return [x for x in logs if math.isfinite(x)]
 
     @property
     def speedup(self) -> float:
@@ -84,7 +85,7 @@ class ParallelLevel:
             for i, c in zip(b.prompts, b.replies):
                 ref = alone.get(i)
                 if ref is not None and ref != c.tokens:
-                    at = next((k for k, (x, y) in enumerate(zip(ref, c.tokens)) if x != y), min(len(ref), len(c.tokens)))
+                    at = first_difference(ref, c.tokens)
                     out.append(f"batch {n + 1}, prompt {prompt_names[i]} (slot {c.slot}): differs from the target "
                                f"alone at token {at}")
         return out

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import DFlashError, UsageError
+from ..files import read_bounded
 from ..runtime import HFTarget
 from ..templates import render_bounded
 
@@ -145,13 +146,7 @@ def load_prompts(path: str | os.PathLike | None = None, limit: int | None = None
     try:
         if src.is_dir():
             raise DFlashError(f"{src}: is a directory, not a prompts file (JSONL)")
-        # non-blocking open: a FIFO nobody writes to would block open() forever; then blocking reads (a pipe
-        # whose writer is still writing is read to its end, one with no writer reads as empty)
-        fd = os.open(src, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-        if hasattr(os, "set_blocking"):
-            os.set_blocking(fd, True)
-        with open(fd, "rb") as f:
-            raw = f.read(MAX_PROMPTS_FILE_BYTES + 1)
+        raw = read_bounded(src, MAX_PROMPTS_FILE_BYTES)  # a FIFO never blocks the open
         if len(raw) > MAX_PROMPTS_FILE_BYTES:
             raise DFlashError(f"{src}: the prompts file is over {MAX_PROMPTS_FILE_BYTES >> 20} MiB — give a smaller "
                               "one (--max-prompts uses only the first N of a file)")

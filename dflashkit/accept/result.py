@@ -18,7 +18,7 @@ from .prompts import Prompt
 from ..runtime import LoadInfo
 from ..runtime.speculative import SpeculativeResult
 from ..reporting import distinct_labels  # noqa: F401 (re-exported)
-from .serving import ServingResult
+from .serving import ServingResult, first_difference
 from ..stats import BOOTSTRAP_RESAMPLES, CONFIDENCE, Comparison, paired_comparison
 
 EXIT_OK, EXIT_FAILED = 0, 1
@@ -187,8 +187,7 @@ class AcceptMeasurement:
         for d in self.drafters[1:]:
             for prompt, a, b in zip(self.prompts, ref.runs, d.runs):
                 if a.output_ids != b.output_ids:
-                    at = next((i for i, (x, y) in enumerate(zip(a.output_ids, b.output_ids)) if x != y),
-                              min(len(a.output_ids), len(b.output_ids)))
+                    at = first_difference(a.output_ids, b.output_ids)
                     out.append(f"{d.name} on prompt {prompt.id}: greedy output differs from {ref.name}'s at generated "
                                f"token {at} — float rounding of the batched verify pass (expected now and then in "
                                "bf16/fp16); τ is measured on each drafter's own output")

@@ -28,6 +28,7 @@ from ..llama_cpp.http import public_url, same_server
 from ..llama_cpp.server import SERVER_BINARY, RemoteServer, find_server, has_server, run_drafter_server
 from ..llama_cpp import llama_cpp_src as find_src
 from .options import LlamaCppOptions, PromptOptions
+from .context import target_context
 from .prompts import Prompt, load_prompts, parse_template_kwargs, reasoning_template_kwargs
 from ..reporting import Report
 from ..runtime import HFTarget, load_drafter
@@ -255,7 +256,7 @@ def run_acceptance(
                                  runner, prompts, source, drafters, level_notes, template_kwargs, prefills,
                                  **{**level_kw, "parallel": level_kw["parallel"] if first else ()}),
                              max_new_tokens=max_new_tokens, template_kwargs=template_kwargs, say=say,
-                             target_context=_context_length(runner), drafters=drafters, llama_cpp_args=extra_args)
+                             target_context=target_context(runner), drafters=drafters, llama_cpp_args=extra_args)
     return _measure_level(runner, prompt_list, source, drafters, notes, template_kwargs, None, **level_kw)
 
 
@@ -328,7 +329,7 @@ def encode_prompts(runner: HFTarget, prompt_list: Sequence[Prompt], max_new_toke
     llama.cpp, llama-server)."""
     prompt_ids, plain, texts = [], [], []
     total_tokens = 0
-    context = _context_length(runner)
+    context = target_context(runner)
     vocab = _vocab_rows(runner)
     for p in prompt_list:
         ids, fallback = p.ids(runner, template_kwargs)
@@ -426,14 +427,6 @@ def _block_size(drafter: str | os.PathLike) -> int:
 
     with open_drafter(drafter) as d:
         return int(d.spec.block_size)
-
-
-def _context_length(runner: HFTarget) -> int | None:
-    """The target's context length (``max_position_embeddings``), where its config gives one."""
-    config = getattr(getattr(runner, "model", None), "config", None)
-    text = config.get_text_config() if config is not None and hasattr(config, "get_text_config") else config
-    value = getattr(text, "max_position_embeddings", None)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _vocab_rows(runner: HFTarget) -> int | None:

@@ -139,16 +139,10 @@ class ServingRun(CountedRuns):
 
     def log_ratios_per_prompt(self) -> list[float]:
         """One log ratio per prompt, NaN where it has none (a prompt's pairs across runs stay aligned)."""
-        return [math.log(b.tokens_per_s / a.tokens_per_s)
-                if a.tokens_per_s > 0 and b.tokens_per_s > 0 and math.isfinite(a.tokens_per_s * b.tokens_per_s)
-                else math.nan for a, b in zip(self.off, self.on)]
+        return [log_speed_ratio(a.tokens_per_s, b.tokens_per_s) for a, b in zip(self.off, self.on)]
 
     def log_ratios(self) -> list[float]:
-        out = []
-        for a, b in zip(self.off, self.on):
-            if a.tokens_per_s > 0 and b.tokens_per_s > 0 and math.isfinite(a.tokens_per_s * b.tokens_per_s):
-                out.append(math.log(b.tokens_per_s / a.tokens_per_s))
-        return out
+        return [x for x in self.log_ratios_per_prompt() if math.isfinite(x)]
 
     @property
     def speedup(self) -> float:
@@ -162,8 +156,7 @@ class ServingRun(CountedRuns):
         out = []
         for name, a, b in zip(prompt_names, self.off, self.on):
             if a.tokens != b.tokens:
-                at = next((i for i, (x, y) in enumerate(zip(a.tokens, b.tokens)) if x != y),
-                          min(len(a.tokens), len(b.tokens)))
+                at = first_difference(a.tokens, b.tokens)
                 out.append(Difference(name, at, a.tokens[at] if at < len(a.tokens) else None,
                                       b.tokens[at] if at < len(b.tokens) else None))
         return out
@@ -176,6 +169,20 @@ class ServingRun(CountedRuns):
         if self.differences(prompt_names):
             return VERDICT_DIFFERS
         return measured_verdict(self.speedup, self.speedup_ci)
+
+
+def log_speed_ratio(alone: float | None, with_drafter: float | None) -> float:
+    """log(tok/s with the drafter / tok/s alone) of one prompt (or batch): NaN where either is missing, not positive
+    or not finite — the one rule every speed-up here is made of."""
+    if alone is None or with_drafter is None or not (alone > 0 and with_drafter > 0) \
+            or not math.isfinite(alone * with_drafter):
+        return math.nan
+    return math.log(with_drafter / alone)
+
+
+def first_difference(a: Sequence[int], b: Sequence[int]) -> int:
+    """The index of the first token where two outputs differ (the shorter one's length when one is a prefix)."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 def speedup_of_logs(logs: Sequence[float]) -> float:

@@ -10,6 +10,7 @@ from ..llama_cpp.speculative_simple import mean_tau
 from ..reporting import Column, NotesSpec, TableSpec
 from ..stats import paired_bootstrap_ci
 from ..sweeps import level_label
+from .serving import speedup_ci_of_logs, speedup_of_logs
 from .sweep import below_first, cliffs, context_rows, mean_prompt_tokens
 
 
@@ -82,12 +83,10 @@ def category_rows(r: Any) -> list[dict[str, Any]]:
             if r.serving is not None:
                 runs = [s for s in r.serving.runs if s.drafter == d.path and s.off]
                 if runs:  # the first combination's (as the headline's); per prompt tok/s with / alone
-                    logs = [math.log(b.tokens_per_s / a.tokens_per_s)
-                            for n, (a, b) in enumerate(zip(runs[0].off, runs[0].on))
-                            if n in idx and a.tokens_per_s > 0 and b.tokens_per_s > 0]
-                    lci = paired_bootstrap_ci(logs, seed=r.seed)
-                    row["speedup"] = math.exp(sum(logs) / len(logs)) if logs else math.nan
-                    row["speedup_ci_text"] = _interval([math.exp(x) for x in lci] if lci else None, ".2f")
+                    per_prompt = runs[0].log_ratios_per_prompt()
+                    logs = [per_prompt[i] for i in idx if i < len(per_prompt) and math.isfinite(per_prompt[i])]
+                    row["speedup"] = speedup_of_logs(logs)
+                    row["speedup_ci_text"] = _interval(speedup_ci_of_logs(logs, r.seed), ".2f")
             rows.append(row)
     return rows
 

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import IO, Any, Iterator
 
 from ..errors import DFlashError, UsageError
-from .bounded_json import MAX_JSON_CONTAINERS, json_container_count, read_json
+from .bounded_json import MAX_JSON_CONTAINERS, json_container_count, read_bounded, read_json
 from .checks import check_output, check_outside_inputs, file_kind, input_files, refuse_non_regular, side_file
 from .libc import _linkat_follow, _open_tmpfile, _renameat2_noreplace, preallocate
 from .signals import signals_deferred, signals_unwind
@@ -54,6 +54,7 @@ __all__ = [
     "input_files",
     "json_container_count",
     "preallocate",
+    "read_bounded",
     "read_json",
     "refuse_non_regular",
     "side_file",

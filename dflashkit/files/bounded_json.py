@@ -23,6 +23,17 @@ def json_container_count(raw: bytes) -> int:
     return raw.count(b"{") + raw.count(b"[")
 
 
+def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes:
+    """Up to ``limit + 1`` bytes of ``path`` (more than ``limit``: the caller's "too large"). Opened non-blocking, so
+    a FIFO nobody writes to never blocks the open, then read blocking: a pipe whose writer is still writing is read
+    to its end, one with no writer reads as empty. OSError (a missing file…) is the caller's to word."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    if hasattr(os, "set_blocking"):
+        os.set_blocking(fd, True)
+    with open(fd, "rb") as f:
+        return f.read(limit + 1)
+
+
 def read_json(path: str | os.PathLike[str], *, hint: str = "", max_bytes: int = 64 << 20) -> Any:
     """The JSON document in ``path``; a one-line DFlashError ``PATH: cannot read JSON (reason)HINT``
     for a missing/unreadable/oversized file, bad UTF-8, bad JSON, or nesting too deep."""

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..accept.context import read_context_file
+from ..accept.context import read_context_file, target_context
 from ..errors import UsageError
 from ..runtime import HFTarget
 from ..runtime.target import DEFAULT_PROMPT
@@ -50,7 +50,7 @@ def run_parity_by_context(reference: str | os.PathLike, candidate: str | os.Path
         base = list(prompt_ids) if prompt_ids is not None else runner.encode(prompt or DEFAULT_PROMPT)
         if not base:
             raise UsageError("the prompt is empty — give --prompt text or --prompt-ids")
-        limit = _target_context(runner)
+        limit = target_context(runner)
         from ..runtime.load import runtime_spec
 
         rounds_tokens = int(kwargs.get("rounds", 1)) * runtime_spec(reference).block_size + 1
@@ -88,10 +88,3 @@ def run_parity_by_context(reference: str | os.PathLike, candidate: str | os.Path
                             "the prompt's own tokens repeated" if runner is not None else
                             "seeded random hidden states (no HF target)")
     return first
-
-
-def _target_context(runner: HFTarget) -> int | None:
-    config = runner.model.config
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    value = getattr(text, "max_position_embeddings", None)
-    return value if isinstance(value, int) and value > 0 else None

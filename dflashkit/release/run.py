@@ -28,8 +28,8 @@ from ..bounds import dumps
 from ..errors import DFlashError, UsageError
 from ..accept.options import (DEFAULT_LLAMA_CPP_TIMEOUT_S, DEFAULT_MAX_NEW_TOKENS, ContextOptions, LlamaCppOptions,
                               PromptOptions)
-from ..files import (MAX_JSON_CONTAINERS, atomic_output, check_output, check_outside_inputs, json_container_count,
-                     read_json, signals_unwind, write_text_atomic)
+from ..files import (MAX_JSON_CONTAINERS, check_output, check_outside_inputs, json_container_count, read_json,
+                     signals_unwind, write_bytes_atomic, write_text_atomic)
 from ..filetypes import NEEDS_IMATRIX
 from ..llama_cpp.process import check_extra_args
 from .card import recommended, recommended_by_speed, render_card, sha256_of, sha256sums
@@ -452,8 +452,7 @@ def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str],
     save()
     drawn = picture(record)
     if drawn is not None:
-        with atomic_output(out / PICTURE, force=True) as f:
-            f.write(drawn)
+        write_bytes_atomic(out / PICTURE, drawn, force=True)
     write_text_atomic(out / TIMINGS, dumps(timings, indent=2) + "\n", force=True)
     write_text_atomic(out / CARD, render_card(record), force=True)
     for gone in sorted(ours - set(files.values())):  # a type the last run made that --types no longer lists

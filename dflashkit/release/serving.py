@@ -23,7 +23,8 @@ from typing import Any, Callable, Sequence
 
 # MEASURED: the verdicts whose speed-up was measured (the others: output differs, refused to load, crashed, not
 # measured); speed-ups, CIs and verdicts with ServingRun's own arithmetic and rule
-from ..accept.serving import MEASURED_VERDICTS as MEASURED, measured_verdict, speedup_ci_of_logs, speedup_of_logs
+from ..accept.serving import (MEASURED_VERDICTS as MEASURED, log_speed_ratio, measured_verdict, speedup_ci_of_logs,
+                              speedup_of_logs)
 
 
 def host_description() -> str:
@@ -80,8 +81,7 @@ def entry_of(run: Any, prompt_names: Sequence[str], build: str) -> dict[str, Any
 def speedup_of(per_prompt: Sequence[Sequence[float | None]], seed: int) -> tuple[float | None, list[float] | None]:
     """(speed-up, its CI) from per-prompt (tok/s with, tok/s alone): the geometric mean of the ratios and the paired
     bootstrap CI of their mean log — `ServingRun.speedup` / ``speedup_ci`` over the recorded values."""
-    logs = [math.log(on / off) for on, off in per_prompt
-            if on is not None and off is not None and on > 0 and off > 0 and math.isfinite(on * off)]
+    logs = [x for x in (log_speed_ratio(off, on) for on, off in per_prompt) if math.isfinite(x)]
     if not logs:
         return None, None
     ci = speedup_ci_of_logs(logs, seed)  # ServingRun's own arithmetic: the same floats

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..accept.serving import speedup_ci_of_logs, speedup_of_logs
+from ..accept.serving import log_speed_ratio, speedup_ci_of_logs, speedup_of_logs
 from ..llama_cpp.speculative_simple import mean_tau
 from ..reporting.markdown import markdown_text
 from ..reporting.png_chart import Panel, Series, line_chart_png
@@ -125,7 +125,7 @@ def parallel_table(part: dict[str, Any], seed: int) -> list[dict[str, Any]]:
     out = []
     for t, rows in part["rows"].items():
         for r in rows:
-            logs = [math.log(b / a) for a, b in zip(r["off"], r["on"]) if a and b]
+            logs = [x for x in (log_speed_ratio(a, b) for a, b in zip(r["off"], r["on"])) if math.isfinite(x)]
             on = [x for x in r["on"] if x]
             off = [x for x in r["off"] if x]
             out.append({"type": t, "np": r["np"], "slot_tau": r["slot_tau"], "speedup": speedup_of_logs(logs),
@@ -204,8 +204,8 @@ def category_lines(record: dict[str, Any]) -> list[str]:
             taus = [j["tau"]["per_prompt"][i] for i in idx if i < len(j["tau"]["per_prompt"])]
             taus = [x for x in taus if x is not None and math.isfinite(x)]
             ci = paired_bootstrap_ci(taus, seed=seed)
-            logs = [math.log(speeds[i][1] / speeds[i][0]) for i in idx
-                    if i < len(speeds) and speeds[i][0] and speeds[i][1]]
+            logs = [x for x in (log_speed_ratio(speeds[i][1], speeds[i][0]) for i in idx if i < len(speeds))
+                    if math.isfinite(x)]
             sp = speedup_of_logs(logs) if logs else None
             lines.append(f"| {markdown_text(t)} | {markdown_text(cat or '(none)')} | {len(idx)} | "
                          f"{_f(mean_tau(taus), '.2f')} | {_ci(ci, '.2f')} | {_f(sp, '.2f')} | "
