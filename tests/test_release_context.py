@@ -143,8 +143,12 @@ def test_the_card_gives_tau_by_prompt_category(tmp_path: Path) -> None:
     prompts.write_text("".join(json.dumps({**json.loads(line), "category": "odd" if i % 2 else "even"}) + "\n"
                                for i, line in enumerate(lines)))
     out = tmp_path / "out"
+    build = standin_server.make(tmp_path / "llama-build-a" / "bin", ms_per_token=3.0)  # ×2 with the drafter
+    target_gguf = tmp_path / "Qwen3-tiny-BF16.gguf"
+    target_gguf.write_bytes(b"GGUF")
     release(TRAINED / "drafter", out, target=TRAINED / "target", types="bf16", workers=1, prompts=prompts,
-            max_new_tokens=24, parity_rounds=2)
+            max_new_tokens=24, parity_rounds=2,
+            llama=LlamaCppOptions(llama_servers=(str(build),), target_ggufs=(str(target_gguf),)))
     record = json.loads((out / "release.json").read_text())
     tau = record["jobs"]["BF16"]["tau"]
     assert tau["categories"] == ["even", "odd"] * 3
@@ -153,6 +157,7 @@ def test_the_card_gives_tau_by_prompt_category(tmp_path: Path) -> None:
     assert len(rows) == 2 and "## τ by prompt category" in card
     even = [x for i, x in enumerate(tau["per_prompt"]) if i % 2 == 0]
     assert rows[0].split(" | ")[3] == f"{sum(even) / 3:.2f}"
+    assert all(1.5 < float(row.split(" | ")[5]) < 2.5 for row in rows)  # tok/s with the drafter over alone: ×2
     assert check_release(out) == []
     record["jobs"]["BF16"]["tau"]["categories"] = ["even"] * 5
     (out / "release.json").write_text(json.dumps(record))

@@ -52,6 +52,7 @@ class _Accept:
     llama_comps: list[Comparison | None]
     llama_verdicts: list[str]
     named: list[str]  # what deserves a look: the status's warning and the drafter table's level
+    cliffs: list[str]  # where τ or the speed-up falls with context (`sweep_report.cliff_lines`), computed once
 
 
 def _context(r: AcceptMeasurement, max_drop: float | None, min_tau: float | None, max_gap: float | None,
@@ -64,12 +65,12 @@ def _context(r: AcceptMeasurement, max_drop: float | None, min_tau: float | None
     if r.serving is not None:
         named += [f"{run.name} in llama-server ({combo_label(run)}): {v}" for run, v in
                   zip(r.serving.runs, r.serving.verdicts()) if v not in (SERVING_GAIN, SERVING_NO_GAIN)]
-    c = _Accept(r, max_drop, min_tau, max_gap, min_speedup, r.comparisons(),
-                r.failures(max_drop, min_tau, max_gap, min_speedup), verdicts, r.llama_cpp_comparisons(),
-                llama_verdicts, named)
-    named += cliff_lines(c)  # where τ or the speed-up falls with context: a warning, with its cause
+    falls = cliff_lines(r)
+    named += falls  # where τ or the speed-up falls with context: a warning, with its cause
     named += parallel_findings(r)  # a slot that drafts nothing, an output that differs under concurrency
-    return c
+    return _Accept(r, max_drop, min_tau, max_gap, min_speedup, r.comparisons(),
+                   r.failures(max_drop, min_tau, max_gap, min_speedup), verdicts, r.llama_cpp_comparisons(),
+                   llama_verdicts, named, falls)
 
 
 def build_report(r: AcceptMeasurement, max_drop: float | None, min_tau: float | None = None,

@@ -204,7 +204,7 @@ def _ci(values: Sequence[float], seed: int) -> tuple[float, float] | None:
     return paired_bootstrap_ci([v for v in values if math.isfinite(v)], seed=seed)
 
 
-def _series(sweep: ContextSweep, j: int) -> dict[str, list[list[float]]]:
+def series_by_runtime(sweep: ContextSweep, j: int) -> dict[str, list[list[float]]]:
     """Per runtime, per level, the per-prompt figures of drafter ``j`` (τ, or log speed-up for llama-server)."""
     out: dict[str, list[list[float]]] = {"reference": [[r.tau for r in res.drafters[j].runs] for res in sweep.results]}
     if all(res.llama_cpp is not None and not res.llama_cpp[j].refused for res in sweep.results):
@@ -222,7 +222,7 @@ def context_rows(sweep: ContextSweep, seed: int) -> list[dict[str, Any]]:
     llama.cpp's τ and llama-server's τ and speed-up where measured."""
     rows = []
     for j, d in enumerate(sweep.results[0].drafters):
-        series = _series(sweep, j)
+        series = series_by_runtime(sweep, j)
         for k, (level, res) in enumerate(zip(sweep.levels, sweep.results)):
             taus = series["reference"][k]
             cmp = paired_comparison(series["reference"][0], taus, seed=seed) if k else None
@@ -272,7 +272,7 @@ def cliffs(sweep: ContextSweep, seed: int) -> list[Cliff]:
     at least `MIN_CLIFF_DROP` lower), with its likely causes."""
     out = []
     for j, d in enumerate(sweep.results[0].drafters):
-        for runtime, per_level in _series(sweep, j).items():
+        for runtime, per_level in series_by_runtime(sweep, j).items():
             base = per_level[0]
             for k in range(1, len(sweep.levels)):
                 cmp = paired_comparison(base, per_level[k], seed=seed)
@@ -293,9 +293,9 @@ def below_first(sweep: ContextSweep, seed: int) -> list[str]:
     drafter (paired over prompts, ≥ `MIN_CLIFF_DROP`) when it did not at the shortest level — a file that agrees
     with its reference at short context and not at long, named with what of its metadata differs."""
     out = []
-    first = _series(sweep, 0)
+    first = series_by_runtime(sweep, 0)
     for j, d in enumerate(sweep.results[0].drafters[1:], 1):
-        for runtime, per_level in _series(sweep, j).items():
+        for runtime, per_level in series_by_runtime(sweep, j).items():
             if runtime not in first or runtime.endswith("speed-up"):
                 continue
             comps = [paired_comparison(first[runtime][k], per_level[k], seed=seed) for k in range(len(sweep.levels))]

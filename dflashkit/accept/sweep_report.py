@@ -11,7 +11,7 @@ from ..reporting import Column, NotesSpec, TableSpec
 from ..stats import paired_bootstrap_ci
 from ..sweeps import level_label
 from .serving import speedup_ci_of_logs, speedup_of_logs
-from .sweep import below_first, cliffs, context_rows, mean_prompt_tokens
+from .sweep import below_first, cliffs, context_rows, mean_prompt_tokens, series_by_runtime
 
 
 def _sweep(c: Any) -> Any:
@@ -23,10 +23,11 @@ def _context_columns(c: Any) -> list[Column]:
                Column("prompt_tokens", "mean prompt tokens", ".0f"), Column("tau", "τ", ".2f"),
                Column("tau_ci_text", "τ 95% CI"), Column("delta", "Δτ vs shortest", "+.2f"),
                Column("relative", "Δ%", "pct"), Column("delta_ci_text", "Δ 95% CI")]
-    rows = context_rows(_sweep(c), c.r.seed)
-    if any("tau_llama_cpp" in r for r in rows):
+    sweep = _sweep(c)  # the runtimes measured (no figure computed for it: the rows compute theirs once)
+    runtimes = {k for j in range(len(sweep.results[0].drafters)) for k in series_by_runtime(sweep, j)}
+    if "llama.cpp" in runtimes:
         columns.append(Column("tau_llama_cpp", "τ llama.cpp", ".2f"))
-    if any("speedup" in r for r in rows):
+    if "llama-server speed-up" in runtimes:
         columns += [Column("tau_server", "τ llama-server", ".2f"), Column("speedup", "speed-up", ".2f"),
                     Column("speedup_ci_text", "speed-up 95% CI")]
     return columns
@@ -47,11 +48,13 @@ def _context_rows(c: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def cliff_lines(c: Any) -> list[str]:
-    sweep = _sweep(c)
+def cliff_lines(r: Any) -> list[str]:
+    """Where τ or the speed-up falls with context in measurement ``r`` (none without ``--context``): the report's
+    warning and section, the release's record."""
+    sweep = r.by_context
     if sweep is None:
         return []
-    return [cl.text() for cl in cliffs(sweep, c.r.seed)] + below_first(sweep, c.r.seed)
+    return [cl.text() for cl in cliffs(sweep, r.seed)] + below_first(sweep, r.seed)
 
 
 def _context_note(c: Any) -> str:
@@ -95,10 +98,10 @@ def _category_columns(c: Any) -> list[Column]:
     columns = [Column("drafter", "drafter"), Column("category", "category"), Column("prompts", "prompts"),
                Column("prompt_tokens", "mean prompt tokens", ".0f"), Column("tau", "τ", ".2f"),
                Column("tau_ci_text", "τ 95% CI")]
-    rows = category_rows(c.r)
-    if any("tau_llama_cpp" in r for r in rows):
+    r = c.r  # what was measured decides the columns (the rows compute their figures once)
+    if r.llama_cpp is not None and any(not l.refused for l in r.llama_cpp):
         columns.append(Column("tau_llama_cpp", "τ llama.cpp", ".2f"))
-    if any("speedup" in r for r in rows):
+    if r.serving is not None and any(s.off for s in r.serving.runs if s.drafter in {d.path for d in r.drafters}):
         columns += [Column("speedup", "speed-up", ".2f"), Column("speedup_ci_text", "speed-up 95% CI")]
     return columns
 
@@ -115,8 +118,8 @@ def headline_tokens(r: Any) -> str:
 SECTIONS = (
     TableSpec("τ by context length", _context_columns, _context_rows, id="by_context", note=_context_note,
               when=lambda c: c.r.by_context is not None),
-    NotesSpec("Where τ falls with context", cliff_lines, id="cliffs",
-              level=lambda c: "warning" if cliff_lines(c) else "info",
+    NotesSpec("Where τ falls with context", lambda c: c.cliffs, id="cliffs",
+              level=lambda c: "warning" if c.cliffs else "info",
               empty="no level significantly below the shortest (paired 95% CI, ≥ 10% lower)",
               when=lambda c: c.r.by_context is not None),
     TableSpec("τ by prompt category", _category_columns, lambda c: category_rows(c.r), id="by_category",

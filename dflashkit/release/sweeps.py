@@ -67,7 +67,7 @@ def measure_sweeps(files: dict[str, Path], target: Any, *, prompts: Any, max_pro
                     "log_speedups": [float(x) for x in served[0].log_ratios()] if served else None})
         out["by_context"] = {"levels": list(sweep.levels), "source": _public_source(sweep.source),
                              "build": build if llama_server else None, "rows": rows,
-                             "cliffs": [scrub(_name_types(c, files)) for c in cliff_lines(_Ctx(result))][:64]}
+                             "cliffs": [scrub(_name_types(c, files)) for c in cliff_lines(result)][:64]}
     if parallel and result.serving is not None:
         prow: dict[str, list[dict[str, Any]]] = {t: [] for t in types}
         names = result.serving.prompt_names
@@ -81,11 +81,6 @@ def measure_sweeps(files: dict[str, Path], target: Any, *, prompts: Any, max_pro
                             "findings": [scrub(_name_types(f, files)) for f in lv.slot_findings()]})
         out["by_parallel"] = {"build": build, "rows": prow}
     return out
-
-
-class _Ctx:  # what `cliff_lines` reads: the measurement as ``c.r``
-    def __init__(self, r: Any) -> None:
-        self.r = r
 
 
 def _public_source(source: str) -> str:
