@@ -87,6 +87,22 @@ def test_slot_much_below_slot_0() -> None:
     assert lv.slot_findings() == [f"slot 1 drafts much less than slot 0 (τ {t[1]:.2f} against {t[0]:.2f})"]
 
 
+def test_slots_are_counted_against_their_prompts_alone() -> None:
+    # the server chose which prompts each slot got: slot 1 got prompts that accept little one at a time too
+    def reply(accepted: int, slot: int) -> Completion:
+        return Completion(tokens=[1] * 13, predicted_n=13, predicted_ms=5, draft_n=60, draft_accepted=accepted,
+                          prompt_n=3, speculated=True, slot=slot)
+
+    batch = Batch([0, 1], 1.0, [reply(8, 0), reply(3, 1)])  # slot 0 τ 12/4 = 3, slot 1 τ 12/9 ≈ 1.33
+    hard_prompt = ParallelLevel("d", 2, on=[batch], alone_taus=[3.0, 1.4])
+    assert hard_prompt.slot_findings() == []
+    drafts_less = ParallelLevel("d", 2, on=[batch], alone_taus=[3.0, 3.0])
+    assert drafts_less.slot_findings() == ["slot 1 drafts much less than slot 0 (τ 1.33 against 3.00; the same "
+                                           "prompts one at a time: τ 3.00 and 3.00)"]
+    nothing = ParallelLevel("d", 2, on=[Batch([0, 1], 1.0, [reply(8, 0), reply(0, 1)])], alone_taus=[3.0, 1.4])
+    assert nothing.slot_findings()[0].startswith("slot 1 drafts nothing that is accepted (τ 1.00; slot 0 τ 3.00)")
+
+
 def test_parallel_needs_llama_server() -> None:
     res = CliRunner().invoke(accept_command, [str(TRAINED / "drafter"), "--target", str(TRAINED / "target"),
                                               "--parallel", "1,2"])

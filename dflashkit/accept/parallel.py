@@ -7,7 +7,10 @@ batch b, wrapping around the set so every batch is full). Per level:
 * every request's output against the target alone's output for the same prompt at the same level (greedy: a
   drafter never changes what is generated — any difference is named, request by request);
 * τ per slot (the reply's ``id_slot``): a slot that drafts nothing, or whose accepted tokens per round are under
-  half of slot 0's, is named — the forks' bug of drafting every slot from slot 0's state (beellama #24, buun #110);
+  half of slot 0's, is named — the forks' bug of drafting every slot from slot 0's state (beellama #24, buun #110).
+  The server picks which prompts a slot gets, and τ differs by prompt: each slot's accepted tokens per round are
+  counted against what the same prompts accept one request at a time (the one-at-a-time measurement of the same
+  build), where that was measured;
 * aggregate tok/s with and without the drafter (the batch's generated tokens over its wall time, from the first
   request sent to the last reply), and the speed-up: the geometric mean over batches of the paired ratio, with its
   bootstrap CI over batches and the verdict of `measured_verdict` (gain / no gain / loss).
@@ -30,7 +33,9 @@ from ..llama_cpp.speculative_simple import mean_tau
 from .serving import (VERDICT_DIFFERS, first_difference, log_speed_ratio, measured_verdict, speedup_ci_of_logs,
                       speedup_of_logs)
 
-#: a slot drafts "much less" than slot 0 when its accepted tokens per round are under this share of slot 0's
+#: a slot drafts "much less" than slot 0 when its accepted tokens per round are under this share of slot 0's —
+#: each counted against the same prompts served one at a time where those are known, since which prompts a slot gets
+#: is the server's choice and τ differs by prompt far more than by slot
 SLOT_SHARE = 0.5
 
 
@@ -56,6 +61,7 @@ class ParallelLevel:
     off: list[Batch] = field(default_factory=list)
     refused: str | None = None
     seed: int = 0
+    alone_taus: list[float] = field(default_factory=list)  # prompt i's τ one request at a time (same build, -np 1)
 
     def log_ratios(self) -> list[float]:
         logs = [log_speed_ratio(a.tokens_per_s, b.tokens_per_s) for a, b in zip(self.off, self.on)]
@@ -91,15 +97,24 @@ class ParallelLevel:
         return out
 
     def slot_taus(self) -> dict[int, float]:
-        slots: dict[int, list[float]] = {}
+        return {s: mean_tau([t for _, t in r]) for s, r in self._slot_requests().items()}
+
+    def _slot_requests(self) -> dict[int, list[tuple[int, float]]]:
+        slots: dict[int, list[tuple[int, float]]] = {}
         for b in self.on:
-            for c in b.replies:
+            for i, c in zip(b.prompts, b.replies):
                 if c.slot is not None and c.tau_known:
-                    slots.setdefault(c.slot, []).append(c.tau)
-        return {s: mean_tau(t) for s, t in sorted(slots.items())}
+                    slots.setdefault(c.slot, []).append((i, c.tau))
+        return dict(sorted(slots.items()))
+
+    def _alone(self, requests: list[tuple[int, float]]) -> float:
+        """τ of the same prompts one request at a time (NaN where one of them was not measured so)."""
+        known = [self.alone_taus[i] for i, _ in requests if i < len(self.alone_taus)]
+        return mean_tau(known) if len(known) == len(requests) else math.nan
 
     def slot_findings(self) -> list[str]:
-        taus = self.slot_taus()
+        requests = self._slot_requests()
+        taus = {s: mean_tau([t for _, t in r]) for s, r in requests.items()}
         first = taus.get(0)
         out = []
         for s, tau in taus.items():
@@ -108,7 +123,13 @@ class ParallelLevel:
             if not tau > 1.0:
                 out.append(f"slot {s} drafts nothing that is accepted (τ {tau:.2f}; slot 0 τ {first:.2f}) — a server "
                            "that drafts slots past 0 from slot 0's state (the forks' bug)")
-            elif first > 1.0 and (tau - 1.0) < SLOT_SHARE * (first - 1.0):
+                continue
+            alone_s, alone_0 = self._alone(requests[s]), self._alone(requests[0])
+            if alone_s > 1.0 and alone_0 > 1.0:  # each slot's accepted share of what its prompts accept alone
+                if (tau - 1.0) / (alone_s - 1.0) < SLOT_SHARE * (first - 1.0) / (alone_0 - 1.0):
+                    out.append(f"slot {s} drafts much less than slot 0 (τ {tau:.2f} against {first:.2f}; the same "
+                               f"prompts one at a time: τ {alone_s:.2f} and {alone_0:.2f})")
+            elif (tau - 1.0) < SLOT_SHARE * (first - 1.0):
                 out.append(f"slot {s} drafts much less than slot 0 (τ {tau:.2f} against {first:.2f})")
         return out
 
@@ -142,12 +163,13 @@ def measure_parallel(llama_server: str | os.PathLike, target_gguf: str | os.Path
                      drafter: tuple[str, str | os.PathLike, int], texts: Sequence[str], levels: Sequence[int], *,
                      max_new_tokens: int, ctx_per_request: int, threads: int, extra_args: Sequence[str],
                      timeout: float, vocab: int | None, seed: int, ignore_eos: bool,
-                     progress: Callable[[str], None]) -> list[ParallelLevel]:
-    """Every level of ``levels`` for one drafter (path as given, GGUF, block size): module doc."""
+                     progress: Callable[[str], None], alone_taus: Sequence[float] = ()) -> list[ParallelLevel]:
+    """Every level of ``levels`` for one drafter (path as given, GGUF, block size): module doc. ``alone_taus``:
+    each prompt's τ one request at a time through the same build, what each slot's τ is counted against."""
     path, gguf, block = drafter
     out = []
     for n in levels:
-        level = ParallelLevel(path, n, seed=seed)
+        level = ParallelLevel(path, n, seed=seed, alone_taus=list(alone_taus))
         out.append(level)
 
         def server(with_drafter: bool) -> LlamaServer:

@@ -412,11 +412,14 @@ def _run_llama_cpp(binary: Path | None, runs: list[DrafterRun], texts: list[str]
             if parallel:  # the first target GGUF, each drafter at its block's n-max, under N concurrent requests
                 ctx = max(len(ids) for ids in prompt_ids) + 2 * (max_new_tokens + max(d.block_size for d in runs)) + 64
                 for d, g in zip(runs, drafter_ggufs):
+                    alone = next((r.taus for r in serving.runs if r.drafter == d.path and r.draft_cache_type is None
+                                  and r.target_gguf == str(ggufs[0]) and r.on
+                                  and r.draft_n_max in (None, d.block_size - 1)), ())
                     serving.parallel += measure_parallel(
                         serving_options["llama_server"], ggufs[0], (d.path, g, d.block_size), texts, parallel,
                         max_new_tokens=max_new_tokens, ctx_per_request=ctx, threads=threads, extra_args=extra_args,
                         timeout=serving_options["timeout"], vocab=serving_options["vocab"],
-                        seed=serving_options["seed"], ignore_eos=ignore_eos, progress=say)
+                        seed=serving_options["seed"], ignore_eos=ignore_eos, progress=say, alone_taus=alone)
         kept = str(ggufs[0]) if ggufs else None
     return out, kept, serving
 
