@@ -231,8 +231,8 @@ def open_drafter(
     return _open_gguf(p)
 
 
-def _open_gguf(path: Path) -> DrafterFile:
-    g = open_gguf(path, strict=True)
+def _open_gguf(path: Path, parsed: GGUFFile | None = None) -> DrafterFile:
+    g = open_gguf(path, strict=True) if parsed is None else parsed
     arch = str(g.get("general.architecture", ""))
     dialect = detect_dialect(arch)
     metadata = {k: kv.value for k, kv in g.kvs.items()}
@@ -267,15 +267,21 @@ def _open_gguf(path: Path) -> DrafterFile:
     )
 
 
-def check_drafter_file(path: str | os.PathLike, action: str) -> None:
+def check_drafter_file(path: str | os.PathLike, action: str, *, parsed: GGUFFile | None = None) -> None:
     """The checks every command runs on a drafter before it builds anything from it (one-line DFlashError naming
-    the file): its metadata decodes, its weights are float or quantized, the spec rules, its tensor set."""
-    with open_drafter(path) as d:
+    the file): its metadata decodes, its weights are float or quantized, the spec rules, its tensor set.
+    ``parsed``: the GGUF ``path`` already opened strictly by the caller (its header is not parsed twice — the
+    vocabulary of a 248K-token drafter takes half a second); it stays open."""
+    d = open_drafter(path) if parsed is None else _open_gguf(Path(path), parsed)
+    try:
         spec = d.require_spec()
         problem = d.weight_type_problem()
         if problem is not None:
             raise DFlashError(f"{problem} — refusing to {action}")
         check_runnable(spec, d.tensors, d.path, action)
+    finally:
+        if parsed is None:
+            d.close()
 
 
 def _fill_vocab(spec: DrafterSpec, metadata: dict[str, Any], tensors: dict[str, TensorRef]) -> DrafterSpec:

@@ -1,6 +1,7 @@
 """Start-up behaviour of the file commands: convert / quantize / inspect / diff never import torch
 (it costs seconds and gigabytes they do not need), only quantizing to a numba-kernel type imports numba (about
-0.4 s with its cached kernels; Q8_0 is numpy), and numba's kernel cache has a writable home."""
+0.4 s with its cached kernels; Q8_0 of a file under `codecs.NUMBA_PAYS_VALUES` F16 values is numpy), and numba's
+kernel cache has a writable home."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def test_convert_quantize_inspect_diff_never_import_torch_and_only_quantize_impo
     assert f16.exists()
     assert _modules_after("quantize_command", str(f16), str(q4), "Q4_K_M") == ["numba"]
     assert q4.exists()
-    q8 = tmp_path / "d-q8.gguf"  # Q8_0's quantizer is numpy: no numba start-up
+    q8 = tmp_path / "d-q8.gguf"  # Q8_0 of a small file is numpy: no numba start-up
     assert _modules_after("quantize_command", str(f16), str(q8), "Q8_0") == []
     assert q8.exists()
     assert _modules_after("inspect_command", str(q4)) == []

@@ -19,7 +19,7 @@ from gguf import GGMLQuantizationType
 
 from dflashkit.errors import DFlashError
 
-from .base import QUANT_TYPES, K, QuantType, get_num_threads, set_num_threads, tensor_nbytes
+from .base import QUANT_TYPES, K, QuantType, get_num_threads, run_chunked, set_num_threads, tensor_nbytes
 from .float16 import (BF16, F16, F32, bf16_bits_to_f16_bits, bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits,
                       f32_to_f16_bits)
 from .kquants import Q4_K, Q5_K, Q6_K
@@ -31,10 +31,14 @@ __all__ = [
     "f32_to_f16_bits", "f32_to_bf16_bits", "bf16_bits_to_f32", "bf16_bits_to_f16_bits", "f16_bits_to_f32",
     "get_num_threads",
     "set_num_threads", "preload_bf16_to_f16", "preload_quantizers",
-    "tensor_nbytes", "to_float32", "dequantize_into",
+    "tensor_nbytes", "to_float32", "dequantize_into", "quantize_f16_rows", "f16_path_types",
     "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL",
     "IQ4_XS",
 ]
+
+
+#: element types a file stores as floats: quantized from F16 by `to_float32`, not `quantize_f16_rows`
+_FLOAT_TYPES = frozenset({GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16})
 
 
 def _supported() -> str:
@@ -71,6 +75,53 @@ def quantize(x: np.ndarray, qtype: GGMLQuantizationType | int | str, *, threads:
     ``imatrix``: one importance weight per column (float32 [n]), as llama-quantize passes it.
     """
     return get_quant_type(qtype).quantize(x, threads=threads, imatrix=imatrix)
+
+
+#: F16 values from which Q8_0 goes through numba (`f16_path_types`): numpy's conversion and quantizer take ~6 ns a
+#: value on two threads, numba's start-up ~0.4 s and its vector kernel ~0.3 ns a value — even at 64 M values
+NUMBA_PAYS_VALUES = 1 << 26
+
+#: values one thread decodes and quantizes at a time in `quantize_f16_rows`: their float32 (256 KB) stays in the
+#: CPU's L2 cache from the decode to the quantizer
+FUSED_VALUES = 1 << 16
+
+
+def quantize_f16_rows(bits: np.ndarray, qtype: GGMLQuantizationType | int | str, *,
+                      imatrix: np.ndarray | None = None, threads: int | None = None) -> tuple[np.ndarray, int]:
+    """F16 rows (uint16 bits, or their raw bytes, ``[rows, …]``) → (the type's bytes ``[rows, row_bytes]``, how many
+    values are NaN / ±inf): the bytes of ``quantize(to_float32(bits), qtype)``. Each thread decodes a cache-sized
+    run of rows and quantizes it at once, so the float32 values never make a chunk-sized array nor leave the cache,
+    and the decode runs on every thread — an F16 file's path through `dflash-quantize`."""
+    qt = get_quant_type(qtype)
+    src = np.ascontiguousarray(bits)
+    src = src.view(np.uint16).reshape(src.shape[0], -1) if src.ndim == 2 else src.view(np.uint16).reshape(1, -1)
+    n = src.shape[1]
+    out = np.empty((src.shape[0], qt.row_bytes(n)), dtype=np.uint8)
+    qw = None
+    if imatrix is not None:
+        qw = np.ascontiguousarray(imatrix, dtype=np.float32)
+        if qw.shape != (n,):
+            raise DFlashError(f"cannot quantize to {qt.name} with an importance matrix of shape {qw.shape}: need "
+                              f"one weight per column ({n})")
+    step = max(1, FUSED_VALUES // n)
+    counts: list[int] = []
+    direct = getattr(qt, "from_f16", None)
+
+    def rows(xs: np.ndarray, os: np.ndarray) -> None:
+        if direct is not None:
+            counts.append(int(getattr(K, direct)(xs.reshape(-1), os.reshape(-1))))
+            return
+        scratch = np.empty((min(step, xs.shape[0]), n), np.float32)
+        bad = 0
+        for a in range(0, xs.shape[0], step):
+            b = min(xs.shape[0], a + step)
+            x = scratch[: b - a]
+            bad += int(K.f16_to_f32_count(xs[a:b].reshape(-1), x.reshape(-1)))
+            qt.quantize_rows_into(x, os[a:b], qw)
+        counts.append(bad)  # list.append is atomic: one entry per task
+
+    run_chunked(rows, src, out, threads, elems_per_row=n * max(2, getattr(qt, "_cost", 1)))
+    return out, sum(counts)
 
 
 def dequantize(q: np.ndarray, qtype: GGMLQuantizationType | int | str) -> np.ndarray:
@@ -147,22 +198,30 @@ def _start(calls: list[Callable[[], Any]]) -> None:
 
 
 def preload_quantizers(types: Iterable[GGMLQuantizationType], *, weighted: Iterable[GGMLQuantizationType] = (),
-                       f16_input: bool = True) -> None:
+                       from_f16: Iterable[GGMLQuantizationType] = ()) -> None:
     """Import numba and load the cached kernels of ``types`` on a daemon thread (one block each), so a caller
     that will quantize pays numba's start-up (~0.4 s) while it does other work. ``weighted``: the types some
-    tensor quantizes with an importance matrix (their weighted kernels); ``f16_input``: whether F16 tensors are
-    read (the F16 decode, `f16_bits_to_f32`). Types that run no numba code (F32, Q8_0) and types without a codec
-    are left out (the real call names the latter)."""
+    tensor quantizes with an importance matrix (their weighted kernels); ``from_f16``: the types F16 tensors are
+    quantized to through `quantize_f16_rows` (the decode beside them, Q8_0's vector kernel). Types that run no
+    numba code (F32, Q8_0 from float32) and types without a codec are left out (the real call names the latter)."""
     def block(qt: QuantType) -> np.ndarray:
         return np.zeros((1, qt.block_size), np.float32)
 
-    calls: list[Callable[[], Any]] = [lambda qt=qt: qt.quantize(block(qt), threads=1)
-                                      for t in types if (qt := QUANT_TYPES.get(t)) is not None and qt.needs_numba]
+    calls: list[Callable[[], Any]] = [lambda qt=qt: quantize_f16_rows(np.zeros((1, qt.block_size), np.uint16), qt,
+                                                                      threads=1)
+                                      for t in from_f16 if (qt := QUANT_TYPES.get(t)) is not None]
+    calls += [lambda qt=qt: qt.quantize(block(qt), threads=1)
+              for t in types if (qt := QUANT_TYPES.get(t)) is not None and qt.needs_numba]
     calls += [lambda qt=qt: qt.quantize(block(qt), threads=1, imatrix=np.ones(qt.block_size, np.float32))
               for t in weighted if (qt := QUANT_TYPES.get(t)) is not None and qt.needs_numba]
-    if calls and f16_input:
-        calls.append(lambda: K.f16_to_f32_kernel(np.zeros(1, np.uint16), np.zeros(1, np.float32)))
     _start(calls)
+
+
+def f16_path_types(f16_values: int, types: Iterable[GGMLQuantizationType]) -> frozenset[GGMLQuantizationType]:
+    """Which of ``types`` (those F16 tensors are quantized to) go through `quantize_f16_rows`: every type that runs
+    numba code anyway, and the rest (Q8_0) once the file's ``f16_values`` make numba's start-up pay for itself."""
+    return frozenset(t for t in types if (qt := QUANT_TYPES.get(t)) is not None and t not in _FLOAT_TYPES
+                     and (qt.needs_numba or f16_values >= NUMBA_PAYS_VALUES))
 
 
 def preload_bf16_to_f16() -> None:

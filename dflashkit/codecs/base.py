@@ -211,6 +211,11 @@ class QuantType(BlockFormat):
         float types), as ggml does."""
         return self.quantize_blocks(x.reshape(-1, self.block_size), threads=threads).reshape(x.shape[0], -1)
 
+    def quantize_rows_into(self, x: np.ndarray, out: np.ndarray, imatrix: np.ndarray | None) -> None:
+        """float32 rows ``x`` [rows, n] (C-contiguous) quantized on the calling thread into ``out`` [rows,
+        row_bytes]: the step of `quantize_f16_rows` that runs beside the decode (override: without a temporary)."""
+        out[...] = self.quantize(x, threads=1, imatrix=imatrix)
+
     # --- rows ------------------------------------------------------------------------------------------
     def quantize(self, x: Any, threads: int | None = None, imatrix: Any = None) -> np.ndarray:
         """float (..., n) -> uint8 (..., n // block_size * type_size), bytes identical to ggml's reference
@@ -292,6 +297,9 @@ class KernelQuantType(QuantType):
     _weighted: ClassVar[tuple[str, tuple[Any, ...]] | None] = None
     needs_numba: ClassVar[bool] = True
     _cost: ClassVar[int] = 1  # relative work per value, to size thread chunks (K-quants search many scales)
+    #: a kernel in ``_kernels`` that quantizes F16 bits straight (flat uint16 → flat blocks; returns the NaN / ±inf
+    #: count): `quantize_f16_rows` runs it instead of the decode and `quantize_rows_into`
+    from_f16: ClassVar[str | None] = None
 
     def quantize_rows_weighted(self, x: np.ndarray, imatrix: np.ndarray, threads: int | None = None) -> np.ndarray:
         if self._weighted is None:
@@ -302,6 +310,15 @@ class KernelQuantType(QuantType):
         run_chunked(lambda xs, os: kernel(xs, imatrix, os, *extra), np.ascontiguousarray(x, dtype=np.float32), out,
                     threads, elems_per_row=x.shape[1] * max(self._cost, 40))
         return out
+
+    def quantize_rows_into(self, x: np.ndarray, out: np.ndarray, imatrix: np.ndarray | None) -> None:
+        if imatrix is not None and self._weighted is not None:
+            name, extra = self._weighted
+            getattr(K, name)(x, imatrix, out, *extra)
+            return
+        kernel = type(self)._kernel
+        kernel = getattr(K, kernel) if isinstance(kernel, str) else kernel
+        kernel(x.reshape(-1, self.block_size), out.reshape(-1, self.type_size))
 
     def quantize_blocks(self, x: np.ndarray, threads: int | None = None) -> np.ndarray:
         x = np.ascontiguousarray(x, dtype=np.float32)

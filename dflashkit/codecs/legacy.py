@@ -84,6 +84,7 @@ class Q8_0(KernelQuantType, ggml_type=GGMLQuantizationType.Q8_0):
     """d (fp16) = absmax / 127; qs = roundf(x / d) as int8."""
 
     _kernel = q8_0_numpy
+    from_f16 = "q8_0_from_f16"  # an F16 file's path: whole blocks as vectors (`_kernels_q8_0_f16`)
     needs_numba = False
 
     def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:

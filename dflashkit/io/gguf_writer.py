@@ -8,6 +8,7 @@ over an existing file without --force). An interrupted or failed run leaves noth
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import re
 import sys
@@ -132,11 +133,8 @@ def write_gguf(
                 if t.source is not None:  # unchanged bytes: copied in the kernel, not through Python
                     written = _copy_source(t, fout)
                     bar.update(written)
-                for chunk in (() if t.source is not None else t.chunks()):
-                    data = memoryview(np.ascontiguousarray(chunk)).cast("B")
-                    fout.write(data)
-                    written += data.nbytes
-                    bar.update(data.nbytes)
+                else:
+                    written = _write_chunks(t.chunks(), fout, bar)
                 if written != t.nbytes:
                     raise DFlashError(f"tensor '{t.name}': produced {written} bytes, expected {t.nbytes}")
                 writer.write_padding(fout, written)
@@ -150,6 +148,29 @@ def write_gguf(
         return size
     finally:
         bar.close()
+
+
+def _write_chunks(chunks: Iterable[np.ndarray], fout: Any, bar: Any) -> int:
+    """Write a tensor's chunks in order, each on a writer thread while the next is made: a write into the page
+    cache waits on the disk (a third of a Q8_0 run when it was in line with the quantizer), the producer does
+    not. One write in flight at a time, so the file's bytes and their order are the producer's; returns the count."""
+    written = 0
+    pending: concurrent.futures.Future[Any] | None = None
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="dflashkit-write") as pool:
+        try:
+            for chunk in chunks:
+                data = memoryview(np.ascontiguousarray(chunk)).cast("B")
+                if pending is not None:
+                    pending.result()
+                pending = pool.submit(fout.write, data)
+                written += data.nbytes
+                bar.update(data.nbytes)
+            if pending is not None:
+                pending.result()
+        finally:
+            if pending is not None:  # finished before the file is touched again (a failure of its own: above)
+                concurrent.futures.wait([pending])
+    return written
 
 
 def _aligned(n: int, alignment: int) -> int:

@@ -30,7 +30,8 @@ from dflashkit.io.gguf_reader import DEFAULT_ALIGNMENT, GGUFFile, TensorInfo, op
 from dflashkit.io.gguf_writer import (QUANTIZATION_VERSION, MetadataEntry, TensorToWrite, check_output_path,
     ggml_n_dims_shape, iter_row_chunks, llama_tensor_order_key, write_gguf)
 
-from dflashkit.codecs import QUANT_TYPES, f16_bits_to_f32, preload_quantizers, quantize, tensor_nbytes, to_float32
+from dflashkit.codecs import (QUANT_TYPES, f16_path_types, preload_quantizers, quantize, quantize_f16_rows,
+                              tensor_nbytes, to_float32)
 from dflashkit.codecs.values import StoredScan, ValueCounts
 from .imatrix import ImportanceMatrix, load_imatrix
 from .imatrix_use import check_imatrix, gqa_of, requires_imatrix
@@ -119,15 +120,17 @@ def _can_dequantize(t: GGMLQuantizationType) -> bool:
     return True
 
 
-def _producer(gguf_file: GGUFFile, info: TensorInfo, new_type: GGMLQuantizationType,
-              counts: ValueCounts, weights: np.ndarray | None = None) -> Callable[[], Iterator[np.ndarray]]:
-    """Chunks of the output tensor: the raw bytes when the type is kept, else rows dequantized and requantized."""
+def _producer(gguf_file: GGUFFile, info: TensorInfo, new_type: GGMLQuantizationType, counts: ValueCounts,
+              weights: np.ndarray | None = None, from_f16: frozenset[GGMLQuantizationType] = frozenset(),
+              ) -> Callable[[], Iterator[np.ndarray]]:
+    """Chunks of the output tensor: the raw bytes when the type is kept, else rows dequantized and requantized
+    (F16 rows to a type of ``from_f16`` through `quantize_f16_rows`)."""
     ne0 = info.dims[0] if info.dims else 1
     n_rows = info.n_elements // ne0 if ne0 else 0
     src_row = tensor_nbytes(info.ggml_type, (ne0,))
     same = info.ggml_type == new_type
-    # F16 rows ahead of a numba quantizer: decoded on every thread by numba, already loaded for the quantizer
-    fast_f16 = info.ggml_type == GGMLQuantizationType.F16 and getattr(QUANT_TYPES.get(new_type), "needs_numba", False)
+    # F16 rows to a block type: decoded and quantized together on every thread, a cache-sized run at a time
+    fused_f16 = info.ggml_type == GGMLQuantizationType.F16 and new_type in from_f16
 
     def chunks() -> Iterator[np.ndarray]:
         gguf_file.raw(info.name)  # validates the tensor lies inside the file
@@ -158,9 +161,13 @@ def _producer(gguf_file: GGUFFile, info: TensorInfo, new_type: GGMLQuantizationT
                     # a kept type is copied (no view may outlive the map); every conversion makes new arrays
                     if same:
                         out = part.copy()
+                    elif fused_f16:
+                        out, bad_input = quantize_f16_rows(part.reshape(-1, src_row), new_type, imatrix=weights)
+                        counts.record(info.name, bad_input, 0)
+                        if not bad_input:  # scales that overflow F16 from finite values (--strict refuses them)
+                            counts.add_blocks(info.name, out, new_type.name)
                     else:
-                        x = (f16_bits_to_f32(part.reshape(-1, src_row)) if fast_f16 else
-                             to_float32(part.reshape(-1, src_row), info.ggml_type, copy=False))
+                        x = to_float32(part.reshape(-1, src_row), info.ggml_type, copy=False)
                         bad_input = counts.add(info.name, x, to_f16=new_type == GGMLQuantizationType.F16,
                                                to_bf16=new_type == GGMLQuantizationType.BF16)
                         out = quantize(x, new_type, imatrix=weights)
@@ -302,7 +309,7 @@ def quantize_gguf(
         if not isinstance(arch, str) or not arch:
             raise DFlashError(f"{src_path}: no general.architecture key — not a model GGUF")
         if detect_dialect(arch) is not None:
-            check_drafter_file(src_path, "quantize this drafter")  # the checks every command runs on a drafter
+            check_drafter_file(src_path, "quantize this drafter", parsed=gf)  # what every command checks of a drafter
         split_count = gf.get("split.count")
         if isinstance(split_count, int) and split_count > 1:
             raise DFlashError(f"{src_path}: is shard {gf.get('split.no', 0) + 1} of {split_count} — merge the "
@@ -342,15 +349,16 @@ def quantize_gguf(
         # numba and the kernels this file needs load on a background thread while the header is written
         # and the first chunk is read (~0.4 s of start-up otherwise spent before the first quantization)
         changed = [c for c in choices if c.new_type != c.old_type]
+        from_f16 = [(t, c) for t, c in zip(infos, choices) if c in changed and t.ggml_type == GGMLQuantizationType.F16]
+        fused = f16_path_types(sum(t.n_elements for t, _ in from_f16), {c.new_type for _, c in from_f16})
         preload_quantizers({c.new_type for c in changed if c.name not in weights},
-                           weighted={c.new_type for c in changed if c.name in weights},
-                           f16_input=any(c.old_type == GGMLQuantizationType.F16 for c in changed))
+                           weighted={c.new_type for c in changed if c.name in weights}, from_f16=fused)
 
         # ggml_n_dims_shape only drops leading 1-dims from the header (same bytes), so a same-type tensor
         # is still a kernel copy of the source's bytes
         counts = ValueCounts(str(src_path), strict)
         plan = [TensorToWrite(t.name, ggml_n_dims_shape(t.shape), c.new_type,
-                              _producer(gf, t, c.new_type, counts, weights.get(t.name)),
+                              _producer(gf, t, c.new_type, counts, weights.get(t.name), fused),
                               (src_path, t.offset) if t.ggml_type == c.new_type and t.nbytes else None)  # kernel copy
                 for t, c in zip(infos, choices)]
         copied = StoredScan(counts, [(t.name, src_path, t.offset, t.nbytes, t.ggml_type.name)

@@ -1,0 +1,78 @@
+"""An F16 file's path through the quantizer (`codecs.quantize_f16_rows`: the decode and each type's kernel on one
+thread, a cache-sized run at a time; Q8_0 straight from the bits as LLVM vectors) gives the bytes and the NaN / ±inf
+count of the float32 path — which the golden files and llama-quantize check — for every type, with and without an
+importance matrix, on every F16 bit pattern."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dflashkit.codecs import QUANT_TYPES, quantize, quantize_f16_rows
+from dflashkit.codecs import _kernels as K
+
+BLOCK_TYPES = [t.name for t in QUANT_TYPES if t.name not in ("F32", "F16", "BF16")]
+EVERY_HALF = np.arange(65536, dtype=np.uint16)
+
+
+def _rows(seed: int, n_rows: int, n: int, scale: float) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    with np.errstate(over="ignore"):
+        x = (rng.standard_normal((n_rows, n)) * scale).astype(np.float16)
+    x[1, 3], x[2, 0], x[2, 1] = np.inf, np.nan, -np.inf
+    x[3] = 0  # a row of zero blocks: d = 0, id = 0
+    return x
+
+
+@pytest.mark.parametrize("type_name", BLOCK_TYPES)
+def test_f16_rows_give_the_float32_paths_bytes(type_name: str) -> None:
+    x = _rows(0, 40, 512, 0.05)
+    out, nonfinite = quantize_f16_rows(x.view(np.uint16), type_name, threads=2)
+    assert nonfinite == 3
+    assert np.array_equal(out, quantize(x.astype(np.float32), type_name))
+    weights = np.random.default_rng(1).random(512).astype(np.float32)
+    out_w, _ = quantize_f16_rows(x.view(np.uint8), type_name, imatrix=weights, threads=2)  # raw bytes too
+    assert np.array_equal(out_w, quantize(x.astype(np.float32), type_name, imatrix=weights))
+
+
+def test_q8_0_from_f16_bits_is_the_c_mirror_on_every_half() -> None:
+    # every F16 pattern in blocks of 32, in order and shuffled (NaN / inf blocks take the mirror's path), and
+    # values across F16's whole range: small scales give subnormal halves and a d that rounds to 0 in F16
+    rng = np.random.default_rng(2)
+    parts = [EVERY_HALF, rng.permutation(EVERY_HALF)]
+    with np.errstate(over="ignore"):
+        parts += [(rng.standard_normal(4096) * 10.0 ** e).astype(np.float16).view(np.uint16) for e in range(-9, 6)]
+    bits = np.concatenate(parts)
+    expected = np.empty((bits.size // 32, 34), np.uint8)
+    K.q8_0_kernel(bits.view(np.float16).astype(np.float32).reshape(-1, 32), expected)
+    got = np.empty_like(expected)
+    nonfinite = K.q8_0_from_f16(bits, got.reshape(-1))
+    assert np.array_equal(got, expected)
+    assert nonfinite == int(np.count_nonzero(~np.isfinite(bits.view(np.float16))))
+
+
+def test_f16_decode_count_is_numpys_conversion_of_every_half() -> None:
+    out = np.empty(65536, np.float32)
+    assert K.f16_to_f32_count(EVERY_HALF, out) == 2 * 1024  # ±inf and the NaNs
+    assert np.array_equal(out.view(np.uint32), EVERY_HALF.view(np.float16).astype(np.float32).view(np.uint32))
+
+
+def test_a_row_wider_than_a_run_and_a_bad_importance_matrix() -> None:
+    x = _rows(3, 6, 70_000 // 256 * 256, 0.02)  # one row is more than a thread's run of values
+    out, _ = quantize_f16_rows(x.view(np.uint16), "Q4_K", threads=2)
+    assert np.array_equal(out, quantize(x.astype(np.float32), "Q4_K"))
+    from dflashkit.errors import DFlashError
+
+    with pytest.raises(DFlashError, match=r"cannot quantize to Q4_K with an importance matrix of shape \(3,\): need "
+                                          r"one weight per column \(69888\)"):
+        quantize_f16_rows(x.view(np.uint16), "Q4_K", imatrix=np.ones(3, np.float32))
+
+
+def test_which_types_take_the_f16_path() -> None:
+    from gguf import GGMLQuantizationType as T
+
+    from dflashkit.codecs import NUMBA_PAYS_VALUES, f16_path_types
+
+    types = {T.Q8_0, T.Q4_K, T.F16, T.BF16}
+    assert f16_path_types(1000, types) == {T.Q4_K}  # Q8_0 of a small file stays numpy (no numba start-up)
+    assert f16_path_types(NUMBA_PAYS_VALUES, types) == {T.Q8_0, T.Q4_K}
