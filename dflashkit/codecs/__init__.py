@@ -105,7 +105,8 @@ def quantize_f16_rows(bits: np.ndarray, qtype: GGMLQuantizationType | int | str,
                               f"one weight per column ({n})")
     step = max(1, FUSED_VALUES // n)
     counts: list[int] = []
-    direct = getattr(qt, "from_f16", None)
+    # a kernel straight from the bits where the type has one and quantizes without weights (Q8_0 ignores them)
+    direct = getattr(qt, "from_f16", None) if qw is None or getattr(qt, "_weighted", None) is None else None
 
     def rows(xs: np.ndarray, os: np.ndarray) -> None:
         if direct is not None:

@@ -23,7 +23,7 @@ from ._kernels_c_ops import (
 )
 from ._kernels_lowbit import q2_k_scale_codes
 from ._kernels_make import max_abs
-from ._kernels_tiles import clampf, gather_sub16, max_abs_lanes, pack_2bit_lanes
+from ._kernels_tiles import clampf, gather_sub16, max_abs_lanes, pack_2bit_lanes, pick
 from . import _kernels_lowbit, _kernels_make, _kernels_tiles
 
 #: sha256 of ``_kernels_c_ops.py``, ``_kernels_tiles.py`` (the tile gather, max |x|, clamp and 2-bit packing),
@@ -31,7 +31,7 @@ from . import _kernels_lowbit, _kernels_make, _kernels_tiles
 #: so a change there has to change these lines (see ``_kernels_c_ops``)
 C_OPS_SHA256 = "7b23dae62d456d5e0b8c1772218738daa90cff1db2a739219283c3ae8a2c3ea2"
 require_recorded_sha256(C_OPS_SHA256, __name__)
-TILES_SHA256 = "e1386752de51dbef5f49c9e8dd06f956f8cfa9ec6ed02e9ce6f023e7c9627444"
+TILES_SHA256 = "aa2f5cc1114ce55ef59fc5907c131abd6f6a101e793a4636871777a760e5ee27"
 require_recorded_sha256(TILES_SHA256, __name__, _kernels_tiles.__file__)
 MAKE_SHA256 = "90a2551bf0a17ad9b26077267a1ed48512c3f625b789bdbc46804d94e7593c6d"
 require_recorded_sha256(MAKE_SHA256, __name__, _kernels_make.__file__)
@@ -93,6 +93,9 @@ def _qkx2_lanes(xT, wT, L, Laux, nmax, rmin, rdelta, nstep, st, use_mad):  # typ
     cur = st[14]
     acc = st[15]
     flat = st[16]
+    kept_iscale = st[17]  # the trial whose levels are kept: its iscale and min, and whether any was
+    kept_min = st[18]
+    kept = st[19]
     for j in range(nl):
         mn[j] = xT[0, j]
         mx[j] = xT[0, j]
@@ -101,10 +104,8 @@ def _qkx2_lanes(xT, wT, L, Laux, nmax, rmin, rdelta, nstep, st, use_mad):  # typ
     for i in range(1, n):
         for j in range(nl):
             xi = xT[i, j]
-            if xi < mn[j]:
-                mn[j] = xi
-            if xi > mx[j]:
-                mx[j] = xi
+            mn[j] = pick(xi < mn[j], xi, mn[j])
+            mx[j] = pick(xi > mx[j], xi, mx[j])
             w = wT[i, j]
             sum_w[j] += w
             sum_x[j] += w * xi
@@ -116,6 +117,9 @@ def _qkx2_lanes(xT, wT, L, Laux, nmax, rmin, rdelta, nstep, st, use_mad):  # typ
         iscale[j] = fnmax / (mx[j] - mn[j])
         scale[j] = _F1 / iscale[j]
         best[j] = _F0
+        kept[j] = _F0
+        kept_iscale[j] = _F0
+        kept_min[j] = _F0
     _qkx_levels(xT, L, iscale, mn, fnmax)
     _qkx_error(xT, wT, L, scale, mn, best, use_mad)
     for step in range(nstep + 1):
@@ -147,16 +151,19 @@ def _qkx2_lanes(xT, wT, L, Laux, nmax, rmin, rdelta, nstep, st, use_mad):  # typ
             acc[j] = _F1 if D > _F0 else _F0
         _qkx_error(xT, wT, Laux, tsc, tmn, cur, use_mad)
         for j in range(nl):
-            if acc[j] != _F0 and cur[j] < best[j]:
-                best[j] = cur[j]
-                scale[j] = tsc[j]
-                mn[j] = tmn[j]
-            else:
-                acc[j] = _F0
-        for i in range(n):
-            for j in range(nl):
-                if acc[j] != _F0:
-                    L[i, j] = Laux[i, j]
+            ok = (acc[j] != _F0) & (cur[j] < best[j])
+            best[j] = pick(ok, cur[j], best[j])
+            scale[j] = pick(ok, tsc[j], scale[j])
+            # C copies this trial's levels into L; they are a function of (iscale, min) alone, so the pair is kept
+            # and the levels made once after the last trial (a copy per trial was a masked store of every level)
+            kept_iscale[j] = pick(ok, iscale[j], kept_iscale[j])
+            kept_min[j] = pick(ok, mn[j], kept_min[j])
+            kept[j] = pick(ok, _F1, kept[j])
+            mn[j] = pick(ok, tmn[j], mn[j])
+    _qkx_levels(xT, Laux, kept_iscale, kept_min, fnmax)
+    for i in range(n):
+        for j in range(nl):
+            L[i, j] = pick(kept[j] != _F0, Laux[i, j], L[i, j])
     for j in range(nl):
         if flat[j] != _F0:
             out_scale[j] = _F0
@@ -239,7 +246,7 @@ def qk_kernel(x, out, nmax, rmin, rdelta, nstep):  # type: ignore[no-untyped-def
     wT = np.zeros((32, _NL_K), np.float32)
     L = np.zeros((32, _NL_K), np.float32)
     Laux = np.zeros((32, _NL_K), np.float32)
-    st = np.zeros((17, _NL_K), np.float32)
+    st = np.zeros((20, _NL_K), np.float32)
     vd = np.zeros(_NL_K, np.float32)
     vdm = np.zeros(_NL_K, np.float32)
     nb = x.shape[0]
@@ -276,7 +283,7 @@ def q2_k_kernel(x, out):  # type: ignore[no-untyped-def]
     wT = np.zeros((16, _NL_2), np.float32)
     L = np.zeros((16, _NL_2), np.float32)
     Laux = np.zeros((16, _NL_2), np.float32)
-    st = np.zeros((17, _NL_2), np.float32)
+    st = np.zeros((20, _NL_2), np.float32)
     nb = x.shape[0]
     for b0 in range(0, nb, _SB_2):
         ng = gather_sub16(x, b0, _SB_2, xT)
@@ -354,10 +361,11 @@ def q6_k_kernel(x, out):  # type: ignore[no-untyped-def]
                 iscale[j] = -(np.float32(32) + _F_TENTH * np.float32(step)) / mx[j]
             _qx_sums(xT, iscale, sumlx, suml2)
             for j in range(nl):
-                if suml2[j] > _F0 and sumlx[j] * sumlx[j] > best[j] * suml2[j]:
-                    scale[j] = sumlx[j] / suml2[j]
-                    best[j] = scale[j] * sumlx[j]
-                    best_iscale[j] = iscale[j]
+                ok = (suml2[j] > _F0) & (sumlx[j] * sumlx[j] > best[j] * suml2[j])
+                sc = sumlx[j] / suml2[j]
+                scale[j] = pick(ok, sc, scale[j])
+                best[j] = pick(ok, sc * sumlx[j], best[j])
+                best_iscale[j] = pick(ok, iscale[j], best_iscale[j])
         for j in range(nl):
             if amax[j] < _GROUP_MAX_EPS:  # all-zero sub-block: L = 0, scale 0
                 scale[j] = _F0

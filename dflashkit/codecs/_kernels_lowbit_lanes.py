@@ -18,7 +18,7 @@ from ._kernels_c_ops import (
     _F0, _F1, _GROUP_MAX_EPS, _JIT, fp16_to_fp32, nearest_int_f, njit, require_recorded_sha256,
 )
 from ._kernels_lowbit import q3_k_get_scale, q3_k_put_scales
-from ._kernels_tiles import clampf, gather_sub16, max_abs_lanes, pack_2bit_lanes
+from ._kernels_tiles import clampf, gather_sub16, max_abs_lanes, pack_2bit_lanes, pick
 from . import _kernels_lowbit, _kernels_make, _kernels_tiles
 
 #: sha256 of ``_kernels_c_ops.py``, ``_kernels_lowbit.py``, ``_kernels_tiles.py`` and ``_kernels_make.py``, whose
@@ -27,12 +27,12 @@ C_OPS_SHA256 = "7b23dae62d456d5e0b8c1772218738daa90cff1db2a739219283c3ae8a2c3ea2
 require_recorded_sha256(C_OPS_SHA256, __name__)
 LOWBIT_SHA256 = "88baac598305efa33e7aeea8e8cc348008264502aeb1adbce859b7cf03f55533"
 require_recorded_sha256(LOWBIT_SHA256, __name__, _kernels_lowbit.__file__)
-TILES_SHA256 = "e1386752de51dbef5f49c9e8dd06f956f8cfa9ec6ed02e9ce6f023e7c9627444"
+TILES_SHA256 = "aa2f5cc1114ce55ef59fc5907c131abd6f6a101e793a4636871777a760e5ee27"
 require_recorded_sha256(TILES_SHA256, __name__, _kernels_tiles.__file__)
 MAKE_SHA256 = "90a2551bf0a17ad9b26077267a1ed48512c3f625b789bdbc46804d94e7593c6d"
 require_recorded_sha256(MAKE_SHA256, __name__, _kernels_make.__file__)
 
-_SB_3 = 8  # super-blocks per tile (16 lanes each -> 128 lanes)
+_SB_3 = 32  # super-blocks per tile (16 lanes each -> 128 lanes)
 _NL_3 = 16 * _SB_3
 _FM4 = np.float32(-4.0)
 _F3 = np.float32(3.0)
@@ -40,41 +40,98 @@ _F4 = np.float32(4.0)
 
 
 @njit(**_JIT)
-def _q3_refine_pass(xT, L, sumlx, suml2, active, changed):  # type: ignore[no-untyped-def]
+def _q3_refine_pass(xT, L, L_out, sums, active, changed):  # type: ignore[no-untyped-def]
     """One of make_q3_quants' refinement passes on every active lane: each value in turn tries the level its
     sums without it suggest, kept when it improves sumlx² / suml2 (its own function: inlined into the pass loop,
-    LLVM does not vectorise it)."""
+    LLVM does not vectorise it). Levels are read from ``L`` and every one written to ``L_out``; value i reads
+    sumlx / suml2 from rows 2·(i % 2), 2·(i % 2) + 1 of ``sums`` and writes the other two (they end in rows 0, 1):
+    a store of "the new value or the old one" back where the old one was is turned by LLVM into a masked store,
+    which AMD's cores run ~5× slower than the whole pass otherwise takes."""
     nl = xT.shape[1]
     for i in range(16):
+        a = 2 * (i & 1)
+        sumlx, suml2, sumlx_out, suml2_out = sums[a], sums[a + 1], sums[2 - a], sums[3 - a]
         for j in range(nl):
             xi = xT[i, j]
             w = xi * xi
             fli = L[i, j]
-            slx = sumlx[j] - w * xi * fli
-            sl2 = suml2[j] - w * fli * fli
+            sx = sumlx[j]
+            s2 = suml2[j]
+            slx = sx - w * xi * fli
+            sl2 = s2 - w * fli * fli
             fnew = clampf(nearest_int_f(xi * sl2 / slx), _FM4, _F3)
             slx_new = slx + w * xi * fnew
             sl2_new = sl2 + w * fnew * fnew
             # C: if (slx > 0) { …; if (new_l != L[i]) { …; if (sl2 > 0 && slx*slx*suml2 > sumlx*sumlx*sl2) } },
             # as one mask (`&`, not `and`: no branch, so the lane loop vectorises)
             ok = ((active[j] != _F0) & (slx > _F0) & (fnew != fli) & (sl2_new > _F0)
-                  & (slx_new * slx_new * suml2[j] > sumlx[j] * sumlx[j] * sl2_new))
-            L[i, j] = fnew if ok else fli
-            sumlx[j] = slx_new if ok else sumlx[j]
-            suml2[j] = sl2_new if ok else suml2[j]
-            changed[j] = _F1 if ok else changed[j]
+                  & (slx_new * slx_new * s2 > sx * sx * sl2_new))
+            L_out[i, j] = pick(ok, fnew, fli)
+            sumlx_out[j] = pick(ok, slx_new, sx)
+            suml2_out[j] = pick(ok, sl2_new, s2)
+            changed[j] = changed[j] + pick(ok, _F1, _F0)
 
 
 @njit(**_JIT)
-def _q3_lanes(xT, L, st):  # type: ignore[no-untyped-def]
+def _q3_later_passes(xT, L, sums, active, m):  # type: ignore[no-untyped-def]
+    """Passes 2 … 5 of make_q3_quants on the ``m`` lanes still active, gathered into their own tile: their levels
+    and sums are refined there and put back into ``L`` / ``sums``; a lane that changes nothing in a pass stops."""
+    nl = xT.shape[1]
+    lanes = np.empty(m, np.int64)
+    k = 0
+    for j in range(nl):
+        if active[j] != _F0:
+            lanes[k] = j
+            k += 1
+    cx = np.empty((16, m), np.float32)
+    cl = np.empty((16, m), np.float32)
+    cl_alt = np.empty((16, m), np.float32)
+    csums = np.empty((4, m), np.float32)
+    cact = np.empty(m, np.float32)
+    cchanged = np.empty(m, np.float32)
+    for i in range(16):
+        for c in range(m):
+            cx[i, c] = xT[i, lanes[c]]
+            cl[i, c] = L[i, lanes[c]]
+    for c in range(m):
+        csums[0, c] = sums[0, lanes[c]]
+        csums[1, c] = sums[1, lanes[c]]
+        cact[c] = _F1
+    odd = False  # the levels are in cl_alt after an odd number of passes
+    for _itry in range(4):
+        for c in range(m):
+            cchanged[c] = _F0
+        if odd:
+            _q3_refine_pass(cx, cl_alt, cl, csums, cact, cchanged)
+        else:
+            _q3_refine_pass(cx, cl, cl_alt, csums, cact, cchanged)
+        odd = not odd
+        still = False
+        for c in range(m):
+            if cchanged[c] == _F0:
+                cact[c] = _F0
+            still = still or cact[c] != _F0
+        if not still:
+            break
+    for i in range(16):
+        for c in range(m):
+            L[i, lanes[c]] = cl_alt[i, c] if odd else cl[i, c]
+    for c in range(m):
+        sums[0, lanes[c]] = csums[0, c]
+        sums[1, lanes[c]] = csums[1, c]
+
+
+@njit(**_JIT)
+def _q3_lanes(xT, L, L_alt, sums, st):  # type: ignore[no-untyped-def]
     """make_q3_quants(16, 4, x, L, do_rmse = true) on every column of xT [16, lanes]: levels (float, 0..7, or 0 for
-    a sub-block below GROUP_MAX_EPS) in L, the scale in st[0]; the other st rows are scratch."""
+    a sub-block below GROUP_MAX_EPS) in L, the scale in st[0]; the other st rows, ``L_alt`` [16, lanes] and
+    ``sums`` [4, lanes] are scratch."""
     nl = xT.shape[1]
     scale = st[0]
     amax = st[1]
     mx = st[2]
-    sumlx = st[3]
-    suml2 = st[4]
+    sumlx = sums[0]
+    suml2 = sums[1]
     active = st[5]
     changed = st[6]
     iscale = st[7]
@@ -92,24 +149,30 @@ def _q3_lanes(xT, L, st):  # type: ignore[no-untyped-def]
             w = xi * xi
             sumlx[j] += w * xi * fl
             suml2[j] += w * fl * fl
-    for _itry in range(5):
+    # the first pass on every lane; about a fifth of the lanes change a level in it and go on, so the later passes
+    # run on those lanes alone, gathered into a tile of their own (each lane's operations are the same wherever
+    # it sits: the floats do not change)
+    for j in range(nl):
+        changed[j] = _F0
+    _q3_refine_pass(xT, L, L_alt, sums, active, changed)
+    m = 0
+    for j in range(nl):
+        if changed[j] == _F0:
+            active[j] = _F0  # C's `if (!n_changed) break;`, for this lane alone
+        else:
+            m += 1
+    for i in range(16):
         for j in range(nl):
-            changed[j] = _F0
-        _q3_refine_pass(xT, L, sumlx, suml2, active, changed)
-        still = False
-        for j in range(nl):
-            if changed[j] == _F0:
-                active[j] = _F0  # C's `if (!n_changed) break;`, for this lane alone
-            still = still or active[j] != _F0
-        if not still:
-            break
+            L[i, j] = L_alt[i, j]
+    if m > 0:
+        _q3_later_passes(xT, L, sums, active, m)
     for j in range(nl):
         flat = amax[j] < _GROUP_MAX_EPS
         scale[j] = _F0 if flat or not suml2[j] > _F0 else sumlx[j] / suml2[j]
         active[j] = _F1 if flat else _F0
     for i in range(16):
         for j in range(nl):
-            L[i, j] = _F0 if active[j] != _F0 else L[i, j] + _F4
+            L[i, j] = pick(active[j] != _F0, _F0, L[i, j] + _F4)
 
 
 @njit(**_JIT)
@@ -119,12 +182,14 @@ def q3_k_kernel(x, out):  # type: ignore[no-untyped-def]
     decoded 6-bit scales where d is not 0, the high-bit mask, the 2-bit packing) runs on the lanes too."""
     xT = np.zeros((16, _NL_3), np.float32)
     L = np.zeros((16, _NL_3), np.float32)
+    L_alt = np.zeros((16, _NL_3), np.float32)
+    sums = np.zeros((4, _NL_3), np.float32)
     st = np.zeros((8, _NL_3), np.float32)
     vd = np.zeros(_NL_3, np.float32)
     nb = x.shape[0]
     for b0 in range(0, nb, _SB_3):
         ng = gather_sub16(x, b0, _SB_3, xT)
-        _q3_lanes(xT, L, st)
+        _q3_lanes(xT, L, L_alt, sums, st)
         scales = st[0]
         for g in range(ng):
             b = b0 + g
@@ -135,7 +200,7 @@ def q3_k_kernel(x, out):  # type: ignore[no-untyped-def]
         for i in range(16):
             for j in range(16 * ng):
                 d = vd[j]  # d == 0 keeps the search's levels, as C does
-                L[i, j] = L[i, j] if d == _F0 else clampf(nearest_int_f(xT[i, j] / d), _FM4, _F3) + _F4
+                L[i, j] = pick(d == _F0, L[i, j], clampf(nearest_int_f(xT[i, j] / d), _FM4, _F3) + _F4)
         for g in range(ng):
             b = b0 + g
             # value k = 16 j + i: its third bit in hmask[k % 32] bit k // 32, its low two bits in qs

@@ -84,7 +84,7 @@ class Q8_0(KernelQuantType, ggml_type=GGMLQuantizationType.Q8_0):
     """d (fp16) = absmax / 127; qs = roundf(x / d) as int8."""
 
     _kernel = q8_0_numpy
-    from_f16 = "q8_0_from_f16"  # an F16 file's path: whole blocks as vectors (`_kernels_q8_0_f16`)
+    from_f16 = "q8_0_from_f16"  # an F16 file's path: whole blocks as vectors (`_kernels_legacy_f16`)
     needs_numba = False
 
     def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
@@ -101,6 +101,7 @@ class Q4_0(KernelQuantType, ggml_type=GGMLQuantizationType.Q4_0):
     """d (fp16) = max / -8 (max: signed value of largest magnitude); 4-bit levels with offset 8."""
 
     _kernel = "q4_0_kernel"
+    from_f16 = "q4_0_from_f16"
     _weighted = ("legacy_w_kernel", (0,))
 
     def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
@@ -112,6 +113,7 @@ class Q4_1(KernelQuantType, ggml_type=GGMLQuantizationType.Q4_1):
     """d (fp16) = (max - min) / 15, m (fp16) = min; unsigned 4-bit levels; x = d * q + m."""
 
     _kernel = "q4_1_kernel"
+    from_f16 = "q4_1_from_f16"
     _weighted = ("legacy_w_kernel", (1,))
 
     def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
@@ -122,6 +124,7 @@ class Q5_0(KernelQuantType, ggml_type=GGMLQuantizationType.Q5_0):
     """d (fp16) = max / -16; 5-bit levels with offset 16 (low nibbles in qs, 5th bits in qh)."""
 
     _kernel = "q5_0_kernel"
+    from_f16 = "q5_0_from_f16"
     _weighted = ("legacy_w_kernel", (2,))
 
     def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
@@ -133,6 +136,7 @@ class Q5_1(KernelQuantType, ggml_type=GGMLQuantizationType.Q5_1):
     """d (fp16) = (max - min) / 31, m (fp16) = min; unsigned 5-bit levels; x = d * q + m."""
 
     _kernel = "q5_1_kernel"
+    from_f16 = "q5_1_from_f16"
     _weighted = ("legacy_w_kernel", (3,))
 
     def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
