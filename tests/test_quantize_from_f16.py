@@ -35,18 +35,24 @@ def test_f16_rows_give_the_float32_paths_bytes(type_name: str) -> None:
     assert np.array_equal(out_w, quantize(x.astype(np.float32), type_name, imatrix=weights))
 
 
-def test_q8_0_from_f16_bits_is_the_c_mirror_on_every_half() -> None:
-    # every F16 pattern in blocks of 32, in order and shuffled (NaN / inf blocks take the mirror's path), and
-    # values across F16's whole range: small scales give subnormal halves and a d that rounds to 0 in F16
+@pytest.mark.parametrize("kind, size", [("q8_0", 34), ("q4_0", 18), ("q4_1", 20), ("q5_0", 22), ("q5_1", 24)])
+def test_32_value_types_from_f16_bits_are_the_c_mirror_on_every_half(kind: str, size: int) -> None:
+    # every F16 pattern in blocks of 32, in order and shuffled (NaN / inf blocks take the mirror's path), values
+    # across F16's whole range (small scales: subnormal halves, a d that rounds to 0 in F16), and blocks of signed
+    # zeros, ±1 and ties, where which element C keeps as the max / min decides a sign bit
     rng = np.random.default_rng(2)
     parts = [EVERY_HALF, rng.permutation(EVERY_HALF)]
     with np.errstate(over="ignore"):
         parts += [(rng.standard_normal(4096) * 10.0 ** e).astype(np.float16).view(np.uint16) for e in range(-9, 6)]
-    bits = np.concatenate(parts)
-    expected = np.empty((bits.size // 32, 34), np.uint8)
-    K.q8_0_kernel(bits.view(np.float16).astype(np.float32).reshape(-1, 32), expected)
+    ties = np.zeros(32 * 6, np.uint16)
+    ties[32:64], ties[64:96:2] = 0x8000, 0x8000
+    ties[96:128] = rng.choice([0, 0x8000, 0x0001, 0x8001], 32)
+    ties[128:160], ties[160:192] = rng.choice([0x3C00, 0xBC00], 32), 0x3C00
+    bits = np.concatenate([*parts, ties])
+    expected = np.empty((bits.size // 32, size), np.uint8)
+    getattr(K, f"{kind}_kernel")(bits.view(np.float16).astype(np.float32).reshape(-1, 32), expected)
     got = np.empty_like(expected)
-    nonfinite = K.q8_0_from_f16(bits, got.reshape(-1))
+    nonfinite = getattr(K, f"{kind}_from_f16")(bits, got.reshape(-1))
     assert np.array_equal(got, expected)
     assert nonfinite == int(np.count_nonzero(~np.isfinite(bits.view(np.float16))))
 

@@ -83,3 +83,29 @@ def test_numba_cache_stays_beside_a_writable_package_and_respects_the_user(tmp_p
     monkeypatch.setattr(os, "access", lambda path, mode: False)
     assert _numba_cache.configure(tmp_path) is None
     assert os.environ["NUMBA_CACHE_DIR"] == str(tmp_path / "mine")
+
+
+def test_a_command_run_as_a_program_leaves_at_once_with_its_output_and_exit_code(drafters, targets, tmp_path):
+    # the console-script form (no args: DFlashCommand leaves through os._exit once numba is loaded) prints what
+    # the in-process form prints, exit code and published file included
+    from click.testing import CliRunner
+    from conftest import target_for
+
+    from dflashkit.cli import convert_command, quantize_command
+
+    hf, target = drafters["qwen3-b16"], target_for("qwen3-b16", targets)
+    f16 = tmp_path / "d-f16.gguf"
+    assert CliRunner().invoke(convert_command, [str(hf), str(f16), "--outtype", "f16", "--target", str(target),
+                                                "-q"]).exit_code == 0
+    program = "import sys; from dflashkit.cli import quantize_command; quantize_command()"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    ran = subprocess.run([sys.executable, "-c", program, str(f16), str(tmp_path / "a.gguf"), "Q4_K_M"],
+                         capture_output=True, text=True, env=env, cwd=ROOT)
+    inside = CliRunner().invoke(quantize_command, [str(f16), str(tmp_path / "b.gguf"), "Q4_K_M"])
+    assert ran.returncode == 0 == inside.exit_code
+    assert ran.stdout.replace("a.gguf", "b.gguf") == inside.stdout and ran.stdout.strip()
+    assert (tmp_path / "a.gguf").read_bytes() == (tmp_path / "b.gguf").read_bytes()
+    again = subprocess.run([sys.executable, "-c", program, str(f16), str(tmp_path / "a.gguf"), "Q4_K_M"],
+                           capture_output=True, text=True, env=env, cwd=ROOT)
+    assert again.returncode == 1 and again.stderr == f"error: {tmp_path / 'a.gguf'}: already exists — pass --force " \
+                                                    "to overwrite it\n"
