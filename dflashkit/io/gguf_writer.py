@@ -115,6 +115,7 @@ def write_gguf(
 
     total = sum(t.nbytes for t in tensors)
     bar = _progress_bar(total, out.name) if progress and sys.stderr.isatty() else _NoProgress()
+    chunk_writer = _ChunkWriter()
     try:
         with atomic_output(out, force=force) as fout:
             # GGUFWriter writes to our file object instead of opening a path itself.
@@ -134,7 +135,7 @@ def write_gguf(
                     written = _copy_source(t, fout)
                     bar.update(written)
                 else:
-                    written = _write_chunks(t.chunks(), fout, bar)
+                    written = chunk_writer.write(t.chunks(), fout, bar)
                 if written != t.nbytes:
                     raise DFlashError(f"tensor '{t.name}': produced {written} bytes, expected {t.nbytes}")
                 writer.write_padding(fout, written)
@@ -147,30 +148,49 @@ def write_gguf(
             writer.fout = None  # atomic_output closes and publishes the file
         return size
     finally:
+        chunk_writer.close()
         bar.close()
 
 
-def _write_chunks(chunks: Iterable[np.ndarray], fout: Any, bar: Any) -> int:
-    """Write a tensor's chunks in order, each on a writer thread while the next is made: a write into the page
+class _ChunkWriter:
+    """Writes a tensor's chunks in order, each on a writer thread while the next is made: a write into the page
     cache waits on the disk (a third of a Q8_0 run when it was in line with the quantizer), the producer does
-    not. One write in flight at a time, so the file's bytes and their order are the producer's; returns the count."""
-    written = 0
-    pending: concurrent.futures.Future[Any] | None = None
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="dflashkit-write") as pool:
+    not. One write in flight at a time, so the file's bytes and their order are the producer's. The thread starts
+    with the first tensor of two chunks or more (a one-chunk tensor has nothing to overlap) and serves the file."""
+
+    def __init__(self) -> None:
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def write(self, chunks: Iterable[np.ndarray], fout: Any, bar: Any) -> int:
+        """Every chunk of one tensor written; returns the byte count."""
+        written = 0
+        pending: concurrent.futures.Future[Any] | None = None
+        held: memoryview | None = None  # the one chunk not yet written
         try:
             for chunk in chunks:
                 data = memoryview(np.ascontiguousarray(chunk)).cast("B")
-                if pending is not None:
-                    pending.result()
-                pending = pool.submit(fout.write, data)
+                if held is not None:  # a second chunk: the first goes to the writer thread
+                    if self._pool is None:
+                        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="dflashkit-write")
+                    if pending is not None:
+                        pending.result()
+                    pending = self._pool.submit(fout.write, held)
+                held = data
                 written += data.nbytes
                 bar.update(data.nbytes)
             if pending is not None:
                 pending.result()
+                pending = None
+            if held is not None:
+                fout.write(held)
         finally:
             if pending is not None:  # finished before the file is touched again (a failure of its own: above)
                 concurrent.futures.wait([pending])
-    return written
+        return written
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
 
 
 def _aligned(n: int, alignment: int) -> int:
