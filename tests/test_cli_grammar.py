@@ -20,6 +20,8 @@ COMMANDS = {
     "dflash-accept": cli.accept_command,
 }
 REPORTS = ("dflash-inspect", "dflash-diff", "dflash-parity", "dflash-accept")
+#: every console script (release and imatrix too): each built by `cli.common.dflash_command`
+EVERY_COMMAND = {**COMMANDS, "dflash-release": cli.release_command, "dflash-imatrix": cli.imatrix_command}
 
 
 def _flags(command) -> set[str]:  # type: ignore[no-untyped-def]
@@ -30,11 +32,14 @@ def _flags(command) -> set[str]:  # type: ignore[no-untyped-def]
     return {o for p in command.get_params(ctx) for o in (*p.opts, *p.secondary_opts)}
 
 
-@pytest.mark.parametrize("name", list(COMMANDS))
+@pytest.mark.parametrize("name", list(EVERY_COMMAND))
 def test_version(name: str) -> None:
     from importlib.metadata import version
 
-    r = CliRunner().invoke(COMMANDS[name], ["--version"], prog_name=name)
+    from dflashkit.cli.common import DFlashCommand
+
+    assert isinstance(EVERY_COMMAND[name], DFlashCommand)
+    r = CliRunner().invoke(EVERY_COMMAND[name], ["--version"], prog_name=name)
     assert r.exit_code == 0 and r.output == f"{name} (dflashkit) {version('dflashkit')}\n"
 
 

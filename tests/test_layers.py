@@ -8,6 +8,7 @@ function-level (lazy) imports: a lazy upward import is still an upward dependenc
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,6 @@ LAYERS: dict[str, int] = {
     "dflashkit.parity": 6,  # dflash-parity: run, stats, result
     "dflashkit.accept": 6,  # dflash-accept: run, result, report, prompts, serving (llama-server)
     "dflashkit.imatrix": 6,  # dflash-imatrix: a drafter's importance matrix from its real draft rounds
-    "dflashkit.serving": 6,  # the old import path of dflashkit.accept.serving (a re-export)
     "dflashkit.release": 7,  # dflash-release: a composition of every command's library function
     "dflashkit.cli": 8,
     }
@@ -169,14 +169,11 @@ def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
 
 
 def test_the_measuring_commands_are_packages() -> None:
-    # dflash-accept and dflash-parity live in their packages, like diff/ and release/; the only root module left of
-    # the old layout is dflashkit.serving, a re-export of the very module an old import path reaches
-    import dflashkit.accept.serving
-    import dflashkit.serving
-
+    # dflash-accept and dflash-parity live in their packages, like diff/ and release/; no module of the old layout
+    # is left at the root, not even an alias (dflashkit.serving, an alias of accept.serving, is gone)
     assert (PACKAGE / "accept").is_dir() and (PACKAGE / "parity").is_dir()
     loose = sorted(p.name for p in PACKAGE.glob("*.py")
                    if p.stem.startswith(("accept", "parity", "prompts", "serving")))
-    assert loose == ["serving.py"]
-    assert len((PACKAGE / "serving.py").read_text().splitlines()) <= 15
-    assert dflashkit.serving is dflashkit.accept.serving
+    assert loose == []
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("dflashkit.serving")

@@ -109,7 +109,7 @@ def run_acceptance(
 
     ``llama_server`` (a build's bin/ folder with ``llama-server``) measures every drafter where users run it: τ,
     speed-up against the target alone and identical output, for every target GGUF (``target_gguf`` may list
-    several: quantized targets) × ``draft_cache_types`` × ``draft_n_max`` (`dflashkit.serving`); ``server_url``
+    several: quantized targets) × ``draft_cache_types`` × ``draft_n_max`` (`dflashkit.accept.serving`); ``server_url``
     measures a running server instead (``baseline_url``: the same target without a drafter). ``llama_cpp_args``
     are added to every llama.cpp command line (``--no-repack``…; what dflashkit sets itself is refused);
     ``llama_cpp_timeout`` bounds each llama.cpp run, server start and request (seconds).

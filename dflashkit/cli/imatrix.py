@@ -5,15 +5,14 @@ from __future__ import annotations
 import click
 
 from ..bounds import escape_name
-from .common import user_errors
+from .common import dflash_command, user_errors
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]}, epilog="""\b
-Examples:
-  dflash-imatrix ./my-drafter --target ./Qwen3-8B --prompts calib.jsonl -o drafter.imatrix.gguf
-  dflash-quantize drafter-f32.gguf drafter-IQ4_XS.gguf iq4_xs --imatrix drafter.imatrix.gguf
-\b
-Exit codes: 0 written; 1 bad input; 2 usage error; 130 interrupted (nothing written).""")
+@dflash_command(
+    "dflash-imatrix ./my-drafter --target ./Qwen3-8B --prompts calib.jsonl -o drafter.imatrix.gguf",
+    "dflash-quantize drafter-f32.gguf drafter-IQ4_XS.gguf iq4_xs --imatrix drafter.imatrix.gguf",
+    exit_codes="Exit codes: 0 written; 1 bad input; 2 usage error; 130 interrupted (nothing written).",
+)
 @click.argument("drafter")
 @click.option("--target", required=True, metavar="DIR", help="The target's HF model folder: its hidden states are "
               "the drafter's input.")

@@ -8,16 +8,17 @@ from ..bounds import escape_name
 from ..errors import UsageError
 from ..release.runners import DEFAULT_RAY_TIMEOUT_S
 from ..accept.options import ContextOptions, LlamaCppOptions, PromptOptions
-from .common import FiniteFloat, _parse_fraction, context_options, llama_cpp_options, prompt_options, user_errors
+from .common import (FiniteFloat, _parse_fraction, context_options, dflash_command, llama_cpp_options,
+                     prompt_options, user_errors)
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]}, epilog="""\b
-Examples:
-  dflash-release z-lab/Qwen3-8B-DFlash-b16 out/ --target Qwen/Qwen3-8B
-  dflash-release ./my-drafter out/ --target ./Qwen3-8B --types bf16,q8_0,q4_k_m_draft --ray
-  dflash-release ./my-drafter out/ --target ./Qwen3-8B --naming target --llama-server ~/llama.cpp/build/bin \
-      --target-gguf Qwen3-8B-Q4_K_M.gguf --draft-n-max 4,8,15
-  dflash-release --check out/""")
+@dflash_command(
+    "dflash-release z-lab/Qwen3-8B-DFlash-b16 out/ --target Qwen/Qwen3-8B",
+    "dflash-release ./my-drafter out/ --target ./Qwen3-8B --types bf16,q8_0,q4_k_m_draft --ray",
+    "dflash-release ./my-drafter out/ --target ./Qwen3-8B --naming target --llama-server ~/llama.cpp/build/bin \\",
+    "    --target-gguf Qwen3-8B-Q4_K_M.gguf --draft-n-max 4,8,15",
+    "dflash-release --check out/",
+)
 @click.argument("paths", nargs=-1, metavar="SRC OUTDIR")
 @click.option("--target", "target", metavar="DIR", help="The target model (HF folder): inspect, parity and τ run "
               "against it.")
