@@ -57,10 +57,13 @@ def test_32_value_types_from_f16_bits_are_the_c_mirror_on_every_half(kind: str, 
     assert nonfinite == int(np.count_nonzero(~np.isfinite(bits.view(np.float16))))
 
 
-def test_f16_decode_count_is_numpys_conversion_of_every_half() -> None:
-    out = np.empty(65536, np.float32)
-    assert K.f16_to_f32_count(EVERY_HALF, out) == 2 * 1024  # ±inf and the NaNs
-    assert np.array_equal(out.view(np.uint32), EVERY_HALF.view(np.float16).astype(np.float32).view(np.uint32))
+@pytest.mark.parametrize("decode", ["f16_to_f32_count", "f16_to_f32_blocks"])
+def test_f16_decode_is_numpys_conversion_of_every_half(decode: str) -> None:
+    # in order, shuffled (runs of 32 with and without NaN / inf) and with a tail shorter than a run
+    bits = np.concatenate([EVERY_HALF, np.random.default_rng(4).permutation(EVERY_HALF), EVERY_HALF[15360:15377]])
+    out = np.empty(bits.size, np.float32)
+    assert getattr(K, decode)(bits, out) == 4 * 1024  # ±inf and the NaNs, twice
+    assert np.array_equal(out.view(np.uint32), bits.view(np.float16).astype(np.float32).view(np.uint32))
 
 
 def test_a_row_wider_than_a_run_and_a_bad_importance_matrix() -> None:

@@ -117,7 +117,7 @@ def quantize_f16_rows(bits: np.ndarray, qtype: GGMLQuantizationType | int | str,
         for a in range(0, xs.shape[0], step):
             b = min(xs.shape[0], a + step)
             x = scratch[: b - a]
-            bad += int(K.f16_to_f32_count(xs[a:b].reshape(-1), x.reshape(-1)))
+            bad += int(K.f16_to_f32_blocks(xs[a:b].reshape(-1), x.reshape(-1)))
             qt.quantize_rows_into(x, os[a:b], qw)
         counts.append(bad)  # list.append is atomic: one entry per task
 

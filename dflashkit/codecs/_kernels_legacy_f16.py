@@ -155,6 +155,44 @@ def _block_intrinsic(kind: str):  # type: ignore[no-untyped-def]
     return intrinsic(typer)
 
 
+@intrinsic
+def _widen_block(typingctx, bits, offset, out):  # type: ignore[no-untyped-def]
+    """The 32 F16 values at ``bits[offset:]`` widened into ``out[offset:]`` (float32); returns their largest
+    magnitude as F16 bits (at least 0x7C00: NaN or ±inf among them, and what was stored is to be redone)."""
+    if not (isinstance(bits, types.Array) and bits.dtype == types.uint16 and isinstance(out, types.Array)
+            and out.dtype == types.float32):
+        return None
+
+    def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
+        src = context.make_array(sig.args[0])(context, builder, args[0]).data
+        dst = context.make_array(sig.args[2])(context, builder, args[2]).data
+        halves = builder.load(builder.bitcast(builder.gep(src, [args[1]]), ir.VectorType(ir.HalfType(), _LANES)
+                                              .as_pointer()), align=2)
+        magnitude = builder.and_(builder.bitcast(halves, _I16V), ir.Constant(_I16V, [0x7FFF] * _LANES))
+        top = _call(builder, f"llvm.vector.reduce.umax.v{_LANES}i16", _I16, [magnitude])
+        x = builder.fpext(halves, _F32V)  # exact for every finite half
+        builder.store(x, builder.bitcast(builder.gep(dst, [args[1]]), _F32V.as_pointer()), align=4)
+        return builder.zext(top, _I32)
+
+    return types.uint32(bits, offset, out), codegen
+
+
+@njit(**_JIT)
+def f16_to_f32_blocks(bits, out):  # type: ignore[no-untyped-def]
+    """`f16_to_f32_count` (F16 bits → float32, exactly numpy's conversion; returns the NaN / ±inf count) 32 values
+    at a time as one vector conversion; a run of 32 holding NaN or ±inf, and the tail, through the exact scalar
+    decode (a vector conversion quiets a signalling NaN, numpy's keeps its bits)."""
+    n = bits.shape[0]
+    nonfinite = 0
+    whole = n - n % 32
+    for a in range(0, whole, 32):
+        if _widen_block(bits, a, out) >= 0x7C00:
+            nonfinite += f16_to_f32_count(bits[a:a + 32], out[a:a + 32])
+    if whole < n:
+        nonfinite += f16_to_f32_count(bits[whole:], out[whole:])
+    return nonfinite
+
+
 # One block of 32 F16 values at bits[offset:] into its bytes at out[out_offset:]; returns their largest magnitude
 # as F16 bits — at least 0x7C00 when the block holds NaN or ±inf, and then what was stored is meaningless.
 q8_0_block = _block_intrinsic("q8_0")

@@ -73,22 +73,23 @@ def _q3_refine_pass(xT, L, L_out, sums, active, changed):  # type: ignore[no-unt
 
 
 @njit(**_JIT)
-def _q3_later_passes(xT, L, sums, active, m):  # type: ignore[no-untyped-def]
+def _q3_later_passes(xT, L, sums, active, m, lanes, scratch):  # type: ignore[no-untyped-def]
     """Passes 2 … 5 of make_q3_quants on the ``m`` lanes still active, gathered into their own tile: their levels
-    and sums are refined there and put back into ``L`` / ``sums``; a lane that changes nothing in a pass stops."""
+    and sums are refined there and put back into ``L`` / ``sums``; a lane that changes nothing in a pass stops.
+    ``lanes`` (int64, a tile's lanes) and ``scratch`` (float32, 54 per lane) are the caller's: the compact tile's
+    arrays are views of them (an allocation per tile cost a sixth of the kernel)."""
     nl = xT.shape[1]
-    lanes = np.empty(m, np.int64)
     k = 0
     for j in range(nl):
         if active[j] != _F0:
             lanes[k] = j
             k += 1
-    cx = np.empty((16, m), np.float32)
-    cl = np.empty((16, m), np.float32)
-    cl_alt = np.empty((16, m), np.float32)
-    csums = np.empty((4, m), np.float32)
-    cact = np.empty(m, np.float32)
-    cchanged = np.empty(m, np.float32)
+    cx = scratch[: 16 * m].reshape(16, m)
+    cl = scratch[16 * m: 32 * m].reshape(16, m)
+    cl_alt = scratch[32 * m: 48 * m].reshape(16, m)
+    csums = scratch[48 * m: 52 * m].reshape(4, m)
+    cact = scratch[52 * m: 53 * m]
+    cchanged = scratch[53 * m: 54 * m]
     for i in range(16):
         for c in range(m):
             cx[i, c] = xT[i, lanes[c]]
@@ -122,10 +123,10 @@ def _q3_later_passes(xT, L, sums, active, m):  # type: ignore[no-untyped-def]
 
 
 @njit(**_JIT)
-def _q3_lanes(xT, L, L_alt, sums, st):  # type: ignore[no-untyped-def]
+def _q3_lanes(xT, L, L_alt, sums, st, lanes, scratch):  # type: ignore[no-untyped-def]
     """make_q3_quants(16, 4, x, L, do_rmse = true) on every column of xT [16, lanes]: levels (float, 0..7, or 0 for
-    a sub-block below GROUP_MAX_EPS) in L, the scale in st[0]; the other st rows, ``L_alt`` [16, lanes] and
-    ``sums`` [4, lanes] are scratch."""
+    a sub-block below GROUP_MAX_EPS) in L, the scale in st[0]; the other st rows, ``L_alt`` [16, lanes],
+    ``sums`` [4, lanes] and `_q3_later_passes`' ``lanes`` / ``scratch`` are scratch."""
     nl = xT.shape[1]
     scale = st[0]
     amax = st[1]
@@ -165,7 +166,7 @@ def _q3_lanes(xT, L, L_alt, sums, st):  # type: ignore[no-untyped-def]
         for j in range(nl):
             L[i, j] = L_alt[i, j]
     if m > 0:
-        _q3_later_passes(xT, L, sums, active, m)
+        _q3_later_passes(xT, L, sums, active, m, lanes, scratch)
     for j in range(nl):
         flat = amax[j] < _GROUP_MAX_EPS
         scale[j] = _F0 if flat or not suml2[j] > _F0 else sumlx[j] / suml2[j]
@@ -185,11 +186,13 @@ def q3_k_kernel(x, out):  # type: ignore[no-untyped-def]
     L_alt = np.zeros((16, _NL_3), np.float32)
     sums = np.zeros((4, _NL_3), np.float32)
     st = np.zeros((8, _NL_3), np.float32)
+    lanes = np.zeros(_NL_3, np.int64)
+    scratch = np.zeros(54 * _NL_3, np.float32)
     vd = np.zeros(_NL_3, np.float32)
     nb = x.shape[0]
     for b0 in range(0, nb, _SB_3):
         ng = gather_sub16(x, b0, _SB_3, xT)
-        _q3_lanes(xT, L, L_alt, sums, st)
+        _q3_lanes(xT, L, L_alt, sums, st, lanes, scratch)
         scales = st[0]
         for g in range(ng):
             b = b0 + g
