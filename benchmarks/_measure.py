@@ -41,7 +41,7 @@ _WRAPPER = (
     "    print('MAXRSS_KB=' + re.search(r'VmHWM:\\s+(\\d+)', status).group(1), file=sys.stderr)\n"
     "atexit.register(_hwm)\n"
     "from dflashkit import cli\n"
-    "sys.argv[0] = {name!r}\n"
+    "sys.argv[0] = 'dflash-' + {name!r}.removesuffix('_command')  # what a console script sees\n"
     "getattr(cli, {command!r})()\n"
 )
 

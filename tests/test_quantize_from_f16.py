@@ -85,3 +85,22 @@ def test_which_types_take_the_f16_path() -> None:
     types = {T.Q8_0, T.Q4_K, T.F16, T.BF16}
     assert f16_path_types(1000, types) == {T.Q4_K}  # Q8_0 of a small file stays numpy (no numba start-up)
     assert f16_path_types(NUMBA_PAYS_VALUES, types) == {T.Q8_0, T.Q4_K}
+
+
+def test_leading_dimensions_are_rows_and_a_cpu_without_f16c_takes_the_exact_decode(monkeypatch) -> None:
+    import dflashkit.codecs as codecs
+
+    x = _rows(5, 6, 256, 0.05).reshape(2, 3, 256)
+    out, nonfinite = quantize_f16_rows(x.view(np.uint16), "Q4_0")
+    assert out.shape == (6, 144) and nonfinite == 3
+    assert np.array_equal(out, quantize(x.astype(np.float32), "Q4_0").reshape(6, 144))
+    codecs.half_vectors.cache_clear()
+    monkeypatch.setattr("llvmlite.binding.get_host_cpu_features", lambda: type("F", (), {"flatten": lambda s: "+avx2"})())
+    monkeypatch.setattr("platform.machine", lambda: "x86_64")
+    try:
+        assert not codecs.half_vectors()
+        for name in ("Q8_0", "Q4_K"):
+            got, bad = quantize_f16_rows(x.view(np.uint16), name)
+            assert bad == 3 and np.array_equal(got, quantize(x.astype(np.float32), name).reshape(6, -1))
+    finally:
+        codecs.half_vectors.cache_clear()

@@ -97,7 +97,7 @@ def test_a_command_run_as_a_program_leaves_at_once_with_its_output_and_exit_code
     f16 = tmp_path / "d-f16.gguf"
     assert CliRunner().invoke(convert_command, [str(hf), str(f16), "--outtype", "f16", "--target", str(target),
                                                 "-q"]).exit_code == 0
-    program = "import sys; from dflashkit.cli import quantize_command; quantize_command()"
+    program = "import sys; sys.argv[0] = 'dflash-quantize'; from dflashkit.cli import quantize_command; quantize_command()"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     ran = subprocess.run([sys.executable, "-c", program, str(f16), str(tmp_path / "a.gguf"), "Q4_K_M"],
                          capture_output=True, text=True, env=env, cwd=ROOT)

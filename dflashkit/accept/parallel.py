@@ -108,9 +108,12 @@ class ParallelLevel:
         return dict(sorted(slots.items()))
 
     def _alone(self, requests: list[tuple[int, float]]) -> float:
-        """τ of the same prompts one request at a time (NaN where one of them was not measured so)."""
+        """τ of the same prompts one request at a time (NaN where one of them has no such τ: the two means would
+        cover different prompts)."""
         known = [self.alone_taus[i] for i, _ in requests if i < len(self.alone_taus)]
-        return mean_tau(known) if len(known) == len(requests) else math.nan
+        if len(known) != len(requests) or not all(math.isfinite(t) for t in known):
+            return math.nan
+        return mean_tau(known)
 
     def slot_findings(self) -> list[str]:
         requests = self._slot_requests()

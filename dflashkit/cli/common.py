@@ -155,11 +155,11 @@ class DFlashCommand(click.Command):
     once after its last output once numba is loaded: tearing down LLVM's loaded kernels takes ~0.35 s at exit —
     a tenth of quantizing a 27B-size drafter — and nothing of ours runs then (every output is published and
     closed before the command returns; numba writes its cache when it compiles). The ``atexit`` functions still
-    run. Not with Ray loaded (its exit hooks stop its workers), and never for a caller that passes ``args`` (a
-    test, a Python user)."""
+    run. Only where the program is a ``dflash-*`` script (``sys.argv[0]``), not with Ray loaded (its exit hooks
+    stop its workers), and never for a caller that passes ``args`` (a test, a Python user)."""
 
     def main(self, args: Any = None, *rest: Any, standalone_mode: bool = True, **kw: Any) -> Any:
-        if args is not None or not standalone_mode:
+        if args is not None or not standalone_mode or not os.path.basename(sys.argv[0]).startswith("dflash-"):
             return super().main(args, *rest, standalone_mode=standalone_mode, **kw)
         try:
             return super().main(args, *rest, standalone_mode=True, **kw)

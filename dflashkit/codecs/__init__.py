@@ -11,6 +11,7 @@ cached on disk.
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any, Callable, Iterable
 
@@ -86,6 +87,20 @@ NUMBA_PAYS_VALUES = 1 << 26
 FUSED_VALUES = 1 << 16
 
 
+@functools.lru_cache(maxsize=1)
+def half_vectors() -> bool:
+    """Whether this CPU converts vectors of halves in hardware (x86: F16C; every 64-bit ARM does): the vector
+    kernels of `_kernels_legacy_f16` widen and narrow halves, which LLVM otherwise turns into calls to runtime
+    functions llvmlite does not provide."""
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
+        return True
+    from llvmlite import binding  # numba's: loaded with the kernels
+
+    return "+f16c" in binding.get_host_cpu_features().flatten().split(",")
+
+
 def quantize_f16_rows(bits: np.ndarray, qtype: GGMLQuantizationType | int | str, *,
                       imatrix: np.ndarray | None = None, threads: int | None = None) -> tuple[np.ndarray, int]:
     """F16 rows (uint16 bits, or their raw bytes, ``[rows, …]``) → (the type's bytes ``[rows, row_bytes]``, how many
@@ -94,7 +109,10 @@ def quantize_f16_rows(bits: np.ndarray, qtype: GGMLQuantizationType | int | str,
     and the decode runs on every thread — an F16 file's path through `dflash-quantize`."""
     qt = get_quant_type(qtype)
     src = np.ascontiguousarray(bits)
-    src = src.view(np.uint16).reshape(src.shape[0], -1) if src.ndim == 2 else src.view(np.uint16).reshape(1, -1)
+    if src.ndim == 0:
+        raise DFlashError(f"cannot quantize a scalar to {qt.name}: need F16 rows")
+    src = src.view(np.uint16)
+    src = src.reshape(-1, src.shape[-1])  # leading dimensions are rows; bytes viewed as uint16 halve the last
     n = src.shape[1]
     out = np.empty((src.shape[0], qt.row_bytes(n)), dtype=np.uint8)
     qw = None
@@ -107,6 +125,9 @@ def quantize_f16_rows(bits: np.ndarray, qtype: GGMLQuantizationType | int | str,
     counts: list[int] = []
     # a kernel straight from the bits where the type has one and quantizes without weights (Q8_0 ignores them)
     direct = getattr(qt, "from_f16", None) if qw is None or getattr(qt, "_weighted", None) is None else None
+    if not half_vectors():  # an x86 CPU without F16C: no vector conversion of halves, the exact scalar decode
+        direct = None
+    decode = K.f16_to_f32_blocks if half_vectors() else K.f16_to_f32_count
 
     def rows(xs: np.ndarray, os: np.ndarray) -> None:
         if direct is not None:
@@ -117,9 +138,9 @@ def quantize_f16_rows(bits: np.ndarray, qtype: GGMLQuantizationType | int | str,
         for a in range(0, xs.shape[0], step):
             b = min(xs.shape[0], a + step)
             x = scratch[: b - a]
-            bad += int(K.f16_to_f32_blocks(xs[a:b].reshape(-1), x.reshape(-1)))
+            bad += int(decode(xs[a:b].reshape(-1), x.reshape(-1)))
             qt.quantize_rows_into(x, os[a:b], qw)
-        counts.append(bad)  # list.append is atomic: one entry per task
+        counts.append(bad)  # list.append is atomic: one entry per chunk of rows
 
     run_chunked(rows, src, out, threads, elems_per_row=n * max(2, getattr(qt, "_cost", 1)))
     return out, sum(counts)
@@ -211,6 +232,9 @@ def preload_quantizers(types: Iterable[GGMLQuantizationType], *, weighted: Itera
     calls: list[Callable[[], Any]] = [lambda qt=qt: quantize_f16_rows(np.zeros((1, qt.block_size), np.uint16), qt,
                                                                       threads=1)
                                       for t in from_f16 if (qt := QUANT_TYPES.get(t)) is not None]
+    if calls:  # the decode of a weighted type's rows (the unweighted calls above may take a direct kernel)
+        calls.append(lambda: (K.f16_to_f32_blocks if half_vectors() else K.f16_to_f32_count)(
+            np.zeros(32, np.uint16), np.zeros(32, np.float32)))
     calls += [lambda qt=qt: qt.quantize(block(qt), threads=1)
               for t in types if (qt := QUANT_TYPES.get(t)) is not None and qt.needs_numba]
     calls += [lambda qt=qt: qt.quantize(block(qt), threads=1, imatrix=np.ones(qt.block_size, np.float32))

@@ -68,8 +68,8 @@ def f32_to_bf16_kernel(x, out):  # type: ignore[no-untyped-def]
 @njit(**_JIT)
 def f16_to_f32_count(bits, out):  # type: ignore[no-untyped-def]
     """IEEE half bits → float32 (exact: ggml_compute_fp16_to_fp32, numpy's ``astype(float32)``) into ``out``;
-    returns how many are NaN / ±inf. Branch-free (three candidate bit patterns and two selects per value), so
-    LLVM vectorises it: ~8× the scalar `fp16_to_fp32` loop, the decode of an F16 file ahead of a quantizer."""
+    returns how many are NaN / ±inf: three candidate bit patterns and a choice among them per value (~2× the scalar
+    `fp16_to_fp32` loop). The exact path of `_kernels_legacy_f16.f16_to_f32_blocks` for runs holding NaN / ±inf."""
     nonfinite = 0
     for i in range(bits.shape[0]):
         h = np.uint32(bits[i])

@@ -31,10 +31,19 @@ from ._kernels_c_ops import _JIT, intrinsic, ir, njit, require_recorded_sha256, 
 from ._kernels_float import f16_to_f32_count
 from ._kernels_legacy import q4_0_kernel, q5_0_kernel, q5_1_kernel, q8_0_kernel
 from ._kernels_lowbit import q4_1_kernel
+from . import _kernels_float, _kernels_legacy, _kernels_lowbit
 
-#: sha256 of ``_kernels_c_ops.py``, whose helpers these kernels inline (see ``_kernels_c_ops``)
+#: sha256 of ``_kernels_c_ops.py``, ``_kernels_float.py`` (the exact decode), ``_kernels_legacy.py`` and
+#: ``_kernels_lowbit.py`` (the scalar mirrors a NaN / inf block takes), whose code these kernels compile in: numba's
+#: cache is keyed on this file's text, so a change there has to change these lines (see ``_kernels_c_ops``)
 C_OPS_SHA256 = "7b23dae62d456d5e0b8c1772218738daa90cff1db2a739219283c3ae8a2c3ea2"
 require_recorded_sha256(C_OPS_SHA256, __name__)
+FLOAT_SHA256 = "41f2429fb089802bcf69e72c95929c8addfdaa363e7d274887170d40d083680f"
+require_recorded_sha256(FLOAT_SHA256, __name__, _kernels_float.__file__)
+LEGACY_SHA256 = "74584a51f333d2064c1c9704f8b44720ae47239cec9b729d9072156a5dd208b7"
+require_recorded_sha256(LEGACY_SHA256, __name__, _kernels_legacy.__file__)
+LOWBIT_SHA256 = "88baac598305efa33e7aeea8e8cc348008264502aeb1adbce859b7cf03f55533"
+require_recorded_sha256(LOWBIT_SHA256, __name__, _kernels_lowbit.__file__)
 
 _LANES = 32
 _F32, _I8, _I16, _I32 = ir.FloatType(), ir.IntType(8), ir.IntType(16), ir.IntType(32)

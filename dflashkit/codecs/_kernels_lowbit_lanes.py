@@ -32,7 +32,7 @@ require_recorded_sha256(TILES_SHA256, __name__, _kernels_tiles.__file__)
 MAKE_SHA256 = "90a2551bf0a17ad9b26077267a1ed48512c3f625b789bdbc46804d94e7593c6d"
 require_recorded_sha256(MAKE_SHA256, __name__, _kernels_make.__file__)
 
-_SB_3 = 32  # super-blocks per tile (16 lanes each -> 128 lanes)
+_SB_3 = 32  # super-blocks per tile (16 lanes each -> 512 lanes: the later passes' compact tile is fuller)
 _NL_3 = 16 * _SB_3
 _FM4 = np.float32(-4.0)
 _F3 = np.float32(3.0)

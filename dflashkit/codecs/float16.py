@@ -47,7 +47,8 @@ def bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
 def f16_bits_to_f32(bits: np.ndarray, threads: int | None = None) -> np.ndarray:
     """IEEE half data (float16, uint16 bits or their raw bytes) -> float32, exactly numpy's ``astype(float32)``
     (ggml_compute_fp16_to_fp32), on every thread: numpy's own conversion, single-threaded and not vectorised here,
-    was a quarter of a quantize run of an F16 file. Loads numba: for the quantizer, not for readers."""
+    was a quarter of a quantize run of an F16 file. Loads numba (an F16 file's quantizer uses
+    `codecs.quantize_f16_rows`, which decodes beside each type's kernel)."""
     src = np.ascontiguousarray(bits).view(np.uint16)
     out = np.empty(src.shape, dtype=np.float32)
     run_chunked(K.f16_to_f32_kernel, src.reshape(-1), out.reshape(-1), threads,

@@ -23,7 +23,7 @@ from gguf.gguf_writer import WriterState
 
 from ..codecs import tensor_nbytes
 from ..errors import DFlashError, UsageError
-from ..files import atomic_output, check_output, preallocate
+from ..files import atomic_output, check_output, preallocate, signals_deferred
 from .gguf_reader import NumericArray
 from .kv_pack import pack_typed_array
 
@@ -170,11 +170,12 @@ class _ChunkWriter:
             for chunk in chunks:
                 data = memoryview(np.ascontiguousarray(chunk)).cast("B")
                 if held is not None:  # a second chunk: the first goes to the writer thread
-                    if self._pool is None:
-                        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="dflashkit-write")
                     if pending is not None:
                         pending.result()
-                    pending = self._pool.submit(fout.write, held)
+                    with signals_deferred():  # a Ctrl-C inside submit would leave the executor's lock held
+                        if self._pool is None:
+                            self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="dflashkit-write")
+                        pending = self._pool.submit(fout.write, held)
                 held = data
                 written += data.nbytes
                 bar.update(data.nbytes)
