@@ -211,57 +211,67 @@ q5_0_block = _block_intrinsic("q5_0")
 q5_1_block = _block_intrinsic("q5_1")
 
 
-# A block holding NaN / ±inf is written again: its exact decode (`f16_to_f32_count`, which counts them) into a
-# one-block scratch, then C's scalar mirror over it.
+#: bytes of a block, by the kind `legacy_from_f16` takes: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1
+_BLOCK_BYTES = (34, 18, 20, 22, 24)
+
+
+@njit(**_JIT)
+def legacy_from_f16(bits, out, kind):  # type: ignore[no-untyped-def]
+    """F16 bits (flat uint16, whole blocks) → blocks of the 32-value type ``kind`` (0 Q8_0, 1 Q4_0, 2 Q4_1, 3 Q5_0,
+    4 Q5_1; flat uint8): quantize_row_*_ref's bytes of their values; returns how many values are NaN / ±inf. A block
+    holding NaN / ±inf is written again: its exact decode (`f16_to_f32_count`, which counts them) into a one-block
+    scratch, then C's scalar mirror over it. Each type's entry point below passes its kind as a constant, so LLVM
+    keeps one branch of each choice."""
+    size = _BLOCK_BYTES[kind]
+    nonfinite, scratch = 0, np.empty((1, 32), np.float32)
+    for b in range(bits.shape[0] // 32):
+        at = b * size
+        if kind == 0:
+            top = q8_0_block(bits, b * 32, out, at)
+        elif kind == 1:
+            top = q4_0_block(bits, b * 32, out, at)
+        elif kind == 2:
+            top = q4_1_block(bits, b * 32, out, at)
+        elif kind == 3:
+            top = q5_0_block(bits, b * 32, out, at)
+        else:
+            top = q5_1_block(bits, b * 32, out, at)
+        if top >= 0x7C00:
+            nonfinite += f16_to_f32_count(bits[b * 32:(b + 1) * 32], scratch[0])
+            block = out[at:at + size].reshape(1, size)
+            if kind == 0:
+                q8_0_kernel(scratch, block)
+            elif kind == 1:
+                q4_0_kernel(scratch, block)
+            elif kind == 2:
+                q4_1_kernel(scratch, block)
+            elif kind == 3:
+                q5_0_kernel(scratch, block)
+            else:
+                q5_1_kernel(scratch, block)
+    return nonfinite
 
 
 @njit(**_JIT)
 def q8_0_from_f16(bits, out):  # type: ignore[no-untyped-def]
-    """F16 bits (flat uint16, whole blocks) → Q8_0 blocks (flat uint8): quantize_row_q8_0_ref's bytes of their
-    values; returns how many values are NaN / ±inf. The other four alike."""
-    nonfinite, scratch = 0, np.empty((1, 32), np.float32)
-    for b in range(bits.shape[0] // 32):
-        if q8_0_block(bits, b * 32, out, b * 34) >= 0x7C00:
-            nonfinite += f16_to_f32_count(bits[b * 32:(b + 1) * 32], scratch[0])
-            q8_0_kernel(scratch, out[b * 34:(b + 1) * 34].reshape(1, 34))
-    return nonfinite
+    return legacy_from_f16(bits, out, 0)
 
 
 @njit(**_JIT)
 def q4_0_from_f16(bits, out):  # type: ignore[no-untyped-def]
-    nonfinite, scratch = 0, np.empty((1, 32), np.float32)
-    for b in range(bits.shape[0] // 32):
-        if q4_0_block(bits, b * 32, out, b * 18) >= 0x7C00:
-            nonfinite += f16_to_f32_count(bits[b * 32:(b + 1) * 32], scratch[0])
-            q4_0_kernel(scratch, out[b * 18:(b + 1) * 18].reshape(1, 18))
-    return nonfinite
+    return legacy_from_f16(bits, out, 1)
 
 
 @njit(**_JIT)
 def q4_1_from_f16(bits, out):  # type: ignore[no-untyped-def]
-    nonfinite, scratch = 0, np.empty((1, 32), np.float32)
-    for b in range(bits.shape[0] // 32):
-        if q4_1_block(bits, b * 32, out, b * 20) >= 0x7C00:
-            nonfinite += f16_to_f32_count(bits[b * 32:(b + 1) * 32], scratch[0])
-            q4_1_kernel(scratch, out[b * 20:(b + 1) * 20].reshape(1, 20))
-    return nonfinite
+    return legacy_from_f16(bits, out, 2)
 
 
 @njit(**_JIT)
 def q5_0_from_f16(bits, out):  # type: ignore[no-untyped-def]
-    nonfinite, scratch = 0, np.empty((1, 32), np.float32)
-    for b in range(bits.shape[0] // 32):
-        if q5_0_block(bits, b * 32, out, b * 22) >= 0x7C00:
-            nonfinite += f16_to_f32_count(bits[b * 32:(b + 1) * 32], scratch[0])
-            q5_0_kernel(scratch, out[b * 22:(b + 1) * 22].reshape(1, 22))
-    return nonfinite
+    return legacy_from_f16(bits, out, 3)
 
 
 @njit(**_JIT)
 def q5_1_from_f16(bits, out):  # type: ignore[no-untyped-def]
-    nonfinite, scratch = 0, np.empty((1, 32), np.float32)
-    for b in range(bits.shape[0] // 32):
-        if q5_1_block(bits, b * 32, out, b * 24) >= 0x7C00:
-            nonfinite += f16_to_f32_count(bits[b * 32:(b + 1) * 32], scratch[0])
-            q5_1_kernel(scratch, out[b * 24:(b + 1) * 24].reshape(1, 24))
-    return nonfinite
+    return legacy_from_f16(bits, out, 4)

@@ -133,9 +133,9 @@ def _q3_lanes(xT, L, L_alt, sums, st, lanes, scratch):  # type: ignore[no-untype
     mx = st[2]
     sumlx = sums[0]
     suml2 = sums[1]
-    active = st[5]
-    changed = st[6]
-    iscale = st[7]
+    active = st[3]
+    changed = st[4]
+    iscale = st[5]
     max_abs_lanes(xT, amax, mx)
     for j in range(nl):
         active[j] = _F0 if amax[j] < _GROUP_MAX_EPS else _F1  # C returns early: L = 0, scale 0
@@ -185,7 +185,7 @@ def q3_k_kernel(x, out):  # type: ignore[no-untyped-def]
     L = np.zeros((16, _NL_3), np.float32)
     L_alt = np.zeros((16, _NL_3), np.float32)
     sums = np.zeros((4, _NL_3), np.float32)
-    st = np.zeros((8, _NL_3), np.float32)
+    st = np.zeros((6, _NL_3), np.float32)
     lanes = np.zeros(_NL_3, np.int64)
     scratch = np.zeros(54 * _NL_3, np.float32)
     vd = np.zeros(_NL_3, np.float32)

@@ -301,6 +301,11 @@ class KernelQuantType(QuantType):
     #: count): `quantize_f16_rows` runs it instead of the decode and `quantize_rows_into`
     from_f16: ClassVar[str | None] = None
 
+    def _block_kernel(self) -> Callable[[np.ndarray, np.ndarray], Any]:
+        """``_kernel`` as a function (a name is looked up in ``_kernels``, importing numba)."""
+        kernel = type(self)._kernel
+        return getattr(K, kernel) if isinstance(kernel, str) else kernel
+
     def quantize_rows_weighted(self, x: np.ndarray, imatrix: np.ndarray, threads: int | None = None) -> np.ndarray:
         if self._weighted is None:
             return super().quantize_rows_weighted(x, imatrix, threads)
@@ -316,9 +321,7 @@ class KernelQuantType(QuantType):
             name, extra = self._weighted
             getattr(K, name)(x, imatrix, out, *extra)
             return
-        kernel = type(self)._kernel
-        kernel = getattr(K, kernel) if isinstance(kernel, str) else kernel
-        kernel(x.reshape(-1, self.block_size), out.reshape(-1, self.type_size))
+        self._block_kernel()(x.reshape(-1, self.block_size), out.reshape(-1, self.type_size))
 
     def quantize_blocks(self, x: np.ndarray, threads: int | None = None) -> np.ndarray:
         x = np.ascontiguousarray(x, dtype=np.float32)
@@ -326,8 +329,7 @@ class KernelQuantType(QuantType):
             raise DFlashError(f"{self.name}.quantize_blocks needs float32 [n_blocks, {self.block_size}], "
                               f"got shape {x.shape}")
         out = np.empty((x.shape[0], self.type_size), dtype=np.uint8)
-        kernel = type(self)._kernel
-        run_chunked(getattr(K, kernel) if isinstance(kernel, str) else kernel, x, out, threads,
+        run_chunked(self._block_kernel(), x, out, threads,
                     elems_per_row=self.block_size * self._cost)
         return out
 
