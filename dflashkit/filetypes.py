@@ -74,9 +74,11 @@ NEEDS_IMATRIX: frozenset[str] = frozenset({"Q2_K_S"})
 
 #: ``dflash-convert --outtype`` values the converter writes itself (llama.cpp's converter rules).
 CONVERT_OUTTYPES: tuple[str, ...] = ("f32", "f16", "q8_0", "bf16")
-#: ``--outtype`` values that go through llama-quantize's per-tensor policy.
-CONVERT_POLICY_OUTTYPES: tuple[str, ...] = ("q6_k", "q5_k_m", "q5_k_s", "q5_1", "q5_0", "q4_k_m", "q4_k_s", "q4_1",
-                                             "q4_0", "iq4_nl", "iq4_xs", "q3_k_l", "q3_k_m", "q3_k_s", "q2_k")
+#: ``--outtype`` values that go through llama-quantize's per-tensor policy: the quantized TYPE values the converter
+#: does not write itself, less those that need an importance matrix (the converter takes none).
+CONVERT_POLICY_OUTTYPES: tuple[str, ...] = tuple(
+    n.lower() for n in QUANTIZE_FILE_TYPES
+    if ALL_FILE_TYPES[n].quantized and n.lower() not in CONVERT_OUTTYPES and n not in NEEDS_IMATRIX)
 #: The ``--outtype`` choice list (``auto`` = the checkpoint's own 16-bit type).
 OUTTYPE_CHOICES: tuple[str, ...] = ("auto", "f32", "f16", "bf16", "q8_0", *CONVERT_POLICY_OUTTYPES)
 

@@ -18,7 +18,7 @@ from .prompts import Prompt
 from ..runtime import LoadInfo
 from ..runtime.speculative import SpeculativeResult
 from ..reporting import distinct_labels  # noqa: F401 (re-exported)
-from .serving import ServingResult, first_difference
+from .serving import VERDICT_CRASHED, VERDICT_REFUSED, ServingResult, first_difference
 from ..stats import BOOTSTRAP_RESAMPLES, CONFIDENCE, Comparison, paired_comparison
 
 EXIT_OK, EXIT_FAILED = 0, 1
@@ -33,8 +33,6 @@ VERDICT_ABOVE = "above reference"
 VERDICT_BELOW = "below reference"
 VERDICT_ZERO = "zero accepted"
 VERDICT_NONFINITE = "non-finite logits"
-VERDICT_REFUSED = "refused to load"
-VERDICT_CRASHED = "crashed"
 TAU_RANDOM_NOTE = ("τ ≈ 1 means the drafter's first token is almost never the target's: expected of random weights "
                    "(fixtures/example), a sign of a broken file otherwise. A trained pair shows a real τ: "
                    "dflash-accept fixtures/trained/drafter --target fixtures/trained/target "

@@ -193,6 +193,12 @@ class QuantType(BlockFormat):
     #: quantizing runs numba code (`preload_quantizers` loads numba early only for these types)
     needs_numba: ClassVar[bool] = False
 
+    @property
+    def uses_weights(self) -> bool:
+        """ggml quantizes this type with importance weights when it is given them (Q8_0 and the float types
+        ignore them)."""
+        return False
+
     def __repr__(self) -> str:
         return f"<QuantType {self.name}: {self.block_size} values -> {self.type_size} bytes>"
 
@@ -305,6 +311,10 @@ class KernelQuantType(QuantType):
         """``_kernel`` as a function (a name is looked up in ``_kernels``, importing numba)."""
         kernel = type(self)._kernel
         return getattr(K, kernel) if isinstance(kernel, str) else kernel
+
+    @property
+    def uses_weights(self) -> bool:
+        return self._weighted is not None
 
     def quantize_rows_weighted(self, x: np.ndarray, imatrix: np.ndarray, threads: int | None = None) -> np.ndarray:
         if self._weighted is None:

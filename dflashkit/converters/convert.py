@@ -89,12 +89,8 @@ def plan_tensor_types(
     f32 and running llama-quantize (``dflash-quantize``) would give.
     """
     if outtype in QUANTIZED_OUTTYPES:
-
         ft = get_file_type(QUANTIZED_OUTTYPES[outtype])
         base = [convert_tensor_type(c, shape, Q.F32)[0] for c, _, shape in tensors]
-        if ft.name == "Q2_K_S":
-            raise UsageError("--outtype q2_k_s needs an importance matrix: convert to f32, then dflash-quantize "
-                             "--imatrix FILE (dflash-imatrix makes a drafter's)")
         choices = choose_types([(name, shape, t) for (_, name, shape), t in zip(tensors, base)], ft, n_layers=n_layers,
                                n_gqa=n_gqa)
         return ft.file_type, [(ch.new_type, ch.fallback) for ch in choices]

@@ -16,14 +16,11 @@ import numpy as np
 from gguf import GGMLQuantizationType
 
 from ..bounds import escape_name
+from ..codecs import get_quant_type
 from ..errors import DFlashError
-from ..filetypes import FileType
+from ..filetypes import NEEDS_IMATRIX, FileType
 from .imatrix import ImportanceMatrix
-
-Q = GGMLQuantizationType
-#: the types ggml quantizes without weights whatever it is given
-_IGNORE_WEIGHTS = (Q.F32, Q.F16, Q.BF16, Q.Q8_0)
-_EMBEDDINGS = ("token_embd.weight", "per_layer_token_embd.weight")
+from .policy import Category, tensor_category
 
 
 def gqa_of(gguf_file: Any, arch: str) -> int:
@@ -39,10 +36,16 @@ def gqa_of(gguf_file: Any, arch: str) -> int:
     return n_head // n_kv if n_head and n_kv else 0
 
 
-def requires_imatrix(name: str, new_type: Q, ft: FileType) -> bool:
-    """tensor_requires_imatrix for the file types offered here: a Q2_K tensor of a Q2_K_S file (after its fallback:
-    a file whose every tensor falls back needs none, as in llama-quantize)."""
-    return name not in (*_EMBEDDINGS, "output.weight") and new_type == Q.Q2_K and ft.name == "Q2_K_S"
+def requires_imatrix(name: str, new_type: GGMLQuantizationType, ft: FileType) -> bool:
+    """tensor_requires_imatrix for the file types offered here: a tensor of a `NEEDS_IMATRIX` file at the file's
+    own type (Q2_K in Q2_K_S; after its fallback: a file whose every tensor falls back needs none, as in
+    llama-quantize), never the token embedding or the output."""
+    return (ft.name in NEEDS_IMATRIX and new_type == ft.default_type
+            and tensor_category(name) not in (Category.TOKEN_EMBD, Category.OUTPUT))
+
+
+def _uses_weights(t: GGMLQuantizationType) -> bool:
+    return get_quant_type(t).uses_weights
 
 
 def _entry_name(name: str) -> str:
@@ -69,7 +72,7 @@ def check_imatrix(matrix: ImportanceMatrix, ft: FileType, infos: Sequence[Any],
         info = by_name[name]
         want = (info.dims[0] if info.dims else 1) * (info.dims[2] if len(info.dims) > 2 else 1)
         if entry.n_values != want:
-            if name not in _EMBEDDINGS:
+            if tensor_category(name) is not Category.TOKEN_EMBD:
                 raise DFlashError(f"{matrix.source}: tensor {escape_name(name)}: {entry.n_values} weights for a "
                                   f"tensor of {want} columns — the importance matrix of another model or version")
             ignored.add(name)  # llama-quantize: "tok_embd should be ignored in this case"
@@ -78,14 +81,14 @@ def check_imatrix(matrix: ImportanceMatrix, ft: FileType, infos: Sequence[Any],
     for info, choice in zip(infos, choices):
         if choice.new_type == choice.old_type:
             continue  # copied as it is: llama-quantize does not look
-        if choice.new_type not in _IGNORE_WEIGHTS:
+        if _uses_weights(choice.new_type):
             weighted.append(info.name)
         if info.name not in matrix.entries or info.name in ignored:
             if requires_imatrix(info.name, choice.new_type, ft):
                 raise DFlashError(f"{matrix.source}: no weights for {escape_name(info.name)}, which {ft.name} "
                                   f"quantizes to {choice.new_type.name} — that needs them (llama-quantize refuses it "
                                   "too)")
-            if not matrix.filtered and choice.new_type not in _IGNORE_WEIGHTS:
+            if not matrix.filtered and _uses_weights(choice.new_type):
                 raise DFlashError(f"{matrix.source}: no weights for {escape_name(info.name)} (quantized to "
                                   f"{choice.new_type.name}) — make the importance matrix of this drafter "
                                   "(dflash-imatrix), or leave the tensor out on purpose with --exclude-weights / "

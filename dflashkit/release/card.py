@@ -17,7 +17,8 @@ from typing import Any, Iterable, NamedTuple
 
 from ..reporting import Column, TableSpec, build_section, markdown_section, markdown_text
 from ..stats import CONFIDENCE, paired_bootstrap_ci, paired_comparison
-from .card_serving import md_name, naming_lines, serving_lines
+from ..accept.serving import VERDICT_CRASHED, VERDICT_GAIN, VERDICT_REFUSED
+from .card_serving import figure, md_name, naming_lines, serving_lines
 from .serving import MEASURED, best_entry
 
 #: the recommendation, as the card states it: by speed-up where llama-server measured one, else by τ
@@ -54,10 +55,6 @@ def shell_word(word: str) -> str:
     return f"$'{escaped}'"
 
 
-def _fmt(x: float | None, spec: str = ".3f") -> str:
-    return "–" if x is None or not math.isfinite(x) else format(x, spec)
-
-
 def derived(release: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Per type, the figures computed from the jobs' records: τ's CI, Δτ against the first type with its paired CI."""
     jobs = release["jobs"]
@@ -85,7 +82,7 @@ def recommended_by_speed(release: dict[str, Any]) -> str | None:
         return None
     fastest = max(best, key=lambda t: (best[t]["speedup"], -types.index(t)))
     low = (best[fastest]["speedup_ci"] or [best[fastest]["speedup"]] * 2)[0]
-    ok = [t for t in best if not jobs[t]["gates_failed"] and best[t]["verdict"] == "net gain"
+    ok = [t for t in best if not jobs[t]["gates_failed"] and best[t]["verdict"] == VERDICT_GAIN
           and (best[t]["speedup_ci"] or [best[t]["speedup"]] * 2)[1] >= low]
     return min(ok, key=lambda t: (jobs[t]["size_bytes"], types.index(t))) if ok else None
 
@@ -95,7 +92,7 @@ def failed_where_served(job: dict[str, Any]) -> bool:
     recommends such a type (llama.cpp cannot run it here, whatever τ the reference runtime gives)."""
     entries = job.get("serving", [])
     return bool(entries) and not any(e.get("verdict") in MEASURED for e in entries) and \
-        any(e.get("verdict") in ("crashed", "refused to load") for e in entries)
+        any(e.get("verdict") in (VERDICT_CRASHED, VERDICT_REFUSED) for e in entries)
 
 
 def recommended(release: dict[str, Any]) -> str | None:
@@ -137,13 +134,13 @@ def _llama_tau(j: dict[str, Any]) -> str:
     """llama.cpp's τ beside the reference's: llama-speculative-simple's (``--llama-cpp``, the whole block), else
     llama-server's at the largest n-max it served (the first build; the n-max is said: τ cannot pass n-max + 1)."""
     if j["tau"].get("llama_cpp") is not None:
-        return _fmt(j["tau"]["llama_cpp"])
+        return figure(j["tau"]["llama_cpp"])
     entries = [e for e in j.get("serving", []) if e.get("tau") is not None]
     if not entries:
         return "–"
     first = [e for e in entries if e["build"] == entries[0]["build"]]
     e = max(first, key=lambda e: (e["draft_n_max"] or 0, -first.index(e)))
-    return f"{_fmt(e['tau'])} (server, n-max {e['draft_n_max']})"
+    return f"{figure(e['tau'])} (server, n-max {e['draft_n_max']})"
 
 
 def _file_row(c: _Files, t: str) -> dict[str, Any]:
@@ -151,12 +148,12 @@ def _file_row(c: _Files, t: str) -> dict[str, Any]:
     top1 = j["parity"]["top1"]
     e = best_entry(j.get("serving", []))
     return {
-        "file": f"`{j['file']}`", "size": f"{j['size_bytes'] / 1e6:.2f} MB", "bpw": _fmt(j["bits_per_weight"], ".2f"),
-        "tau": _fmt(j["tau"]["mean"]),
+        "file": f"`{j['file']}`", "size": f"{j['size_bytes'] / 1e6:.2f} MB", "bpw": figure(j["bits_per_weight"], ".2f"),
+        "tau": figure(j["tau"]["mean"]),
         "tau_ci": f"{d['tau_ci'][0]:.3f} – {d['tau_ci'][1]:.3f}" if d["tau_ci"] else "–",
-        "delta": "reference" if t == c.types[0] else _fmt(d["delta"], "+.3f"),
+        "delta": "reference" if t == c.types[0] else figure(d["delta"], "+.3f"),
         "delta_ci": f"{d['delta_ci'][0]:+.3f} – {d['delta_ci'][1]:+.3f}" if d["delta_ci"] else "–",
-        "top1": "–" if top1 is None else f"{top1:.2%}", "kl": _fmt(j["parity"]["kl_mean"], ".3g"),
+        "top1": "–" if top1 is None else f"{top1:.2%}", "kl": figure(j["parity"]["kl_mean"], ".3g"),
         "llama_cpp": _llama_tau(j),
         "speedup": _speed_text(e) + (f" (n-max {e['draft_n_max']})" if e and e.get("draft_n_max") else ""),
         "gates": "; ".join(f"**FAILED {g['gate']}**: {g['why']}" for g in j["gates_failed"]) or "passed"}

@@ -12,10 +12,12 @@ from typing import Any, NamedTuple
 
 from ..reporting import Column, TableSpec, build_section, markdown_section, markdown_text
 from ..stats import CONFIDENCE
+from ..accept.serving import VERDICT_GAIN
 from .serving import MEASURED, best_entry, builds_of
 
 
-def _fmt(x: float | None, spec: str) -> str:
+def figure(x: float | None, spec: str = ".3f") -> str:
+    """A figure of the card: "–" where it was not measured or is not finite."""
     return "–" if x is None or not math.isfinite(x) else format(x, spec)
 
 
@@ -44,9 +46,9 @@ def _rows(c: _Serving) -> list[dict[str, Any]]:
             ci = e.get("speedup_ci")
             rows.append({
                 "file": f"`{c.jobs[t]['file']}`", "build": md_name(b), "n_max": str(e["draft_n_max"] or "default"),
-                "cache": e["draft_cache_type"] or "default", "tau": _fmt(e.get("tau"), ".3f"),
+                "cache": e["draft_cache_type"] or "default", "tau": figure(e.get("tau"), ".3f"),
                 "rate": "–" if e.get("acceptance_rate") is None else f"{e['acceptance_rate']:.1%}",
-                "off": _fmt(e.get("tokens_per_s_off"), ".1f"), "on": _fmt(e.get("tokens_per_s_on"), ".1f"),
+                "off": figure(e.get("tokens_per_s_off"), ".1f"), "on": figure(e.get("tokens_per_s_on"), ".1f"),
                 "speedup": "–" if e.get("speedup") is None else f"×{e['speedup']:.2f}",
                 "ci": f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "–",
                 "verdict": e["verdict"] + (f" ({e['note']})" if e.get("note") else "")})
@@ -62,7 +64,7 @@ def _columns(c: _Serving) -> list[Column]:
 
 #: one row per type (× build), at the n-max that served it fastest
 SERVING_TABLE = TableSpec("Speed through llama-server", _columns, _rows, id="serving",
-                          flagged=lambda c: {i for i, r in enumerate(_rows(c)) if not r["verdict"].startswith("net gain")})
+                          flagged=lambda c: {i for i, r in enumerate(_rows(c)) if not r["verdict"].startswith(VERDICT_GAIN)})
 
 
 def _sweep_label(e: dict[str, Any]) -> str:

@@ -29,6 +29,7 @@ from typing import Any
 from ..errors import DFlashError
 from ..files import MAX_JSON_CONTAINERS, json_container_count
 from .card import recommended, recommended_by_speed, render_card
+from .outdir import entries
 from .inside import NotInside, read_inside, sha256_inside
 from .run import CARD, RECORD, SUMS, TIMINGS, release_types
 from .schema import RecordError, validate_record
@@ -231,7 +232,7 @@ def _check_entries(out: Path, record: dict[str, Any], problems: list[str]) -> No
     if record.get("by_context"):
         own.add(PICTURE)
     try:
-        names = sorted(os.listdir(out))[:10_000]
+        names = entries(out)
     except OSError as exc:
         problems.append(f"{out}: cannot list it ({exc.strerror or exc})")
         return

@@ -170,15 +170,18 @@ def claim(out: Path) -> Claim:
     return Claim(out, fd, created)
 
 
+def entries(folder: Path | int, limit: int = MAX_ENTRIES) -> list[str]:
+    """The first ``limit`` names in OUTDIR (a path or an open descriptor), sorted: what a release looks at of it."""
+    return sorted(os.listdir(folder))[:limit]
+
+
 def foreign_entry(claimed: Claim, own_names: set[str], has_record: bool) -> str | None:
     """The first entry of OUTDIR that is not the release's (``own_names``: its fixed files and the type files its
     record lists or a run cut short was writing), None when there is none. Without a release record of the same
     inputs only the work folder may be there."""
-    names = []
-    for n, name in enumerate(sorted(os.listdir(claimed.fd))):
-        if n >= MAX_ENTRIES:
-            return name
-        names.append(name)
+    names = entries(claimed.fd, MAX_ENTRIES + 1)
+    if len(names) > MAX_ENTRIES:
+        return names[MAX_ENTRIES]
     for name in names:
         if name == WORK_FOLDER:
             continue

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from ..accept.serving import VERDICTS
 from ..errors import DFlashError
 
 FORMAT = "dflashkit-release/3"
@@ -139,7 +140,6 @@ HASH = text(64, pattern=HEX64)
 COUNT = integer(0, 2**62)
 SEED = integer(0, 2**63 - 1)
 
-VERDICTS = ("net gain", "no gain", "net loss", "output differs", "refused to load", "crashed", "not measured")
 SPEED = number(0.0, 1e9, null=True)
 
 
