@@ -19,13 +19,13 @@ The kernels live in one module per family of types, all taking C's scalar operat
 
 - ``_kernels_c_ops``: the numba options, float32 constants, bit casts, rounding, C casts and fp16 conversions;
 - ``_kernels_float``: F32 -> F16 / BF16, BF16 -> F16 and the scans for values those cannot keep;
-- ``_kernels_legacy``: the 32-value types Q8_0, Q4_0, Q5_0, Q5_1;
+- ``_kernels_legacy``: the 32-value types Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and their packings;
 - ``_kernels_legacy_f16``: the 32-value types straight from F16 bits, a block as LLVM vectors;
 - ``_kernels_kquants``: the lane kernels of Q4_K / Q5_K (`qk_kernel`), Q6_K and Q2_K without weights;
 - ``_kernels_kquants_mirror``: the scalar K-quant mirror (``*_scalar``, ``make_*_quants``);
 - ``_kernels_make``: the scale searches of the low-bit and weighted quantizers (``make_qx``, ``make_q3``,
   ``make_qkx2`` / ``make_qkx3``, ``make_qp``, ``best_index_int8``);
-- ``_kernels_lowbit``: Q4_1, Q2_K and Q3_K (their scalar mirrors), IQ4_NL and IQ4_XS without weights;
+- ``_kernels_lowbit``: Q2_K and Q3_K (their scalar mirrors), IQ4_NL and IQ4_XS without weights;
 - ``_kernels_lowbit_lanes``: the Q3_K lane kernel;
 - ``_kernels_weighted``: every type's importance-weighted row kernel (``quantize_row_*_impl``).
 
@@ -41,7 +41,7 @@ they release the GIL so ``base.run_chunked`` can split blocks across threads.
 from __future__ import annotations
 
 from ._kernels_c_ops import (
-    as_int8, c_f32_to_i32, c_roundf, f32_as_u32, fp16_to_fp32, fp32_to_fp16, nearest_int, nearest_int_f, put_u16,
+    as_int8, c_f32_to_i32, c_roundf, f32_as_u32, fp16_to_fp32, fp32_to_fp16, nearest_int, nearest_int_f, put16,
     u32_as_f32,
 )
 from ._kernels_float import (
@@ -49,8 +49,8 @@ from ._kernels_float import (
 )
 from ._kernels_kquants import q2_k_kernel, q6_k_kernel, qk_kernel
 from ._kernels_kquants_mirror import make_qkx2_quants, make_qx_quants_rmse1, q4_k_scalar, q5_k_scalar, q6_k_scalar
-from ._kernels_legacy import q4_0_kernel, q5_0_kernel, q5_1_kernel, q8_0_kernel
-from ._kernels_lowbit import iq4_kernel, q2_k_scalar, q3_k_scalar, q4_1_kernel
+from ._kernels_legacy import q4_0_kernel, q4_1_kernel, q5_0_kernel, q5_1_kernel, q8_0_kernel
+from ._kernels_lowbit import iq4_kernel, q2_k_scalar, q3_k_scalar
 from ._kernels_lowbit_lanes import q3_k_kernel
 from ._kernels_legacy_f16 import (f16_to_f32_blocks, q4_0_from_f16, q4_1_from_f16, q5_0_from_f16, q5_1_from_f16,
                                   q8_0_from_f16)
@@ -60,16 +60,16 @@ from ._kernels_weighted import (iq4_w_kernel, legacy_w_kernel, q23_k_w_kernel, q
 __all__ = [
     # C's scalar operations
     "f32_as_u32", "u32_as_f32", "nearest_int", "nearest_int_f", "c_f32_to_i32", "c_roundf", "as_int8",
-    "fp32_to_fp16", "fp16_to_fp32", "put_u16",
+    "fp32_to_fp16", "fp16_to_fp32", "put16",
     # float types
     "f32_to_f16_kernel", "bf16_to_f16_kernel", "bf16_f16_specials", "f32_to_bf16_kernel", "f16_to_f32_kernel",
     "f16_to_f32_count", "f16_to_f32_blocks",
     # 32-value block types
-    "q8_0_kernel", "q4_0_kernel", "q5_0_kernel", "q5_1_kernel",
+    "q8_0_kernel", "q4_0_kernel", "q4_1_kernel", "q5_0_kernel", "q5_1_kernel",
     "q8_0_from_f16", "q4_0_from_f16", "q4_1_from_f16", "q5_0_from_f16", "q5_1_from_f16",
     # K-quants: the lane kernels the codecs run, and the scalar mirror
     "qk_kernel", "q6_k_kernel", "make_qkx2_quants", "q4_k_scalar", "q5_k_scalar", "make_qx_quants_rmse1", "q6_k_scalar",
     # the low-bit types, and every type's importance-weighted quantizer
-    "q4_1_kernel", "q2_k_kernel", "q2_k_scalar", "q3_k_kernel", "q3_k_scalar", "iq4_kernel",
+    "q2_k_kernel", "q2_k_scalar", "q3_k_kernel", "q3_k_scalar", "iq4_kernel",
     "legacy_w_kernel", "q23_k_w_kernel", "q45_k_w_kernel", "q6_k_w_kernel", "iq4_w_kernel",
 ]

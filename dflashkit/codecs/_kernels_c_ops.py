@@ -11,8 +11,8 @@ the kernel modules take ``njit`` from this module, so that happens first whichev
 
 numba's on-disk cache is keyed on the text of the file that defines a kernel, and a cached kernel carries the
 code of the helpers it inlined from this file. So that a change here still recompiles them, every kernel module
-records this file's sha256 (``C_OPS_SHA256``) and calls `require_recorded_sha256` on import: after editing this
-file, set the new value there (the error names it).
+records this file's sha256 (``INLINED_SHA256``) and calls `require_inlined` on import: after editing this file,
+run ``python tools/rehash_kernels.py`` (the error names the value too).
 """
 
 from __future__ import annotations
@@ -165,21 +165,42 @@ def fp16_to_fp32(h):  # type: ignore[no-untyped-def]
 
 
 @njit(**_JIT)
-def put_u16(out, b, pos, v):  # type: ignore[no-untyped-def]
-    """Store a little-endian uint16 (fp16 bits) at out[b, pos:pos+2]."""
-    out[b, pos] = v & 0xFF
-    out[b, pos + 1] = (v >> 8) & 0xFF
+def put16(o, pos, v):  # type: ignore[no-untyped-def]
+    """A little-endian uint16 (fp16 bits) at o[pos:pos+2]."""
+    o[pos] = v & 0xFF
+    o[pos + 1] = (v >> 8) & 0xFF
 
 
 @njit(**_JIT)
-def put_d_dmin(out, b, max_scale, max_min):  # type: ignore[no-untyped-def]
-    """A Q4_K / Q5_K super-block's d and dmin (max / 63 as fp16) stored at out[b, 0:4]; returns them as float32,
+def put_d_dmin(o, pos, max_scale, max_min):  # type: ignore[no-untyped-def]
+    """A Q4_K / Q5_K super-block's d and dmin (max / 63 as fp16) stored at o[pos:pos+4]; returns them as float32,
     the values get_scale_min_k4's decoding multiplies by (quantize_row_q4_K_ref / q5_K_ref)."""
     d16 = fp32_to_fp16(max_scale / np.float32(63))
     dmin16 = fp32_to_fp16(max_min / np.float32(63))
-    put_u16(out, b, 0, d16)
-    put_u16(out, b, 2, dmin16)
+    put16(o, pos, d16)
+    put16(o, pos + 2, dmin16)
     return fp16_to_fp32(d16), fp16_to_fp32(dmin16)
+
+
+@njit(**_JIT)
+def put_k4_scale_min(o, pos, j, s, m):  # type: ignore[no-untyped-def]
+    """Sub-block j's 6-bit scale s and min m into the 12 scale bytes of a Q4_K / Q5_K super-block at o[pos:pos+12]
+    (zeroed by the caller): the packing get_scale_min_k4 reads back."""
+    if j < 4:
+        o[pos + j] = s
+        o[pos + j + 4] = m
+    else:
+        o[pos + j + 4] = ((s & 0xF) | ((m & 0xF) << 4)) & 0xFF
+        o[pos + j - 4] = (o[pos + j - 4] | ((s >> 4) << 6)) & 0xFF
+        o[pos + j] = (o[pos + j] | ((m >> 4) << 6)) & 0xFF
+
+
+@njit(**_JIT)
+def get_k4_scale_min(o, pos, j):  # type: ignore[no-untyped-def]
+    """get_scale_min_k4(j, scales at o[pos:pos+12]): sub-block j's 6-bit scale and min."""
+    if j < 4:
+        return o[pos + j] & 63, o[pos + j + 4] & 63
+    return (o[pos + j + 4] & 0xF) | ((o[pos + j - 4] >> 6) << 4), (o[pos + j + 4] >> 4) | ((o[pos + j] >> 6) << 4)
 
 
 # ----------------------------------------------------------------------------------------- the cache's dependency
@@ -196,13 +217,20 @@ def file_sha256(path: str) -> str | None:
         return None
 
 
-def require_recorded_sha256(recorded: str, module: str, path: str = __file__) -> None:
-    """Refuse to load ``module``'s kernels when the sha256 it records for the helper file ``path`` (this one by
-    default) is not that file's: its cached kernels may still run the helpers as they were (module docstring)."""
-    current = file_sha256(path)
-    if current is not None and recorded != current:
-        name = path.replace("\\", "/").rsplit("/", 1)[-1]
-        raise RuntimeError(
-            f"{module}: the sha256 it records for dflashkit/codecs/{name}, whose helpers its numba kernels inline, "
-            f"does not match; set it to {current!r} so numba recompiles them"
-        )
+#: hex digits of a sha256 a kernel module records (enough to tell one text of a file from the next)
+RECORDED_DIGITS = 16
+
+
+def require_inlined(module: str, recorded: dict[str, str]) -> None:
+    """Refuse to load ``module``'s kernels when a file whose helpers they inline is not the text the module
+    records (``recorded``: ``"c_ops"`` for ``_kernels_c_ops.py`` → the first `RECORDED_DIGITS` of its sha256):
+    its cached kernels may still run the helpers as they were (module docstring)."""
+    here = os.path.dirname(__file__)
+    for short, digest in recorded.items():
+        current = file_sha256(os.path.join(here, f"_kernels_{short}.py"))
+        if current is not None and digest != current[:RECORDED_DIGITS]:
+            raise RuntimeError(
+                f"{module}: the sha256 it records for dflashkit/codecs/_kernels_{short}.py, whose helpers its numba "
+                f"kernels inline, does not match; set it to {current[:RECORDED_DIGITS]!r} so numba recompiles them "
+                "(python tools/rehash_kernels.py sets every one)"
+            )

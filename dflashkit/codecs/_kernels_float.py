@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._kernels_c_ops import _F_2M24, _JIT, f32_as_u32, fp32_to_fp16, njit, require_recorded_sha256, u32_as_f32
+from ._kernels_c_ops import _F_2M24, _JIT, f32_as_u32, fp32_to_fp16, njit, require_inlined, u32_as_f32
 
-#: sha256 of ``_kernels_c_ops.py``, whose helpers these kernels inline: numba's cache is keyed on this file's text,
-#: so a change there has to change this line (see ``_kernels_c_ops``)
-C_OPS_SHA256 = "7b23dae62d456d5e0b8c1772218738daa90cff1db2a739219283c3ae8a2c3ea2"
-require_recorded_sha256(C_OPS_SHA256, __name__)
+#: sha256 of the files whose helpers these kernels inline: numba's cache is keyed on this file's text only, so a
+#: change there has to change this line (`require_inlined`; python tools/rehash_kernels.py sets them)
+INLINED_SHA256 = {"c_ops": "90af6b99320d14fc"}
+require_inlined(__name__, INLINED_SHA256)
 
 
 @njit(**_JIT)

@@ -19,24 +19,16 @@ import numpy as np
 
 from ._kernels_c_ops import (
     _F0, _F1, _F_TENTH, _GROUP_MAX_EPS, _JIT, as_int8, fp16_to_fp32, fp32_to_fp16, nearest_int, nearest_int_f, njit,
-    put_d_dmin, put_u16, require_recorded_sha256,
+    put16, put_d_dmin, put_k4_scale_min, require_inlined,
 )
 from ._kernels_lowbit import q2_k_scale_codes
 from ._kernels_make import max_abs
 from ._kernels_tiles import clampf, gather_sub16, max_abs_lanes, pack_2bit_lanes, pick
-from . import _kernels_lowbit, _kernels_make, _kernels_tiles
 
-#: sha256 of ``_kernels_c_ops.py``, ``_kernels_tiles.py`` (the tile gather, max |x|, clamp and 2-bit packing),
-#: ``_kernels_make.py`` (max_abs) and ``_kernels_lowbit.py`` (Q2_K's scale codes), whose helpers these kernels inline: numba's cache is keyed on this file's text,
-#: so a change there has to change these lines (see ``_kernels_c_ops``)
-C_OPS_SHA256 = "7b23dae62d456d5e0b8c1772218738daa90cff1db2a739219283c3ae8a2c3ea2"
-require_recorded_sha256(C_OPS_SHA256, __name__)
-TILES_SHA256 = "aa2f5cc1114ce55ef59fc5907c131abd6f6a101e793a4636871777a760e5ee27"
-require_recorded_sha256(TILES_SHA256, __name__, _kernels_tiles.__file__)
-MAKE_SHA256 = "90a2551bf0a17ad9b26077267a1ed48512c3f625b789bdbc46804d94e7593c6d"
-require_recorded_sha256(MAKE_SHA256, __name__, _kernels_make.__file__)
-LOWBIT_SHA256 = "88baac598305efa33e7aeea8e8cc348008264502aeb1adbce859b7cf03f55533"
-require_recorded_sha256(LOWBIT_SHA256, __name__, _kernels_lowbit.__file__)
+#: sha256 of the files whose helpers these kernels inline: numba's cache is keyed on this file's text only, so a
+#: change there has to change this line (`require_inlined`; python tools/rehash_kernels.py sets them)
+INLINED_SHA256 = {"c_ops": "90af6b99320d14fc", "tiles": "5be431698359f57e", "make": "f2cc1184b8b128b7", "lowbit": "180ad2fe18b2b341"}
+require_inlined(__name__, INLINED_SHA256)
 
 
 _SB_K = 16  # super-blocks per tile for Q4_K / Q5_K (8 lanes each -> 128 lanes)
@@ -213,19 +205,13 @@ def _qkx_tile(x, b0, ng, out, nmax, rmin, rdelta, nstep, xT, wT, L, Laux, st, vd
                 max_min = mins[8 * g + j]
         inv_scale = np.float32(63) / max_scale if max_scale > _F0 else _F0
         inv_min = np.float32(63) / max_min if max_min > _F0 else _F0
-        dh, dminh = put_d_dmin(out, b, max_scale, max_min)
+        dh, dminh = put_d_dmin(out[b], 0, max_scale, max_min)
         for k in range(12):
             out[b, 4 + k] = 0
         for j in range(8):
             s = min(63, nearest_int(inv_scale * scales[8 * g + j]) & 0xFF)  # uint8_t ls = nearest_int(); MIN(63)
             m = min(63, nearest_int(inv_min * mins[8 * g + j]) & 0xFF)
-            if j < 4:
-                out[b, 4 + j] = s
-                out[b, 8 + j] = m
-            else:
-                out[b, 8 + j] = (s & 0xF) | ((m & 0xF) << 4)
-                out[b, j] |= (s >> 4) << 6
-                out[b, 4 + j] |= (m >> 4) << 6
+            put_k4_scale_min(out[b], 4, j, s, m)
             # get_scale_min_k4 decodes exactly (s, m)
             vd[8 * g + j] = dh * np.float32(s)
             vdm[8 * g + j] = dminh * np.float32(m)
@@ -381,7 +367,7 @@ def q6_k_kernel(x, out):  # type: ignore[no-untyped-def]
                 continue
             isc = np.float32(-128) / max_scale
             d16 = fp32_to_fp16(_F1 / isc)
-            put_u16(out, b, 208, d16)
+            put16(out[b], 208, d16)
             dh = fp16_to_fp32(d16)
             for ib in range(16):
                 s8 = as_int8(min(127, nearest_int(isc * scale[16 * g + ib])))

@@ -10,20 +10,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._kernels_c_ops import _F0, _F_TENTH, _JIT, nearest_int, njit, put_d_dmin, require_recorded_sha256
+from ._kernels_c_ops import _F0, _F_TENTH, _JIT, nearest_int, njit, put_d_dmin, put_k4_scale_min, require_inlined
 
-from . import _kernels_make
 from ._kernels_make import make_qkx2_quants as _make_qkx2_quants
 from ._kernels_make import make_qx_quants as _make_qx_quants
 from ._kernels_make import q6_k_finish, running_max
 
-#: sha256 of ``_kernels_c_ops.py``, whose helpers these kernels inline: numba's cache is keyed on this file's text,
-#: so a change there has to change this line (see ``_kernels_c_ops``)
-C_OPS_SHA256 = "7b23dae62d456d5e0b8c1772218738daa90cff1db2a739219283c3ae8a2c3ea2"
-require_recorded_sha256(C_OPS_SHA256, __name__)
+#: sha256 of the files whose helpers these kernels inline: numba's cache is keyed on this file's text only, so a
+#: change there has to change this line (`require_inlined`; python tools/rehash_kernels.py sets them)
+INLINED_SHA256 = {"c_ops": "90af6b99320d14fc", "make": "f2cc1184b8b128b7"}
+require_inlined(__name__, INLINED_SHA256)
 #: sha256 of ``_kernels_make.py`` (its make_qkx2_quants is inlined here): the same rule
-MAKE_SHA256 = "90a2551bf0a17ad9b26077267a1ed48512c3f625b789bdbc46804d94e7593c6d"
-require_recorded_sha256(MAKE_SHA256, __name__, _kernels_make.__file__)
 
 
 @njit(**_JIT)
@@ -59,14 +56,8 @@ def _qkx_superblock(x, b, out, nmax, rmin, rdelta, nstep, L, Laux, weights, scal
         m = min(63, nearest_int(inv_min * mins[j]) & 0xFF)
         ls[j] = s
         lm[j] = m
-        if j < 4:
-            out[b, 4 + j] = s
-            out[b, 4 + j + 4] = m
-        else:
-            out[b, 4 + j + 4] = (s & 0xF) | ((m & 0xF) << 4)
-            out[b, 4 + j - 4] |= (s >> 4) << 6
-            out[b, 4 + j] |= (m >> 4) << 6
-    dh, dminh = put_d_dmin(out, b, max_scale, max_min)
+        put_k4_scale_min(out[b], 4, j, s, m)
+    dh, dminh = put_d_dmin(out[b], 0, max_scale, max_min)
     for j in range(8):  # get_scale_min_k4 would decode exactly ls[j], lm[j]
         d = dh * np.float32(ls[j])
         if d == _F0:

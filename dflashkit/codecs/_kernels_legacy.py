@@ -1,7 +1,7 @@
-"""Numba kernels of the 32-value block types Q8_0, Q4_0, Q5_0 and Q5_1.
+"""Numba kernels of the 32-value block types Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1, and their packings.
 
-Each is a statement-by-statement transcription of ggml's ``quantize_row_q8_0_ref`` / ``q4_0_ref`` / ``q5_0_ref``
-/ ``q5_1_ref``: a block's scale from its signed absmax (or its min and max), stored as fp16, then one C
+Each is a statement-by-statement transcription of ggml's ``quantize_row_q8_0_ref`` / ``q4_0_ref`` / ``q4_1_ref``
+/ ``q5_0_ref`` / ``q5_1_ref``: a block's scale from its signed absmax (or its min and max), stored as fp16, then one C
 rounding per value and the type's packing. Kernels take ``x[n_blocks, 32]`` float32 and write
 ``out[n_blocks, type_size]`` uint8. Q8_0's codec runs numpy and calls `q8_0_kernel` only for the passes
 holding blocks whose C behaviour numpy cannot reproduce (see ``legacy.q8_0_numpy``).
@@ -12,13 +12,13 @@ from __future__ import annotations
 import numpy as np
 
 from ._kernels_c_ops import (
-    _F0, _F1, _F_HALF, _JIT, as_int8, c_f32_to_i32, c_roundf, fp32_to_fp16, njit, put_u16, require_recorded_sha256,
+    _F0, _F1, _F_HALF, _JIT, as_int8, c_f32_to_i32, c_roundf, fp32_to_fp16, njit, put16, require_inlined,
 )
 
-#: sha256 of ``_kernels_c_ops.py``, whose helpers these kernels inline: numba's cache is keyed on this file's text,
-#: so a change there has to change this line (see ``_kernels_c_ops``)
-C_OPS_SHA256 = "7b23dae62d456d5e0b8c1772218738daa90cff1db2a739219283c3ae8a2c3ea2"
-require_recorded_sha256(C_OPS_SHA256, __name__)
+#: sha256 of the files whose helpers these kernels inline: numba's cache is keyed on this file's text only, so a
+#: change there has to change this line (`require_inlined`; python tools/rehash_kernels.py sets them)
+INLINED_SHA256 = {"c_ops": "90af6b99320d14fc"}
+require_inlined(__name__, INLINED_SHA256)
 
 
 @njit(**_JIT)
@@ -31,7 +31,7 @@ def q8_0_kernel(x, out):  # type: ignore[no-untyped-def]
             amax = amax if amax > av else av  # MAX(amax, fabsf(v))
         d = amax / np.float32(127)
         idv = _F1 / d if d != _F0 else _F0
-        put_u16(out, b, 0, fp32_to_fp16(d))
+        put16(out[b], 0, fp32_to_fp16(d))
         for j in range(32):
             out[b, 2 + j] = c_roundf(x[b, j] * idv) & 0xFF
 
@@ -67,61 +67,81 @@ def _min_max(x, b, n):  # type: ignore[no-untyped-def]
 def _signed_scale(x, b, out, divisor):  # type: ignore[no-untyped-def]
     """q4_0 / q5_0: d = the signed absmax / divisor, stored as fp16 at the block's start; returns 1/d (0 for 0)."""
     d = _signed_absmax(x, b, 32) / divisor
-    put_u16(out, b, 0, fp32_to_fp16(d))
+    put16(out[b], 0, fp32_to_fp16(d))
     return _F1 / d if d != _F0 else _F0
+
+
+@njit(**_JIT)
+def _min_scale(x, b, out, levels):  # type: ignore[no-untyped-def]
+    """q4_1 / q5_1: d = (max - min) / levels and m = min, stored as fp16 at the block's start; returns (1/d, min)."""
+    mn, mx = _min_max(x, b, 32)
+    d = (mx - mn) / levels
+    put16(out[b], 0, fp32_to_fp16(d))
+    put16(out[b], 2, fp32_to_fp16(mn))
+    return (_F1 / d if d != _F0 else _F0), mn
+
+
+@njit(**_JIT)
+def pack_q4(o, pos, L):  # type: ignore[no-untyped-def]
+    """q4_0 / q4_1: the 32 codes L[0:32] (their low bytes) as nibbles at o[pos:pos+16], value j and j + 16 a byte."""
+    for j in range(16):
+        o[pos + j] = ((L[j] & 0xFF) | ((L[j + 16] & 0xFF) << 4)) & 0xFF
+
+
+@njit(**_JIT)
+def pack_q5(o, pos_qh, pos_qs, L):  # type: ignore[no-untyped-def]
+    """q5_0 / q5_1: the 32 codes' low nibbles into qs at o[pos_qs:pos_qs+16], their 5th bits into the
+    little-endian uint32 qh at o[pos_qh:pos_qh+4]."""
+    qh = 0
+    for j in range(16):
+        xi0 = L[j] & 0xFF
+        xi1 = L[j + 16] & 0xFF
+        o[pos_qs + j] = (xi0 & 0x0F) | ((xi1 & 0x0F) << 4)
+        qh |= ((xi0 & 0x10) >> 4) << j
+        qh |= ((xi1 & 0x10) >> 4) << (j + 16)
+    for k in range(4):
+        o[pos_qh + k] = (qh >> (8 * k)) & 0xFF
 
 
 @njit(**_JIT)
 def q4_0_kernel(x, out):  # type: ignore[no-untyped-def]
     """quantize_row_q4_0_ref: d = max/-8, q = MIN(15, (int8_t)(x/d + 8.5))."""
+    L = np.empty(32, np.int64)
     for b in range(x.shape[0]):
         idv = _signed_scale(x, b, out, np.float32(-8))
-        for j in range(16):
-            xi0 = min(15, as_int8(c_f32_to_i32(x[b, j] * idv + np.float32(8.5)))) & 0xFF
-            xi1 = min(15, as_int8(c_f32_to_i32(x[b, j + 16] * idv + np.float32(8.5)))) & 0xFF
-            out[b, 2 + j] = (xi0 | (xi1 << 4)) & 0xFF
+        for j in range(32):
+            L[j] = min(15, as_int8(c_f32_to_i32(x[b, j] * idv + np.float32(8.5))))
+        pack_q4(out[b], 2, L)
 
 
 @njit(**_JIT)
-def _pack_q5(out, b, pos_qh, pos_qs, j, xi0, xi1, qh):  # type: ignore[no-untyped-def]
-    """Shared q5_0 / q5_1 packing: low nibbles into qs, the 5th bits into qh (returned)."""
-    out[b, pos_qs + j] = (xi0 & 0x0F) | ((xi1 & 0x0F) << 4)
-    qh |= ((xi0 & 0x10) >> 4) << j
-    qh |= ((xi1 & 0x10) >> 4) << (j + 16)
-    return qh
-
-
-@njit(**_JIT)
-def _put_u32(out, b, pos, v):  # type: ignore[no-untyped-def]
-    for k in range(4):
-        out[b, pos + k] = (v >> (8 * k)) & 0xFF
+def q4_1_kernel(x, out):  # type: ignore[no-untyped-def]
+    """quantize_row_q4_1_ref: d = (max-min)/15, m = min, q = MIN(15, (int8_t)((x-min)/d + 0.5))."""
+    L = np.empty(32, np.int64)
+    for b in range(x.shape[0]):
+        idv, mn = _min_scale(x, b, out, np.float32(15))
+        for j in range(32):
+            L[j] = min(15, as_int8(c_f32_to_i32((x[b, j] - mn) * idv + _F_HALF)))
+        pack_q4(out[b], 4, L)
 
 
 @njit(**_JIT)
 def q5_0_kernel(x, out):  # type: ignore[no-untyped-def]
     """quantize_row_q5_0_ref: d = max/-16, q = MIN(31, (int8_t)(x/d + 16.5))."""
+    L = np.empty(32, np.int64)
     for b in range(x.shape[0]):
         idv = _signed_scale(x, b, out, np.float32(-16))
-        qh = 0
-        for j in range(16):
-            xi0 = min(31, as_int8(c_f32_to_i32(x[b, j] * idv + np.float32(16.5)))) & 0xFF
-            xi1 = min(31, as_int8(c_f32_to_i32(x[b, j + 16] * idv + np.float32(16.5)))) & 0xFF
-            qh = _pack_q5(out, b, 2, 6, j, xi0, xi1, qh)
-        _put_u32(out, b, 2, qh)
+        for j in range(32):
+            L[j] = min(31, as_int8(c_f32_to_i32(x[b, j] * idv + np.float32(16.5))))
+        pack_q5(out[b], 2, 6, L)
 
 
 @njit(**_JIT)
 def q5_1_kernel(x, out):  # type: ignore[no-untyped-def]
     """quantize_row_q5_1_ref: d = (max-min)/31, m = min, q = (uint8_t)((x-min)/d + 0.5)."""
+    L = np.empty(32, np.int64)
     for b in range(x.shape[0]):
-        mn, mx = _min_max(x, b, 32)
-        d = (mx - mn) / np.float32(31)
-        idv = _F1 / d if d != _F0 else _F0
-        put_u16(out, b, 0, fp32_to_fp16(d))
-        put_u16(out, b, 2, fp32_to_fp16(mn))
-        qh = 0
-        for j in range(16):
-            xi0 = c_f32_to_i32((x[b, j] - mn) * idv + _F_HALF) & 0xFF
-            xi1 = c_f32_to_i32((x[b, j + 16] - mn) * idv + _F_HALF) & 0xFF
-            qh = _pack_q5(out, b, 4, 8, j, xi0, xi1, qh)
-        _put_u32(out, b, 4, qh)
+        idv, mn = _min_scale(x, b, out, np.float32(31))
+        for j in range(32):
+            L[j] = c_f32_to_i32((x[b, j] - mn) * idv + _F_HALF)
+        pack_q5(out[b], 4, 8, L)

@@ -5,8 +5,8 @@ before its vectoriser sees it, so the decode, the absmax and the rounding of a b
 (Q8_0 ~1.3 ns a value, Q4_0 ~2.8 ns; llama-quantize's are no faster). Written as ``<32 x half>`` / ``<32 x float>``
 operations they are a handful of AVX2 instructions each.
 
-Each is the float32 sequence of ggml's ``quantize_row_*_ref`` (the scalar mirrors in ``_kernels_legacy`` /
-``_kernels_lowbit``), for blocks of finite values:
+Each is the float32 sequence of ggml's ``quantize_row_*_ref`` (the scalar mirrors in ``_kernels_legacy``), for
+blocks of finite values:
 
 - the F16 values widen exactly (``fpext``, F16C's ``vcvtph2ps``);
 - Q8_0 / Q4_0 / Q5_0: the largest magnitude is the largest of the values' bits with the sign cleared; Q4_0 / Q5_0
@@ -27,23 +27,14 @@ from __future__ import annotations
 import numpy as np
 from numba.core import cgutils
 
-from ._kernels_c_ops import _JIT, intrinsic, ir, njit, require_recorded_sha256, types
+from ._kernels_c_ops import _JIT, intrinsic, ir, njit, require_inlined, types
 from ._kernels_float import f16_to_f32_count
-from ._kernels_legacy import q4_0_kernel, q5_0_kernel, q5_1_kernel, q8_0_kernel
-from ._kernels_lowbit import q4_1_kernel
-from . import _kernels_float, _kernels_legacy, _kernels_lowbit
+from ._kernels_legacy import q4_0_kernel, q4_1_kernel, q5_0_kernel, q5_1_kernel, q8_0_kernel
 
-#: sha256 of ``_kernels_c_ops.py``, ``_kernels_float.py`` (the exact decode), ``_kernels_legacy.py`` and
-#: ``_kernels_lowbit.py`` (the scalar mirrors a NaN / inf block takes), whose code these kernels compile in: numba's
-#: cache is keyed on this file's text, so a change there has to change these lines (see ``_kernels_c_ops``)
-C_OPS_SHA256 = "7b23dae62d456d5e0b8c1772218738daa90cff1db2a739219283c3ae8a2c3ea2"
-require_recorded_sha256(C_OPS_SHA256, __name__)
-FLOAT_SHA256 = "41f2429fb089802bcf69e72c95929c8addfdaa363e7d274887170d40d083680f"
-require_recorded_sha256(FLOAT_SHA256, __name__, _kernels_float.__file__)
-LEGACY_SHA256 = "74584a51f333d2064c1c9704f8b44720ae47239cec9b729d9072156a5dd208b7"
-require_recorded_sha256(LEGACY_SHA256, __name__, _kernels_legacy.__file__)
-LOWBIT_SHA256 = "88baac598305efa33e7aeea8e8cc348008264502aeb1adbce859b7cf03f55533"
-require_recorded_sha256(LOWBIT_SHA256, __name__, _kernels_lowbit.__file__)
+#: sha256 of the files whose helpers these kernels inline: numba's cache is keyed on this file's text only, so a
+#: change there has to change this line (`require_inlined`; python tools/rehash_kernels.py sets them)
+INLINED_SHA256 = {"c_ops": "90af6b99320d14fc", "float": "ecc80b45d63d2ee1", "legacy": "a86cbc7cbbbe8321"}
+require_inlined(__name__, INLINED_SHA256)
 
 _LANES = 32
 _F32, _I8, _I16, _I32 = ir.FloatType(), ir.IntType(8), ir.IntType(16), ir.IntType(32)

@@ -1,5 +1,5 @@
-"""Numba kernels of Q4_1, Q2_K, Q3_K, IQ4_NL and IQ4_XS as ``ggml_quantize_chunk`` runs them without an importance
-matrix: ``quantize_row_q4_1_ref``, ``quantize_row_q2_K_ref`` (block by block: the codec runs
+"""Numba kernels of Q2_K, Q3_K, IQ4_NL and IQ4_XS as ``ggml_quantize_chunk`` runs them without an importance
+matrix: ``quantize_row_q2_K_ref`` (block by block: the codec runs
 ``_kernels_kquants.q2_k_kernel``'s lanes), ``quantize_row_q3_K_ref`` (likewise: ``_kernels_lowbit_lanes``), and for the IQ4 types
 ``quantize_iq4_nl`` / ``quantize_iq4_xs`` (``quantize_row_iq4_nl_impl`` with 7 trial scales: what
 llama-quantize writes; ``quantize_row_iq4_nl_ref``'s single pass is not). The per-block bodies take a 1-D input
@@ -13,28 +13,18 @@ from __future__ import annotations
 import numpy as np
 
 from ._kernels_c_ops import (
-    _F0, _F1, _F_HALF, _F_TENTH, _JIT, as_int8, c_f32_to_i32, fp16_to_fp32, fp32_to_fp16, nearest_int, njit,
-    require_recorded_sha256,
+    _F0, _F1, _F_TENTH, _JIT, as_int8, fp16_to_fp32, fp32_to_fp16, nearest_int, njit,
+    put16, require_inlined,
 )
 from ._kernels_make import best_index_int8, k_scratch, make_q3_quants, make_qkx2_quants, max_abs, running_max
-from . import _kernels_make
 
-#: sha256 of ``_kernels_c_ops.py`` and ``_kernels_make.py``, whose helpers these kernels inline (numba's cache is
-#: keyed on this file's text only)
-C_OPS_SHA256 = "7b23dae62d456d5e0b8c1772218738daa90cff1db2a739219283c3ae8a2c3ea2"
-MAKE_SHA256 = "90a2551bf0a17ad9b26077267a1ed48512c3f625b789bdbc46804d94e7593c6d"
-require_recorded_sha256(C_OPS_SHA256, __name__)
-require_recorded_sha256(MAKE_SHA256, __name__, _kernels_make.__file__)
+#: sha256 of the files whose helpers these kernels inline: numba's cache is keyed on this file's text only, so a
+#: change there has to change this line (`require_inlined`; python tools/rehash_kernels.py sets them)
+INLINED_SHA256 = {"c_ops": "90af6b99320d14fc", "make": "f2cc1184b8b128b7"}
+require_inlined(__name__, INLINED_SHA256)
 
 KVALUES_IQ4NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.int8)
 _F15 = np.float32(15.0)
-
-
-@njit(**_JIT)
-def put16(o, pos, v):  # type: ignore[no-untyped-def]
-    """A little-endian uint16 (fp16 bits) at o[pos:pos+2]."""
-    o[pos] = v & 0xFF
-    o[pos + 1] = (v >> 8) & 0xFF
 
 
 @njit(**_JIT)
@@ -43,28 +33,6 @@ def pack_2bit(L, o, pos):  # type: ignore[no-untyped-def]
     for j in range(0, 256, 128):
         for l in range(32):
             o[pos + j // 4 + l] = (L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6)) & 0xFF
-
-
-@njit(**_JIT)
-def q4_1_kernel(x, out):  # type: ignore[no-untyped-def]
-    """quantize_row_q4_1_ref: d = (max-min)/15, m = min, q = MIN(15, (int8_t)((x-min)/d + 0.5))."""
-    for b in range(x.shape[0]):
-        mn = np.float32(3.4028234663852886e38)
-        mx = -mn
-        for j in range(32):
-            v = x[b, j]
-            if v < mn:
-                mn = v
-            if v > mx:
-                mx = v
-        d = (mx - mn) / _F15
-        idv = _F1 / d if d != _F0 else _F0
-        put16(out[b], 0, fp32_to_fp16(d))
-        put16(out[b], 2, fp32_to_fp16(mn))
-        for j in range(16):
-            xi0 = min(15, as_int8(c_f32_to_i32((x[b, j] - mn) * idv + _F_HALF))) & 0xFF
-            xi1 = min(15, as_int8(c_f32_to_i32((x[b, j + 16] - mn) * idv + _F_HALF))) & 0xFF
-            out[b, 4 + j] = (xi0 | (xi1 << 4)) & 0xFF
 
 
 @njit(**_JIT)

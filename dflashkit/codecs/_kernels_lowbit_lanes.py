@@ -15,22 +15,15 @@ from __future__ import annotations
 import numpy as np
 
 from ._kernels_c_ops import (
-    _F0, _F1, _GROUP_MAX_EPS, _JIT, fp16_to_fp32, nearest_int_f, njit, require_recorded_sha256,
+    _F0, _F1, _GROUP_MAX_EPS, _JIT, fp16_to_fp32, nearest_int_f, njit, require_inlined,
 )
 from ._kernels_lowbit import q3_k_get_scale, q3_k_put_scales
 from ._kernels_tiles import clampf, gather_sub16, max_abs_lanes, pack_2bit_lanes, pick
-from . import _kernels_lowbit, _kernels_make, _kernels_tiles
 
-#: sha256 of ``_kernels_c_ops.py``, ``_kernels_lowbit.py``, ``_kernels_tiles.py`` and ``_kernels_make.py``, whose
-#: helpers this kernel inlines (numba's cache is keyed on this file's text only)
-C_OPS_SHA256 = "7b23dae62d456d5e0b8c1772218738daa90cff1db2a739219283c3ae8a2c3ea2"
-require_recorded_sha256(C_OPS_SHA256, __name__)
-LOWBIT_SHA256 = "88baac598305efa33e7aeea8e8cc348008264502aeb1adbce859b7cf03f55533"
-require_recorded_sha256(LOWBIT_SHA256, __name__, _kernels_lowbit.__file__)
-TILES_SHA256 = "aa2f5cc1114ce55ef59fc5907c131abd6f6a101e793a4636871777a760e5ee27"
-require_recorded_sha256(TILES_SHA256, __name__, _kernels_tiles.__file__)
-MAKE_SHA256 = "90a2551bf0a17ad9b26077267a1ed48512c3f625b789bdbc46804d94e7593c6d"
-require_recorded_sha256(MAKE_SHA256, __name__, _kernels_make.__file__)
+#: sha256 of the files whose helpers these kernels inline: numba's cache is keyed on this file's text only, so a
+#: change there has to change this line (`require_inlined`; python tools/rehash_kernels.py sets them)
+INLINED_SHA256 = {"c_ops": "90af6b99320d14fc", "lowbit": "180ad2fe18b2b341", "tiles": "5be431698359f57e", "make": "f2cc1184b8b128b7"}
+require_inlined(__name__, INLINED_SHA256)
 
 _SB_3 = 32  # super-blocks per tile (16 lanes each -> 512 lanes: the later passes' compact tile is fuller)
 _NL_3 = 16 * _SB_3

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._kernels_c_ops import (_F0, _F1, _F_TENTH, _GROUP_MAX_EPS, _JIT, as_int8, fp16_to_fp32, fp32_to_fp16, nearest_int,
-                             njit, require_recorded_sha256)
+from ._kernels_c_ops import (_F0, _F1, _F_HALF, _F_TENTH, _GROUP_MAX_EPS, _JIT, as_int8, fp16_to_fp32, fp32_to_fp16, nearest_int,
+                             njit, put16, require_inlined)
 
-#: sha256 of ``_kernels_c_ops.py`` (see there)
-C_OPS_SHA256 = "7b23dae62d456d5e0b8c1772218738daa90cff1db2a739219283c3ae8a2c3ea2"
-require_recorded_sha256(C_OPS_SHA256, __name__)
-
-_F_HALF = np.float32(0.5)
+#: sha256 of the files whose helpers these kernels inline: numba's cache is keyed on this file's text only, so a
+#: change there has to change this line (`require_inlined`; python tools/rehash_kernels.py sets them)
+INLINED_SHA256 = {"c_ops": "90af6b99320d14fc"}
+require_inlined(__name__, INLINED_SHA256)
 
 
 @njit(**_JIT)
@@ -354,8 +353,7 @@ def q6_k_finish(x, off, o, pos, L, scales, sc8):  # type: ignore[no-untyped-def]
         return
     iscale = np.float32(-128.0) / max_scale
     d16 = fp32_to_fp16(_F1 / iscale)
-    o[pos + 208] = d16 & 0xFF
-    o[pos + 209] = (d16 >> 8) & 0xFF
+    put16(o, pos + 208, d16)
     for ib in range(16):
         s8 = as_int8(min(127, nearest_int(iscale * scales[ib])))
         sc8[ib] = s8

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._kernels_c_ops import _F0, _JIT, f32_as_u32, njit, u32_as_f32
+from ._kernels_c_ops import _JIT, f32_as_u32, njit, u32_as_f32
 
 
 @njit(**_JIT)

@@ -12,19 +12,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._kernels_c_ops import _F0, _JIT, fp16_to_fp32, fp32_to_fp16, nearest_int, njit
-from ._kernels_c_ops import require_recorded_sha256
-from ._kernels_lowbit import iq4_superblock, put16, q2_k_finish, q3_k_finish, q3_k_put_scale
+from ._kernels_c_ops import (_F0, _JIT, fp16_to_fp32, fp32_to_fp16, get_k4_scale_min, nearest_int, njit, put16,
+                             put_k4_scale_min, require_inlined)
+from ._kernels_legacy import pack_q4, pack_q5
+from ._kernels_lowbit import iq4_superblock, q2_k_finish, q3_k_finish, q3_k_put_scale
 from ._kernels_make import k_scratch, make_qkx3_quants, make_qp_quants, make_qx_quants, q6_k_finish
-from . import _kernels_lowbit, _kernels_make
 
-#: sha256 of the helper files these kernels inline (numba's cache is keyed on this file's text only)
-C_OPS_SHA256 = "7b23dae62d456d5e0b8c1772218738daa90cff1db2a739219283c3ae8a2c3ea2"
-MAKE_SHA256 = "90a2551bf0a17ad9b26077267a1ed48512c3f625b789bdbc46804d94e7593c6d"
-LOWBIT_SHA256 = "88baac598305efa33e7aeea8e8cc348008264502aeb1adbce859b7cf03f55533"
-require_recorded_sha256(C_OPS_SHA256, __name__)
-require_recorded_sha256(MAKE_SHA256, __name__, _kernels_make.__file__)
-require_recorded_sha256(LOWBIT_SHA256, __name__, _kernels_lowbit.__file__)
+#: sha256 of the files whose helpers these kernels inline: numba's cache is keyed on this file's text only, so a
+#: change there has to change this line (`require_inlined`; python tools/rehash_kernels.py sets them)
+INLINED_SHA256 = {"c_ops": "90af6b99320d14fc", "make": "f2cc1184b8b128b7", "lowbit": "180ad2fe18b2b341", "legacy": "a86cbc7cbbbe8321"}
+require_inlined(__name__, INLINED_SHA256)
 
 _F_M09 = np.float32(-0.9)
 _F_005 = np.float32(0.05)
@@ -64,20 +61,6 @@ def _sum_sq(xr, off, n):  # type: ignore[no-untyped-def]
 
 
 @njit(**_JIT)
-def _pack_q5(o, pos_qh, pos_qs, L):  # type: ignore[no-untyped-def]
-    """q5_0 / q5_1: low nibbles into qs, the 5th bits into the little-endian uint32 qh."""
-    qh = 0
-    for j in range(16):
-        xi0 = L[j] & 0xFF
-        xi1 = L[j + 16] & 0xFF
-        o[pos_qs + j] = (xi0 & 0x0F) | ((xi1 & 0x0F) << 4)
-        qh |= ((xi0 & 0x10) >> 4) << j
-        qh |= ((xi1 & 0x10) >> 4) << (j + 16)
-    for k in range(4):
-        o[pos_qh + k] = (qh >> (8 * k)) & 0xFF
-
-
-@njit(**_JIT)
 def legacy_w_kernel(x, qw, out, kind):  # type: ignore[no-untyped-def]
     """quantize_row_{q4_0,q4_1,q5_0,q5_1}_impl with weights (``kind`` 0, 1, 2, 3)."""
     L = np.zeros(32, np.int64)
@@ -95,20 +78,18 @@ def legacy_w_kernel(x, qw, out, kind):  # type: ignore[no-untyped-def]
                 d = make_qx_quants(xr, 32 * ib, 32, 8 if kind == 0 else 16, L, 0, 1, weight, 0, True)
                 put16(o, pos, fp32_to_fp16(d))
                 if kind == 0:
-                    for j in range(16):
-                        o[pos + 2 + j] = (L[j] | (L[j + 16] << 4)) & 0xFF
+                    pack_q4(o, pos + 2, L)
                 else:
-                    _pack_q5(o, pos + 2, pos + 6, L)
+                    pack_q5(o, pos + 2, pos + 6, L)
             else:
                 d, mn = make_qkx3_quants(xr, 32 * ib, 32, 15 if kind == 1 else 31, weight, L, 0, Laux, _F_M09,
                                          _F_005, 36)
                 put16(o, pos, fp32_to_fp16(d))
                 put16(o, pos + 2, fp32_to_fp16(-mn))
                 if kind == 1:
-                    for j in range(16):
-                        o[pos + 4 + j] = (L[j] | (L[j + 16] << 4)) & 0xFF
+                    pack_q4(o, pos + 4, L)
                 else:
-                    _pack_q5(o, pos + 4, pos + 8, L)
+                    pack_q5(o, pos + 4, pos + 8, L)
 
 
 @njit(**_JIT)
@@ -159,14 +140,6 @@ def _q3_k_w_block(xr, off, qw, o, pos, scratch):  # type: ignore[no-untyped-def]
 
 
 @njit(**_JIT)
-def _k4_scale_min(o, pos, j):  # type: ignore[no-untyped-def]
-    """get_scale_min_k4(j, scales at o[pos:pos+12])."""
-    if j < 4:
-        return o[pos + j] & 63, o[pos + j + 4] & 63
-    return (o[pos + j + 4] & 0xF) | ((o[pos + j - 4] >> 6) << 4), (o[pos + j + 4] >> 4) | ((o[pos + j] >> 6) << 4)
-
-
-@njit(**_JIT)
 def q45_k_w_kernel(x, qw, out, nmax):  # type: ignore[no-untyped-def]
     """quantize_row_q4_K_impl (nmax 15) / q5_K_impl (nmax 31) with weights."""
     L, Laux, weight, scales, mins, sw, Ls, Lm = k_scratch(8, 32)
@@ -192,13 +165,7 @@ def q45_k_w_kernel(x, qw, out, nmax):  # type: ignore[no-untyped-def]
                 if nmax == 31:  # q5_K_impl clamps; q4_K_impl stores the uint8 as it is
                     ls = min(63, ls)
                     lm = min(63, lm)
-                if j < 4:
-                    o[pos + 4 + j] = ls
-                    o[pos + 4 + j + 4] = lm
-                else:
-                    o[pos + 4 + j + 4] = ((ls & 0xF) | ((lm & 0xF) << 4)) & 0xFF
-                    o[pos + 4 + j - 4] = (o[pos + 4 + j - 4] | ((ls >> 4) << 6)) & 0xFF
-                    o[pos + 4 + j] = (o[pos + 4 + j] | ((lm >> 4) << 6)) & 0xFF
+                put_k4_scale_min(o, pos + 4, j, ls, lm)
             d16 = fp32_to_fp16(d_block)
             m16 = fp32_to_fp16(m_block)
             put16(o, pos, d16)
@@ -206,7 +173,7 @@ def q45_k_w_kernel(x, qw, out, nmax):  # type: ignore[no-untyped-def]
             dh = fp16_to_fp32(d16)
             mh = fp16_to_fp32(m16)
             for j in range(8):
-                sc, m = _k4_scale_min(o, pos + 4, j)
+                sc, m = get_k4_scale_min(o, pos + 4, j)
                 d = dh * np.float32(sc)
                 if d == _F0:
                     continue
