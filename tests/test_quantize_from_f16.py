@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dflashkit.codecs import QUANT_TYPES, quantize, quantize_f16_rows
+from dflashkit.codecs import QUANT_TYPES, get_quant_type, quantize, quantize_f16_rows
 from dflashkit.codecs import _kernels as K
 
 BLOCK_TYPES = [t.name for t in QUANT_TYPES if t.name not in ("F32", "F16", "BF16")]
@@ -52,7 +52,8 @@ def test_32_value_types_from_f16_bits_are_the_c_mirror_on_every_half(kind: str, 
     expected = np.empty((bits.size // 32, size), np.uint8)
     getattr(K, f"{kind}_kernel")(bits.view(np.float16).astype(np.float32).reshape(-1, 32), expected)
     got = np.empty_like(expected)
-    nonfinite = getattr(K, f"{kind}_from_f16")(bits, got.reshape(-1))
+    name, extra = get_quant_type(kind.upper()).from_f16  # the kernel and kind the codec runs from F16 bits
+    nonfinite = getattr(K, name)(bits, got.reshape(-1), *extra)
     assert np.array_equal(got, expected)
     assert nonfinite == int(np.count_nonzero(~np.isfinite(bits.view(np.float16))))
 

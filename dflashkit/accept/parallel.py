@@ -30,8 +30,7 @@ from typing import Any, Callable, Sequence
 
 from ..llama_cpp.server import Completion, LlamaServer
 from ..llama_cpp.speculative_simple import mean_tau
-from .serving import (VERDICT_DIFFERS, first_difference, log_speed_ratio, measured_verdict, speedup_ci_of_logs,
-                      speedup_of_logs)
+from .serving import VERDICT_DIFFERS, PairedSpeeds, first_difference, measured_verdict
 
 #: a slot drafts "much less" than slot 0 when its accepted tokens per round are under this share of slot 0's —
 #: each counted against the same prompts served one at a time where those are known, since which prompts a slot gets
@@ -52,7 +51,7 @@ class Batch:
 
 
 @dataclass
-class ParallelLevel:
+class ParallelLevel(PairedSpeeds):
     """One drafter at ``-np n``: ``on[b]`` / ``off[b]`` ↔ batch b (with the drafter / the target alone)."""
 
     drafter: str
@@ -62,18 +61,6 @@ class ParallelLevel:
     refused: str | None = None
     seed: int = 0
     alone_taus: list[float] = field(default_factory=list)  # prompt i's τ one request at a time (same build, -np 1)
-
-    def log_ratios(self) -> list[float]:
-        logs = [log_speed_ratio(a.tokens_per_s, b.tokens_per_s) for a, b in zip(self.off, self.on)]
-        return [x for x in logs if math.isfinite(x)]
-
-    @property
-    def speedup(self) -> float:
-        return speedup_of_logs(self.log_ratios())
-
-    @property
-    def speedup_ci(self) -> tuple[float, float] | None:
-        return speedup_ci_of_logs(self.log_ratios(), self.seed)
 
     def aggregate(self, batches: list[Batch]) -> float:
         decoded = sum(c.decoded for b in batches for c in b.replies)

@@ -78,8 +78,32 @@ class Difference:
                 f"drafter, {tok(self.target_token)} from the target alone")
 
 
+class PairedSpeeds:
+    """The speed-up of paired measurements: each of ``off`` (the target alone) beside the same of ``on`` (with the
+    drafter), each with its ``tokens_per_s``; ``seed`` seeds the bootstrap of its CI."""
+
+    off: Sequence[Any]
+    on: Sequence[Any]
+    seed: int
+
+    def log_ratios_per_prompt(self) -> list[float]:
+        """One log ratio per pair, NaN where it has none (a prompt's pairs across runs stay aligned)."""
+        return [log_speed_ratio(a.tokens_per_s, b.tokens_per_s) for a, b in zip(self.off, self.on)]
+
+    def log_ratios(self) -> list[float]:
+        return [x for x in self.log_ratios_per_prompt() if math.isfinite(x)]
+
+    @property
+    def speedup(self) -> float:
+        return speedup_of_logs(self.log_ratios())
+
+    @property
+    def speedup_ci(self) -> tuple[float, float] | None:
+        return speedup_ci_of_logs(self.log_ratios(), self.seed)
+
+
 @dataclass
-class ServingRun(CountedRuns):
+class ServingRun(PairedSpeeds, CountedRuns):
     """One combination: ``on[i]`` / ``off[i]`` ↔ prompt i (``off`` empty without a target alone to ask)."""
 
     target_gguf: str
@@ -136,21 +160,6 @@ class ServingRun(CountedRuns):
     @property
     def tokens_per_s_off(self) -> float:
         return self._rate(self.off)
-
-    def log_ratios_per_prompt(self) -> list[float]:
-        """One log ratio per prompt, NaN where it has none (a prompt's pairs across runs stay aligned)."""
-        return [log_speed_ratio(a.tokens_per_s, b.tokens_per_s) for a, b in zip(self.off, self.on)]
-
-    def log_ratios(self) -> list[float]:
-        return [x for x in self.log_ratios_per_prompt() if math.isfinite(x)]
-
-    @property
-    def speedup(self) -> float:
-        return speedup_of_logs(self.log_ratios())
-
-    @property
-    def speedup_ci(self) -> tuple[float, float] | None:
-        return speedup_ci_of_logs(self.log_ratios(), self.seed)
 
     def differences(self, prompt_names: Sequence[str]) -> list[Difference]:
         out = []

@@ -131,7 +131,7 @@ def quantize_f16_rows(bits: np.ndarray, qtype: GGMLQuantizationType | int | str,
 
     def rows(xs: np.ndarray, os: np.ndarray) -> None:
         if direct is not None:
-            counts.append(int(getattr(K, direct)(xs.reshape(-1), os.reshape(-1))))
+            counts.append(int(getattr(K, direct[0])(xs.reshape(-1), os.reshape(-1), *direct[1])))
             return
         scratch = np.empty((min(step, xs.shape[0]), n), np.float32)
         bad = 0

@@ -52,8 +52,7 @@ from ._kernels_kquants_mirror import make_qkx2_quants, make_qx_quants_rmse1, q4_
 from ._kernels_legacy import q4_0_kernel, q4_1_kernel, q5_0_kernel, q5_1_kernel, q8_0_kernel
 from ._kernels_lowbit import iq4_kernel, q2_k_scalar, q3_k_scalar
 from ._kernels_lowbit_lanes import q3_k_kernel
-from ._kernels_legacy_f16 import (f16_to_f32_blocks, q4_0_from_f16, q4_1_from_f16, q5_0_from_f16, q5_1_from_f16,
-                                  q8_0_from_f16)
+from ._kernels_legacy_f16 import f16_to_f32_blocks, legacy_from_f16
 from ._kernels_weighted import (iq4_w_kernel, legacy_w_kernel, q23_k_w_kernel, q45_k_w_kernel,
                                 q6_k_w_kernel)
 
@@ -66,7 +65,7 @@ __all__ = [
     "f16_to_f32_count", "f16_to_f32_blocks",
     # 32-value block types
     "q8_0_kernel", "q4_0_kernel", "q4_1_kernel", "q5_0_kernel", "q5_1_kernel",
-    "q8_0_from_f16", "q4_0_from_f16", "q4_1_from_f16", "q5_0_from_f16", "q5_1_from_f16",
+    "legacy_from_f16",
     # K-quants: the lane kernels the codecs run, and the scalar mirror
     "qk_kernel", "q6_k_kernel", "make_qkx2_quants", "q4_k_scalar", "q5_k_scalar", "make_qx_quants_rmse1", "q6_k_scalar",
     # the low-bit types, and every type's importance-weighted quantizer

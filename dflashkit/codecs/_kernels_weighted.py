@@ -62,11 +62,11 @@ def _sum_sq(xr, off, n):  # type: ignore[no-untyped-def]
 
 @njit(**_JIT)
 def legacy_w_kernel(x, qw, out, kind):  # type: ignore[no-untyped-def]
-    """quantize_row_{q4_0,q4_1,q5_0,q5_1}_impl with weights (``kind`` 0, 1, 2, 3)."""
+    """quantize_row_{q4_0,q4_1,q5_0,q5_1}_impl with weights (``kind`` 1, 2, 3, 4: `legacy_from_f16`'s numbering)."""
     L = np.zeros(32, np.int64)
     Laux = np.zeros(32, np.int64)
     weight = np.zeros(32, np.float32)
-    ts = (18, 20, 22, 24)[kind]
+    ts = (34, 18, 20, 22, 24)[kind]
     for r in range(x.shape[0]):
         xr = x[r]
         o = out[r]
@@ -74,19 +74,19 @@ def legacy_w_kernel(x, qw, out, kind):  # type: ignore[no-untyped-def]
         for ib in range(xr.shape[0] // 32):
             _sigma_weights(xr, 32 * ib, qw, 32, sigma2, weight)
             pos = ib * ts
-            if kind == 0 or kind == 2:
-                d = make_qx_quants(xr, 32 * ib, 32, 8 if kind == 0 else 16, L, 0, 1, weight, 0, True)
+            if kind == 1 or kind == 3:
+                d = make_qx_quants(xr, 32 * ib, 32, 8 if kind == 1 else 16, L, 0, 1, weight, 0, True)
                 put16(o, pos, fp32_to_fp16(d))
-                if kind == 0:
+                if kind == 1:
                     pack_q4(o, pos + 2, L)
                 else:
                     pack_q5(o, pos + 2, pos + 6, L)
             else:
-                d, mn = make_qkx3_quants(xr, 32 * ib, 32, 15 if kind == 1 else 31, weight, L, 0, Laux, _F_M09,
+                d, mn = make_qkx3_quants(xr, 32 * ib, 32, 15 if kind == 2 else 31, weight, L, 0, Laux, _F_M09,
                                          _F_005, 36)
                 put16(o, pos, fp32_to_fp16(d))
                 put16(o, pos + 2, fp32_to_fp16(-mn))
-                if kind == 1:
+                if kind == 2:
                     pack_q4(o, pos + 4, L)
                 else:
                     pack_q5(o, pos + 4, pos + 8, L)

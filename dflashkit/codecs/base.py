@@ -303,9 +303,10 @@ class KernelQuantType(QuantType):
     _weighted: ClassVar[tuple[str, tuple[Any, ...]] | None] = None
     needs_numba: ClassVar[bool] = True
     _cost: ClassVar[int] = 1  # relative work per value, to size thread chunks (K-quants search many scales)
-    #: a kernel in ``_kernels`` that quantizes F16 bits straight (flat uint16 → flat blocks; returns the NaN / ±inf
-    #: count): `quantize_f16_rows` runs it instead of the decode and `quantize_rows_into`
-    from_f16: ClassVar[str | None] = None
+    #: a kernel in ``_kernels`` that quantizes F16 bits straight, ``(name, extra arguments)``: ``kernel(bits (flat
+    #: uint16), out (flat blocks), *extra)`` returns the NaN / ±inf count; `quantize_f16_rows` runs it instead of
+    #: the decode and `quantize_rows_into`
+    from_f16: ClassVar[tuple[str, tuple[Any, ...]] | None] = None
 
     def _block_kernel(self) -> Callable[[np.ndarray, np.ndarray], Any]:
         """``_kernel`` as a function (a name is looked up in ``_kernels``, importing numba)."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 from gguf import GGMLQuantizationType
 
+from typing import Any, ClassVar
+
 from .base import K, KernelQuantType, fp16_col, unpack_nibbles
 
 
@@ -80,11 +82,27 @@ def q8_0_numpy(x: np.ndarray, out: np.ndarray) -> None:
             np.copyto(out[lo:hi, 2:].view(np.int8), vs, casting="unsafe")  # |vs| < 128: truncation toward 0
 
 
-class Q8_0(KernelQuantType, ggml_type=GGMLQuantizationType.Q8_0):
+class _Block32(KernelQuantType):
+    """A 32-value type: its ``kind`` picks its branch of the kernels that serve them all, straight from F16 bits
+    (`_kernels_legacy_f16.legacy_from_f16`) and with weights (`_kernels_weighted.legacy_w_kernel`, Q8_0 has none);
+    its plain kernel is ``<type>_kernel`` unless it names another."""
+
+    kind: ClassVar[int]  # 0 Q8_0, 1 Q4_0, 2 Q4_1, 3 Q5_0, 4 Q5_1
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        cls.from_f16 = ("legacy_from_f16", (cls.kind,))
+        if cls.kind:
+            cls._weighted = ("legacy_w_kernel", (cls.kind,))
+        if "_kernel" not in cls.__dict__:
+            cls._kernel = f"{cls.__name__.lower()}_kernel"
+
+
+class Q8_0(_Block32, ggml_type=GGMLQuantizationType.Q8_0):
     """d (fp16) = absmax / 127; qs = roundf(x / d) as int8."""
 
+    kind = 0
     _kernel = q8_0_numpy
-    from_f16 = "q8_0_from_f16"  # an F16 file's path: whole blocks as vectors (`_kernels_legacy_f16`)
     needs_numba = False
 
     def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
@@ -97,47 +115,39 @@ class Q8_0(KernelQuantType, ggml_type=GGMLQuantizationType.Q8_0):
         np.multiply(q[:, 2:].view(np.int8), fp16_col(q, 0), out=out, dtype=np.float32)
 
 
-class Q4_0(KernelQuantType, ggml_type=GGMLQuantizationType.Q4_0):
+class Q4_0(_Block32, ggml_type=GGMLQuantizationType.Q4_0):
     """d (fp16) = max / -8 (max: signed value of largest magnitude); 4-bit levels with offset 8."""
 
-    _kernel = "q4_0_kernel"
-    from_f16 = "q4_0_from_f16"
-    _weighted = ("legacy_w_kernel", (0,))
+    kind = 1
 
     def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
         levels = unpack_nibbles(q[:, 2:], 16).astype(np.int8) - np.int8(8)
         return fp16_col(q, 0) * levels.astype(np.float32)
 
 
-class Q4_1(KernelQuantType, ggml_type=GGMLQuantizationType.Q4_1):
+class Q4_1(_Block32, ggml_type=GGMLQuantizationType.Q4_1):
     """d (fp16) = (max - min) / 15, m (fp16) = min; unsigned 4-bit levels; x = d * q + m."""
 
-    _kernel = "q4_1_kernel"
-    from_f16 = "q4_1_from_f16"
-    _weighted = ("legacy_w_kernel", (1,))
+    kind = 2
 
     def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
         return fp16_col(q, 0) * unpack_nibbles(q[:, 4:], 16).astype(np.float32) + fp16_col(q, 2)
 
 
-class Q5_0(KernelQuantType, ggml_type=GGMLQuantizationType.Q5_0):
+class Q5_0(_Block32, ggml_type=GGMLQuantizationType.Q5_0):
     """d (fp16) = max / -16; 5-bit levels with offset 16 (low nibbles in qs, 5th bits in qh)."""
 
-    _kernel = "q5_0_kernel"
-    from_f16 = "q5_0_from_f16"
-    _weighted = ("legacy_w_kernel", (2,))
+    kind = 3
 
     def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
         levels = unpack_nibbles(q[:, 6:], 16) | (_fifth_bits(q[:, 2:6]) << np.uint8(4))
         return fp16_col(q, 0) * (levels.astype(np.int8) - np.int8(16)).astype(np.float32)
 
 
-class Q5_1(KernelQuantType, ggml_type=GGMLQuantizationType.Q5_1):
+class Q5_1(_Block32, ggml_type=GGMLQuantizationType.Q5_1):
     """d (fp16) = (max - min) / 31, m (fp16) = min; unsigned 5-bit levels; x = d * q + m."""
 
-    _kernel = "q5_1_kernel"
-    from_f16 = "q5_1_from_f16"
-    _weighted = ("legacy_w_kernel", (3,))
+    kind = 4
 
     def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
         levels = unpack_nibbles(q[:, 8:], 16) | (_fifth_bits(q[:, 4:8]) << np.uint8(4))

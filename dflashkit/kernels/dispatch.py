@@ -43,33 +43,43 @@ def reset_notices() -> None:
         _notified.clear()
 
 
+def _triton_missing() -> str | None:
+    if triton_kernels.installed():
+        return None
+    return ("dflashkit.kernels: triton is not installed, so quantized matmuls on CUDA use the slower reference path "
+            "(pip install 'dflashkit[triton]')")
+
+
+def _metal_missing() -> str | None:
+    ok, why = metal.available()
+    return None if ok else f"dflashkit.kernels: Metal kernels unavailable ({why}); using the reference path"
+
+
+#: device type → (its fused path, the kernels' module, their name in a notice, where a notice says the matmul runs,
+#: why the path cannot run here: None when it can)
+_FUSED = {
+    "cuda": ("triton", triton_kernels, "Triton", "on CUDA ", _triton_missing),
+    "mps": ("metal", metal, "Metal", "", _metal_missing),
+}
+
+
 def qmatmul_path(x_device: torch.device | str, w: QuantizedWeight) -> str:
     """"triton" | "metal" | "reference": the path ``qmatmul`` uses for activations on ``x_device``
     (float16 / bfloat16 / float32 activations; others always take the reference path)."""
-    dev = torch.device(x_device)
-    if dev.type == "cuda":
-        if w.ggml_type not in triton_kernels.SUPPORTED_TYPES:
-            if is_quantized(w.ggml_type):
-                    _notice(f"triton-{w.ggml_type.name}", f"dflashkit.kernels: no Triton kernel for {w.ggml_type.name}, so "
-                                                      "its matmuls on CUDA dequantize, then multiply (the reference path)")
-            return "reference"
-        if not triton_kernels.installed():
-            _notice("triton", "dflashkit.kernels: triton is not installed, so quantized matmuls on CUDA use the "
-                              "slower reference path (pip install 'dflashkit[triton]')")
-            return "reference"
-        return "triton"
-    if dev.type == "mps":
-        if w.ggml_type not in metal.SUPPORTED_TYPES:
-            if is_quantized(w.ggml_type):
-                    _notice(f"metal-{w.ggml_type.name}", f"dflashkit.kernels: no Metal kernel for {w.ggml_type.name}, so its "
-                                                     "matmuls dequantize, then multiply (the reference path)")
-            return "reference"
-        ok, why = metal.available()
-        if not ok:
-            _notice("metal", f"dflashkit.kernels: Metal kernels unavailable ({why}); using the reference path")
-            return "reference"
-        return "metal"
-    return "reference"
+    fused = _FUSED.get(torch.device(x_device).type)
+    if fused is None:
+        return "reference"
+    path, kernels, kernels_name, where, missing = fused
+    if w.ggml_type not in kernels.SUPPORTED_TYPES:
+        if is_quantized(w.ggml_type):
+            _notice(f"{path}-{w.ggml_type.name}", f"dflashkit.kernels: no {kernels_name} kernel for "
+                    f"{w.ggml_type.name}, so its matmuls {where}dequantize, then multiply (the reference path)")
+        return "reference"
+    why = missing()
+    if why is not None:
+        _notice(path, why)
+        return "reference"
+    return path
 
 
 def reference_qmatmul(x: torch.Tensor, w: QuantizedWeight) -> torch.Tensor:
