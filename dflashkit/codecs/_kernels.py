@@ -49,7 +49,7 @@ from ._kernels_float import (
 )
 from ._kernels_kquants import q2_k_kernel, q6_k_kernel, qk_kernel
 from ._kernels_kquants_mirror import make_qkx2_quants, make_qx_quants_rmse1, q4_k_scalar, q5_k_scalar, q6_k_scalar
-from ._kernels_legacy import q4_0_kernel, q4_1_kernel, q5_0_kernel, q5_1_kernel, q8_0_kernel
+from ._kernels_legacy import legacy_kernel
 from ._kernels_lowbit import iq4_kernel, q2_k_scalar, q3_k_scalar
 from ._kernels_lowbit_lanes import q3_k_kernel
 from ._kernels_legacy_f16 import f16_to_f32_blocks, legacy_from_f16
@@ -64,7 +64,7 @@ __all__ = [
     "f32_to_f16_kernel", "bf16_to_f16_kernel", "bf16_f16_specials", "f32_to_bf16_kernel", "f16_to_f32_kernel",
     "f16_to_f32_count", "f16_to_f32_blocks",
     # 32-value block types
-    "q8_0_kernel", "q4_0_kernel", "q4_1_kernel", "q5_0_kernel", "q5_1_kernel",
+    "legacy_kernel",
     "legacy_from_f16",
     # K-quants: the lane kernels the codecs run, and the scalar mirror
     "qk_kernel", "q6_k_kernel", "make_qkx2_quants", "q4_k_scalar", "q5_k_scalar", "make_qx_quants_rmse1", "q6_k_scalar",

@@ -22,18 +22,17 @@ require_inlined(__name__, INLINED_SHA256)
 
 
 @njit(**_JIT)
-def q8_0_kernel(x, out):  # type: ignore[no-untyped-def]
-    """quantize_row_q8_0_ref: d = amax/127 (fp16), q = roundf(x/d)."""
-    for b in range(x.shape[0]):
-        amax = _F0
-        for j in range(32):
-            av = abs(x[b, j])
-            amax = amax if amax > av else av  # MAX(amax, fabsf(v))
-        d = amax / np.float32(127)
-        idv = _F1 / d if d != _F0 else _F0
-        put16(out[b], 0, fp32_to_fp16(d))
-        for j in range(32):
-            out[b, 2 + j] = c_roundf(x[b, j] * idv) & 0xFF
+def _q8_0_block(x, b, o):  # type: ignore[no-untyped-def]
+    """quantize_row_q8_0_ref on block b: d = amax/127 (fp16), q = roundf(x/d)."""
+    amax = _F0
+    for j in range(32):
+        av = abs(x[b, j])
+        amax = amax if amax > av else av  # MAX(amax, fabsf(v))
+    d = amax / np.float32(127)
+    idv = _F1 / d if d != _F0 else _F0
+    put16(o, 0, fp32_to_fp16(d))
+    for j in range(32):
+        o[2 + j] = c_roundf(x[b, j] * idv) & 0xFF
 
 
 @njit(**_JIT)
@@ -64,20 +63,20 @@ def _min_max(x, b, n):  # type: ignore[no-untyped-def]
 
 
 @njit(**_JIT)
-def _signed_scale(x, b, out, divisor):  # type: ignore[no-untyped-def]
+def _signed_scale(x, b, o, divisor):  # type: ignore[no-untyped-def]
     """q4_0 / q5_0: d = the signed absmax / divisor, stored as fp16 at the block's start; returns 1/d (0 for 0)."""
     d = _signed_absmax(x, b, 32) / divisor
-    put16(out[b], 0, fp32_to_fp16(d))
+    put16(o, 0, fp32_to_fp16(d))
     return _F1 / d if d != _F0 else _F0
 
 
 @njit(**_JIT)
-def _min_scale(x, b, out, levels):  # type: ignore[no-untyped-def]
+def _min_scale(x, b, o, levels):  # type: ignore[no-untyped-def]
     """q4_1 / q5_1: d = (max - min) / levels and m = min, stored as fp16 at the block's start; returns (1/d, min)."""
     mn, mx = _min_max(x, b, 32)
     d = (mx - mn) / levels
-    put16(out[b], 0, fp32_to_fp16(d))
-    put16(out[b], 2, fp32_to_fp16(mn))
+    put16(o, 0, fp32_to_fp16(d))
+    put16(o, 2, fp32_to_fp16(mn))
     return (_F1 / d if d != _F0 else _F0), mn
 
 
@@ -104,44 +103,29 @@ def pack_q5(o, pos_qh, pos_qs, L):  # type: ignore[no-untyped-def]
 
 
 @njit(**_JIT)
-def q4_0_kernel(x, out):  # type: ignore[no-untyped-def]
-    """quantize_row_q4_0_ref: d = max/-8, q = MIN(15, (int8_t)(x/d + 8.5))."""
+def legacy_kernel(x, out, kind):  # type: ignore[no-untyped-def]
+    """quantize_row_{q8_0,q4_0,q4_1,q5_0,q5_1}_ref (``kind`` 0–4, `legacy_from_f16`'s numbering) of the blocks
+    ``x[n_blocks, 32]`` into ``out[n_blocks, type_size]``. Q8_0: d = amax/127, q = roundf(x/d). Q4_0 / Q5_0: d =
+    the signed absmax / -8 (-16), q = MIN(15 (31), (int8_t)(x/d + 8.5 (16.5))). Q4_1 / Q5_1: d = (max-min)/15
+    (31), m = min, q = (int8_t)((x-min)/d + 0.5), MIN(15, …) for Q4_1."""
     L = np.empty(32, np.int64)
     for b in range(x.shape[0]):
-        idv = _signed_scale(x, b, out, np.float32(-8))
-        for j in range(32):
-            L[j] = min(15, as_int8(c_f32_to_i32(x[b, j] * idv + np.float32(8.5))))
-        pack_q4(out[b], 2, L)
-
-
-@njit(**_JIT)
-def q4_1_kernel(x, out):  # type: ignore[no-untyped-def]
-    """quantize_row_q4_1_ref: d = (max-min)/15, m = min, q = MIN(15, (int8_t)((x-min)/d + 0.5))."""
-    L = np.empty(32, np.int64)
-    for b in range(x.shape[0]):
-        idv, mn = _min_scale(x, b, out, np.float32(15))
-        for j in range(32):
-            L[j] = min(15, as_int8(c_f32_to_i32((x[b, j] - mn) * idv + _F_HALF)))
-        pack_q4(out[b], 4, L)
-
-
-@njit(**_JIT)
-def q5_0_kernel(x, out):  # type: ignore[no-untyped-def]
-    """quantize_row_q5_0_ref: d = max/-16, q = MIN(31, (int8_t)(x/d + 16.5))."""
-    L = np.empty(32, np.int64)
-    for b in range(x.shape[0]):
-        idv = _signed_scale(x, b, out, np.float32(-16))
-        for j in range(32):
-            L[j] = min(31, as_int8(c_f32_to_i32(x[b, j] * idv + np.float32(16.5))))
-        pack_q5(out[b], 2, 6, L)
-
-
-@njit(**_JIT)
-def q5_1_kernel(x, out):  # type: ignore[no-untyped-def]
-    """quantize_row_q5_1_ref: d = (max-min)/31, m = min, q = (uint8_t)((x-min)/d + 0.5)."""
-    L = np.empty(32, np.int64)
-    for b in range(x.shape[0]):
-        idv, mn = _min_scale(x, b, out, np.float32(31))
-        for j in range(32):
-            L[j] = c_f32_to_i32((x[b, j] - mn) * idv + _F_HALF)
-        pack_q5(out[b], 4, 8, L)
+        o = out[b]
+        if kind == 0:
+            _q8_0_block(x, b, o)
+            continue
+        if kind == 1 or kind == 3:
+            idv = _signed_scale(x, b, o, np.float32(-8) if kind == 1 else np.float32(-16))
+            nmax = 15 if kind == 1 else 31
+            bias = np.float32(8.5) if kind == 1 else np.float32(16.5)
+            for j in range(32):
+                L[j] = min(nmax, as_int8(c_f32_to_i32(x[b, j] * idv + bias)))
+        else:
+            idv, mn = _min_scale(x, b, o, np.float32(15) if kind == 2 else np.float32(31))
+            for j in range(32):
+                v = c_f32_to_i32((x[b, j] - mn) * idv + _F_HALF)
+                L[j] = min(15, as_int8(v)) if kind == 2 else v
+        if kind <= 2:
+            pack_q4(o, 2 if kind == 1 else 4, L)
+        else:
+            pack_q5(o, 2 if kind == 3 else 4, 6 if kind == 3 else 8, L)

@@ -29,11 +29,11 @@ from numba.core import cgutils
 
 from ._kernels_c_ops import _JIT, intrinsic, ir, njit, require_inlined, types
 from ._kernels_float import f16_to_f32_count
-from ._kernels_legacy import q4_0_kernel, q4_1_kernel, q5_0_kernel, q5_1_kernel, q8_0_kernel
+from ._kernels_legacy import legacy_kernel
 
 #: sha256 of the files whose helpers these kernels inline: numba's cache is keyed on this file's text only, so a
 #: change there has to change this line (`require_inlined`; python tools/rehash_kernels.py sets them)
-INLINED_SHA256 = {"c_ops": "90af6b99320d14fc", "float": "ecc80b45d63d2ee1", "legacy": "a86cbc7cbbbe8321"}
+INLINED_SHA256 = {"c_ops": "90af6b99320d14fc", "float": "ecc80b45d63d2ee1", "legacy": "c67c82f1e00fb78f"}
 require_inlined(__name__, INLINED_SHA256)
 
 _LANES = 32
@@ -91,17 +91,24 @@ def _fp16(builder, value):  # type: ignore[no-untyped-def]
     return builder.bitcast(builder.fptrunc(value, ir.HalfType()), _I16)  # round to nearest even, as ggml's
 
 
+def _load_block(context, builder, sig, args):  # type: ignore[no-untyped-def]
+    """The 32 halves at ``bits[offset:]`` (``args``: bits, offset, out, …): the output array's data pointer, their
+    magnitudes (their bits, sign cleared), the largest as F16 bits (0x7C00 and up: NaN or ±inf among them) and the
+    halves widened to float32 (exact for every finite half)."""
+    src = context.make_array(sig.args[0])(context, builder, args[0]).data
+    dst = context.make_array(sig.args[2])(context, builder, args[2]).data
+    halves = builder.load(builder.bitcast(builder.gep(src, [args[1]]), ir.VectorType(ir.HalfType(), _LANES)
+                                          .as_pointer()), align=2)
+    magnitude = builder.and_(builder.bitcast(halves, _I16V), ir.Constant(_I16V, [0x7FFF] * _LANES))
+    top = _call(builder, f"llvm.vector.reduce.umax.v{_LANES}i16", _I16, [magnitude])
+    return dst, magnitude, top, builder.fpext(halves, _F32V)
+
+
 def _block_codegen(kind: str):  # type: ignore[no-untyped-def]
     divisor, offset, clamp, (at_d, at_m, at_qh, at_qs) = _LAYOUT[kind]
 
     def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
-        src = context.make_array(sig.args[0])(context, builder, args[0]).data
-        dst = context.make_array(sig.args[2])(context, builder, args[2]).data
-        halves = builder.load(builder.bitcast(builder.gep(src, [args[1]]), ir.VectorType(ir.HalfType(), _LANES)
-                                              .as_pointer()), align=2)
-        magnitude = builder.and_(builder.bitcast(halves, _I16V), ir.Constant(_I16V, [0x7FFF] * _LANES))
-        top = _call(builder, f"llvm.vector.reduce.umax.v{_LANES}i16", _I16, [magnitude])
-        x = builder.fpext(halves, _F32V)
+        dst, magnitude, top, x = _load_block(context, builder, sig, args)
         zero = ir.Constant(_F32, 0.0)
         if at_m is not None:  # min and max: the first element equal to each
             lo, hi = _min_max(builder, x)
@@ -164,13 +171,7 @@ def _widen_block(typingctx, bits, offset, out):  # type: ignore[no-untyped-def]
         return None
 
     def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
-        src = context.make_array(sig.args[0])(context, builder, args[0]).data
-        dst = context.make_array(sig.args[2])(context, builder, args[2]).data
-        halves = builder.load(builder.bitcast(builder.gep(src, [args[1]]), ir.VectorType(ir.HalfType(), _LANES)
-                                              .as_pointer()), align=2)
-        magnitude = builder.and_(builder.bitcast(halves, _I16V), ir.Constant(_I16V, [0x7FFF] * _LANES))
-        top = _call(builder, f"llvm.vector.reduce.umax.v{_LANES}i16", _I16, [magnitude])
-        x = builder.fpext(halves, _F32V)  # exact for every finite half
+        dst, _, top, x = _load_block(context, builder, sig, args)
         builder.store(x, builder.bitcast(builder.gep(dst, [args[1]]), _F32V.as_pointer()), align=4)
         return builder.zext(top, _I32)
 
@@ -229,15 +230,5 @@ def legacy_from_f16(bits, out, kind):  # type: ignore[no-untyped-def]
             top = q5_1_block(bits, b * 32, out, at)
         if top >= 0x7C00:
             nonfinite += f16_to_f32_count(bits[b * 32:(b + 1) * 32], scratch[0])
-            block = out[at:at + size].reshape(1, size)
-            if kind == 0:
-                q8_0_kernel(scratch, block)
-            elif kind == 1:
-                q4_0_kernel(scratch, block)
-            elif kind == 2:
-                q4_1_kernel(scratch, block)
-            elif kind == 3:
-                q5_0_kernel(scratch, block)
-            else:
-                q5_1_kernel(scratch, block)
+            legacy_kernel(scratch, out[at:at + size].reshape(1, size), kind)
     return nonfinite

@@ -20,7 +20,7 @@ from ._kernels_make import k_scratch, make_qkx3_quants, make_qp_quants, make_qx_
 
 #: sha256 of the files whose helpers these kernels inline: numba's cache is keyed on this file's text only, so a
 #: change there has to change this line (`require_inlined`; python tools/rehash_kernels.py sets them)
-INLINED_SHA256 = {"c_ops": "90af6b99320d14fc", "make": "f2cc1184b8b128b7", "lowbit": "180ad2fe18b2b341", "legacy": "a86cbc7cbbbe8321"}
+INLINED_SHA256 = {"c_ops": "90af6b99320d14fc", "make": "f2cc1184b8b128b7", "lowbit": "180ad2fe18b2b341", "legacy": "c67c82f1e00fb78f"}
 require_inlined(__name__, INLINED_SHA256)
 
 _F_M09 = np.float32(-0.9)

@@ -297,7 +297,7 @@ class KernelQuantType(QuantType):
     on row chunks across threads: ``_kernel`` (set by the subclass) is a numba kernel's name in ``_kernels``,
     or a function (one that calls kernels itself, or Q8_0's numpy quantizer: ``needs_numba = False``)."""
 
-    _kernel: ClassVar[str | Callable[[np.ndarray, np.ndarray], None]]
+    _kernel: ClassVar[str | tuple[str, tuple[Any, ...]] | Callable[[np.ndarray, np.ndarray], None]]
     #: the importance-weighted row kernel, ``(name in _kernels, extra arguments)``: ``kernel(x[rows, n], qw[n],
     #: out[rows, row_bytes], *extra)``; None where ggml takes no weights
     _weighted: ClassVar[tuple[str, tuple[Any, ...]] | None] = None
@@ -311,6 +311,9 @@ class KernelQuantType(QuantType):
     def _block_kernel(self) -> Callable[[np.ndarray, np.ndarray], Any]:
         """``_kernel`` as a function (a name is looked up in ``_kernels``, importing numba)."""
         kernel = type(self)._kernel
+        if isinstance(kernel, tuple):  # (name, extra arguments after x and out)
+            function, extra = getattr(K, kernel[0]), kernel[1]
+            return lambda x, out: function(x, out, *extra)
         return getattr(K, kernel) if isinstance(kernel, str) else kernel
 
     @property

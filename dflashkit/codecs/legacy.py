@@ -41,7 +41,7 @@ def q8_0_numpy(x: np.ndarray, out: np.ndarray) -> None:
     ggml's too), q = roundf(x * id) computed as trunc(x * id + copysign(0.49999997, x)), which equals
     round-half-away for every |v| < 2**23, then C's float -> int8 truncation. Blocks where C relies on
     platform behaviour — NaN / inf inputs, or a subnormal d whose reciprocal overflows or whose levels
-    can leave int8 — go to the numba mirror of the C code (`_kernels.q8_0_kernel`), a pass of blocks at a time.
+    can leave int8 — go to the numba mirror of the C code (`_kernels.legacy_kernel`), a pass of blocks at a time.
     """
     n = x.shape[0]
     step = min(n, _Q8_0_STEP)
@@ -68,7 +68,7 @@ def q8_0_numpy(x: np.ndarray, out: np.ndarray) -> None:
             amax = m[:nb]
             d = amax / _F127
             if not (np.isfinite(amax).all() and ((d == 0) | (d >= _FLT_MIN)).all()):
-                K.q8_0_kernel(xs, out[lo:hi])  # K imports numba on this first use only
+                K.legacy_kernel(xs, out[lo:hi], 0)  # K imports numba on this first use only
                 continue
             iv = inv[:nb]
             np.divide(_F1, d, out=iv)
@@ -84,8 +84,8 @@ def q8_0_numpy(x: np.ndarray, out: np.ndarray) -> None:
 
 class _Block32(KernelQuantType):
     """A 32-value type: its ``kind`` picks its branch of the kernels that serve them all, straight from F16 bits
-    (`_kernels_legacy_f16.legacy_from_f16`) and with weights (`_kernels_weighted.legacy_w_kernel`, Q8_0 has none);
-    its plain kernel is ``<type>_kernel`` unless it names another."""
+    (`_kernels_legacy_f16.legacy_from_f16`), from float32 (`_kernels_legacy.legacy_kernel`, unless the type names
+    another) and with weights (`_kernels_weighted.legacy_w_kernel`, Q8_0 has none)."""
 
     kind: ClassVar[int]  # 0 Q8_0, 1 Q4_0, 2 Q4_1, 3 Q5_0, 4 Q5_1
 
@@ -95,7 +95,7 @@ class _Block32(KernelQuantType):
         if cls.kind:
             cls._weighted = ("legacy_w_kernel", (cls.kind,))
         if "_kernel" not in cls.__dict__:
-            cls._kernel = f"{cls.__name__.lower()}_kernel"
+            cls._kernel = ("legacy_kernel", (cls.kind,))
 
 
 class Q8_0(_Block32, ggml_type=GGMLQuantizationType.Q8_0):
