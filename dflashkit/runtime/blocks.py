@@ -212,11 +212,15 @@ class Attention(nn.Module):
                              persistent=False)
         self.register_buffer("sinks", None)  # [n_heads] attention-sink logits (gpt-oss / MiMo), when present
 
+    def query(self, x: torch.Tensor, context: torch.Tensor) -> tuple[int, int, int, torch.Tensor]:
+        """(batch, block length, context length, the block's normed queries [b, heads, q_len, head_dim])."""
+        b, q_len, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(b, q_len, -1, self.head_dim)).transpose(1, 2)
+        return b, q_len, context.shape[1], q
+
     def forward(self, x: torch.Tensor, context: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 cache: DraftCache | None) -> torch.Tensor:
-        b, q_len, _ = x.shape
-        ctx_len = context.shape[1]
-        q = self.q_norm(self.q_proj(x).view(b, q_len, -1, self.head_dim)).transpose(1, 2)
+        b, q_len, ctx_len, q = self.query(x, context)
         # Context and noise are projected separately, as in the reference (same float32 rounding).
         k = torch.cat([self.k_proj(context), self.k_proj(x)], dim=1).view(b, ctx_len + q_len, -1, self.head_dim)
         v = torch.cat([self.v_proj(context), self.v_proj(x)], dim=1).view(b, ctx_len + q_len, -1, self.head_dim)

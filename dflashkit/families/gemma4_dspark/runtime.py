@@ -100,9 +100,7 @@ class Gemma4Attention(Attention):
 
     def forward(self, x: torch.Tensor, context: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 cache: DraftCache | None) -> torch.Tensor:
-        b, q_len, _ = x.shape
-        ctx_len = context.shape[1]
-        q = self.q_norm(self.q_proj(x).view(b, q_len, -1, self.head_dim)).transpose(1, 2)
+        b, q_len, ctx_len, q = self.query(x, context)
         kv = torch.cat([self.k_proj(context), self.k_proj(x)], dim=1).view(b, ctx_len + q_len, -1, self.head_dim)
         k = self.k_norm(kv).transpose(1, 2)
         v = rms_normalize(kv, self.eps).to(kv.dtype).transpose(1, 2)
