@@ -99,7 +99,14 @@ class PairedSpeeds:
 
     @property
     def speedup_ci(self) -> tuple[float, float] | None:
-        return speedup_ci_of_logs(self.log_ratios(), self.seed)
+        """The bootstrap CI of the speed-up: computed once for the same ratios and seed (a record, its verdict and
+        its report all ask for it; 10,000 resamples each time added up)."""
+        key = (tuple(self.log_ratios()), self.seed)
+        cached = self.__dict__.get("_speedup_ci")
+        if cached is None or cached[0] != key:
+            cached = (key, speedup_ci_of_logs(list(key[0]), self.seed))
+            self.__dict__["_speedup_ci"] = cached
+        return cached[1]
 
 
 @dataclass

@@ -44,6 +44,7 @@ import torch
 
 from ..diff import diff_drafters
 from ..errors import DFlashError, UsageError
+from ..spec import DrafterSpec
 from ..files import atomic_output, check_output
 from .result import ParityResult, RoundResult
 from .stats import (HiddenStats, LogitStats, accepted_prefix, hidden_rows, hidden_stats, logit_rows,
@@ -53,6 +54,7 @@ from ..runtime.dflash import RMSNorm
 from ..runtime import DFlashDraftModel, HFTarget, LoadInfo, TargetHead, load_drafter, load_target_head
 from ..runtime.dflash import DraftStep
 from ..runtime.linear import Linear
+from ..runtime.config import first_draft_slot
 from ..runtime.load import runtime_spec
 from ..runtime.zoo import model_class_for
 from ..runtime.target import DEFAULT_PROMPT, GreedyStream
@@ -92,7 +94,7 @@ class _Inputs:
         return self._tokens[:end]
 
 
-def _hf_inputs(target: HFTarget, head: TargetHead, models: dict[str, DFlashDraftModel], prompt: str | None,
+def _hf_inputs(target: HFTarget, head: TargetHead, specs: dict[str, DrafterSpec], prompt: str | None,
                prompt_ids: Sequence[int] | None) -> _Inputs:
     ids = list(prompt_ids) if prompt_ids is not None else target.encode(prompt or DEFAULT_PROMPT)
     if not ids:
@@ -101,16 +103,16 @@ def _hf_inputs(target: HFTarget, head: TargetHead, models: dict[str, DFlashDraft
     bad = [i for i in ids if not 0 <= i < vocab]
     if bad:
         raise UsageError(f"--prompt-ids: id {bad[0]} is outside the target vocabulary (0..{vocab - 1})")
-    stream = target.stream(ids, {i for m in models.values() for i in m.spec.target_layer_ids})
+    stream = target.stream(ids, {i for spec in specs.values() for i in spec.target_layer_ids})
     # Each drafter reads the layers *it* was trained on: a file with shifted taps shows up here.
-    feats = {side: functools.partial(stream.features, m.spec.target_layer_ids) for side, m in models.items()}
+    feats = {side: functools.partial(stream.features, spec.target_layer_ids) for side, spec in specs.items()}
     return _Inputs(head, len(ids), stream=stream, feats=feats)
 
 
-def _random_inputs(head: TargetHead | None, models: dict[str, DFlashDraftModel], rounds: int, block: int,
+def _random_inputs(head: TargetHead | None, specs: dict[str, DrafterSpec], rounds: int, block: int,
                    seed: int, context_len: int = CONTEXT_LEN) -> _Inputs:
     g = torch.Generator().manual_seed(seed)
-    ref = models["reference"].spec
+    ref = specs["reference"]
     length = context_len + rounds * block + 1
     # Target hidden states are O(1)–O(10) per channel; fc + hidden_norm make the scale immaterial.
     table = torch.randn(1, length, ref.fc_input_width, generator=g)
@@ -126,15 +128,14 @@ def _random_inputs(head: TargetHead | None, models: dict[str, DFlashDraftModel],
     return _Inputs(head, context_len, tokens=tokens, feats={"reference": feats, "candidate": feats}, noise=noise)
 
 
-def _check_pair(ref: DFlashDraftModel, cand: DFlashDraftModel, mode: str) -> None:
-    a, b = ref.spec, cand.spec
+def _check_pair(a: DrafterSpec, b: DrafterSpec, mode: str) -> None:
     for name, what in (("hidden_size", "hidden size"), ("block_size", "block size")):
         if getattr(a, name) != getattr(b, name):
             raise DFlashError(f"the drafters differ in {what} ({getattr(a, name)} vs {getattr(b, name)}): "
                               "they cannot run on the same inputs")
-    if ref.first_draft_slot != cand.first_draft_slot:
-        raise DFlashError(f"the drafters differ in sample_from_anchor ({ref.first_draft_slot == 0} vs "
-                          f"{cand.first_draft_slot == 0}): their block slots predict different tokens")
+    if first_draft_slot(a) != first_draft_slot(b):
+        raise DFlashError(f"the drafters differ in sample_from_anchor ({first_draft_slot(a) == 0} vs "
+                          f"{first_draft_slot(b) == 0}): their block slots predict different tokens")
     if mode != "hf-target" and a.n_taps != b.n_taps:
         raise DFlashError(f"the drafters tap {a.n_taps} vs {b.n_taps} target layers: random hidden states cannot "
                           "feed both — pass --target HF_DIR so each gets its own taps")
@@ -185,11 +186,12 @@ def run_parity(
 
     paths = {"reference": reference, "candidate": candidate}
     # both drafters' specs and every check of them before either loads (their weights load one at a time)
-    skeletons = {side: model_class_for(spec)(spec) for side, spec in
-                 ((side, runtime_spec(path)) for side, path in paths.items())}
-    block = skeletons["reference"].spec.block_size
+    specs = {side: runtime_spec(path) for side, path in paths.items()}
+    for spec in specs.values():
+        model_class_for(spec)  # the runtime block it runs in exists (nothing is built: a spec is all the checks read)
+    block = specs["reference"].block_size
     mode = "hf-target" if hf_target else "gguf-target" if target is not None else "no-target"
-    _check_pair(skeletons["reference"], skeletons["candidate"], mode)
+    _check_pair(specs["reference"], specs["candidate"], mode)
 
     def load(path: str | os.PathLike) -> DFlashDraftModel:
         # packed: weights stay in their file type (unpacked per matmul, same float32 values): a few GB less
@@ -205,11 +207,11 @@ def run_parity(
     if head is not None:  # the drafter ↔ target rule table, as every command runs it
         fit = Target(str(getattr(target, "path", target)), head.hidden_size, runner.n_layers if runner else None, head.vocab_size)
         for side, path in paths.items():
-            check_runtime_fit(skeletons[side].spec, fit, f"{side} drafter {path}")
+            check_runtime_fit(specs[side], fit, f"{side} drafter {path}")
     if runner is not None:
-        inputs = _hf_inputs(runner, head, skeletons, prompt, prompt_ids)
+        inputs = _hf_inputs(runner, head, specs, prompt, prompt_ids)
     else:
-        inputs = _random_inputs(head, skeletons, rounds, block, seed, context_len)
+        inputs = _random_inputs(head, specs, rounds, block, seed, context_len)
 
     run = _run_rounds(paths, load, inputs, rounds, block, torch.device(device))
     result = ParityResult(
@@ -228,7 +230,6 @@ def run_parity(
         hidden_overall=run.hidden_overall,
         prompt_ids=inputs.tokens(inputs.first_start) if hf_target else None,
     )
-    specs = {side: m.spec for side, m in skeletons.items()}
     first = run.first
     # Nothing below runs a model: drop what is left (the head, an HF target's model) before the diff streams its own.
     del head, inputs, run, runner
@@ -306,12 +307,13 @@ def _drop_backbone(m: DFlashDraftModel) -> None:
                 lin.weight = lin.qdata = None
 
 
-def _draft_side(m: DFlashDraftModel, side: str, inputs: _Inputs, schedule: list[tuple[int, int]], rounds: int,
+def _draft_side(m: DFlashDraftModel, side: str, inputs: _Inputs, schedule: list[tuple[int, int, int | None]], rounds: int,
                 block: int, device: torch.device, head: TargetHead | None
                 ) -> tuple[list[DraftStep], list[torch.Tensor], dict[str, Any]]:
     """Every round of one drafter: its steps, each round's anchor (the block's first id, where a head step starts)
-    and the first round's inputs. The reference fills ``schedule`` (each round's context start and block start,
-    advanced by what the target accepts of its draft); the candidate runs the same schedule. ``head`` None: hidden
+    and the first round's inputs. The reference fills ``schedule`` (each round's context start, block start and
+    the prefix of its draft the target accepts, None without a target's tokens: the next block starts past it);
+    the candidate runs the same schedule. ``head`` None: hidden
     states only (the logits come later, `_project`)."""
     cache = m.new_cache()
     dtype = next(x.weight.dtype for x in m.modules() if isinstance(x, RMSNorm))  # the compute dtype
@@ -321,7 +323,7 @@ def _draft_side(m: DFlashDraftModel, side: str, inputs: _Inputs, schedule: list[
     prev, start = 0, inputs.first_start
     for r in range(rounds):
         if side == "candidate":
-            prev, start = schedule[r]
+            prev, start, _ = schedule[r]
         positions = torch.arange(prev, start + block, device=device)[None]
         blocks = torch.tensor([[inputs.tokens(start + 1)[start]] + [m.spec.mask_token_id or 0] * (block - 1)],
                               device=device)
@@ -338,12 +340,11 @@ def _draft_side(m: DFlashDraftModel, side: str, inputs: _Inputs, schedule: list[
         if r == 0:
             first = {"context": context, "blocks": blocks, "noise": noise, "positions": positions}
         if side == "reference":
-            schedule.append((prev, start))
-            if inputs.has_truth and step.tokens is not None:
-                produced = accepted_prefix(step.tokens[0].tolist(), inputs.tokens(start + block)[start + 1 :]) + 1
-            else:
-                produced = block  # no target to verify: the reference's whole draft (+ a bonus token) is accepted
-            prev, start = start, start + produced
+            accepted = (accepted_prefix(step.tokens[0].tolist(), inputs.tokens(start + block)[start + 1 :])
+                        if inputs.has_truth and step.tokens is not None else None)
+            schedule.append((prev, start, accepted))
+            # no target to verify: the reference's whole draft (+ a bonus token) is accepted
+            prev, start = start, start + (block if accepted is None else accepted + 1)
     return steps, anchors, first
 
 
@@ -369,7 +370,7 @@ def _run_rounds(paths: dict[str, Any], load: Callable[[Any], DFlashDraftModel], 
     # An HF target's rounds follow the reference's tokens as they come: logits in each round. Otherwise the head
     # waits until both drafters have drafted, and runs once over all their rounds.
     defer = head is not None and not inputs.has_truth
-    schedule: list[tuple[int, int]] = []
+    schedule: list[tuple[int, int, int | None]] = []
     steps: dict[str, list[DraftStep]] = {}
     firsts: dict[str, dict[str, Any]] = {}
     anchors: dict[str, list[torch.Tensor]] = {}
@@ -394,10 +395,10 @@ def _run_rounds(paths: dict[str, Any], load: Callable[[Any], DFlashDraftModel], 
     hidden_rounds: list[dict[str, np.ndarray]] = []
     rounds_out: list[RoundResult] = []
     for r, (ref, cand) in enumerate(zip(steps["reference"], steps["candidate"])):
-        prev, start = schedule[r]
+        prev, start, ref_acc = schedule[r]  # what the target accepted of the reference's draft, found as it ran
         hidden_rounds.append(hidden_rows(ref.hidden[0].float().cpu(), cand.hidden[0].float().cpu()))
         ref_tokens = cand_tokens = None
-        cand_acc = ref_acc = None
+        cand_acc = None
         if ref.logits is not None and cand.logits is not None:
             # a d2t drafter's own rows (finite; one row ↔ one target id) rather than the −inf-padded target vocab
             ref_l, cand_l = ((ref.draft_logits, cand.draft_logits) if ref.draft_logits is not None
@@ -406,11 +407,7 @@ def _run_rounds(paths: dict[str, Any], load: Callable[[Any], DFlashDraftModel], 
             logit_rounds.append(logit_rows(ref_l[0].float().cpu(), cand_l[0].float().cpu()))
             ref_tokens, cand_tokens = ref.tokens[0].tolist(), cand.tokens[0].tolist()
             cand_acc = accepted_prefix(cand_tokens, ref_tokens)
-        if inputs.has_truth and ref_tokens is not None:
-            ref_acc = accepted_prefix(ref_tokens, inputs.tokens(start + block)[start + 1 :])
-            produced = ref_acc + 1
-        else:
-            produced = block
+        produced = block if ref_acc is None else ref_acc + 1
         rounds_out.append(RoundResult(r, start, start - prev, ref_tokens, cand_tokens, cand_acc, ref_acc, produced))
 
     positions_logit: list[tuple[int, LogitStats]] = []

@@ -72,13 +72,18 @@ class RuntimeConfig(DrafterSpec):
 
     @property
     def first_draft_slot(self) -> int:
-        """Block slot of the first prediction: 0 with sample_from_anchor, else 1 (slot 0 is the anchor)."""
-        return 0 if self.sample_from_anchor else 1
+        return first_draft_slot(self)
 
     @property
     def draft_tokens(self) -> int:
         """Draft tokens per round: block_size with sample_from_anchor, block_size − 1 without."""
         return self.block_size - self.first_draft_slot
+
+
+def first_draft_slot(spec: DrafterSpec) -> int:
+    """Block slot of a drafter's first prediction: 0 with sample_from_anchor, else 1 (slot 0 is the anchor; a plain
+    `DrafterSpec` has no sample_from_anchor)."""
+    return 0 if getattr(spec, "sample_from_anchor", False) else 1
 
 
 def runtime_config_from_spec(spec: DrafterSpec, **extra: Any) -> RuntimeConfig:

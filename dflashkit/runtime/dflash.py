@@ -37,7 +37,7 @@ from ..spec import DrafterSpec
 from .blocks import (ACTIVATIONS, MLP, Attention, DecoderLayer, Embedding, RMSNorm, RotaryEmbedding, apply_rotary,
                      attention_mask, neox_order, repeat_kv, rotate_half, sample_probs, sampling_probs, sink_attention)
 from .cache import DraftCache
-from .config import rope_parameters
+from .config import first_draft_slot, rope_parameters
 from .linear import PACKED_BLOCK_BYTES, PACKED_TILE_BYTES, Linear, packed_tiles, run_tiles, unpack_rows
 
 __all__ = [
@@ -155,8 +155,7 @@ class DFlashDraftModel(nn.Module):
 
     @property
     def first_draft_slot(self) -> int:
-        """0 when slot 0 predicts (``sample_from_anchor``), else 1 (slot 0 is the anchor)."""
-        return 0 if getattr(self.spec, "sample_from_anchor", False) else 1
+        return first_draft_slot(self.spec)
 
     @property
     def draft_tokens(self) -> int:
