@@ -7,9 +7,13 @@ The child reports its own peak RSS at exit as VmHWM of its own address space: ``
 
 from __future__ import annotations
 
+import os
+import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import NamedTuple
 
 #: z-lab Qwen3-4B-DFlash-b16's config.json (docs/dialects.md): the drafter every 4B-size benchmark writes
 CONFIG_4B = {
@@ -46,13 +50,34 @@ _WRAPPER = (
 )
 
 
+class Measured(NamedTuple):
+    wall_s: float
+    cpu_s: float  # the child's user + system time
+    peak_mb: float  # its own VmHWM at exit
+    stdout: str
+
+
+def measure_command(command: str, args: list[str], ok_codes: tuple[int, ...] = (0,),
+                    tree: Path | None = None) -> Measured:
+    """Run the click command ``dflashkit.cli.<command>`` with ``args`` in a child process — with ``tree``'s
+    dflashkit (a worktree of another revision) where given: its wall time, CPU time, peak memory and stdout."""
+    code = _WRAPPER.format(name=command, command=command)
+    env = None if tree is None else {**os.environ, "PYTHONPATH": str(tree)}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, cwd=tree)
+    dt = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode not in ok_codes:
+        where = f"{tree}: " if tree is not None else ""
+        raise SystemExit(f"{where}{command} {' '.join(args)} failed ({proc.returncode}): "
+                         f"{proc.stderr.strip()[-2000:]}")
+    rss = [int(line.split("=")[1]) for line in proc.stderr.splitlines() if line.startswith("MAXRSS_KB=")]
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return Measured(dt, cpu, rss[-1] / 1024 if rss else 0.0, proc.stdout)
+
+
 def run_measured(command: str, args: list[str], ok_codes: tuple[int, ...] = (0,)) -> tuple[float, float, str]:
     """Run the click command ``dflashkit.cli.<command>`` with ``args``: (seconds, peak RSS MB, stdout)."""
-    code = _WRAPPER.format(name=command, command=command)
-    t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
-    dt = time.perf_counter() - t
-    if proc.returncode not in ok_codes:
-        raise SystemExit(f"{command} {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
-    rss = [int(line.split("=")[1]) for line in proc.stderr.splitlines() if line.startswith("MAXRSS_KB=")]
-    return dt, (rss[-1] / 1024 if rss else 0.0), proc.stdout
+    m = measure_command(command, args, ok_codes)
+    return m.wall_s, m.peak_mb, m.stdout

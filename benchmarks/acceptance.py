@@ -35,18 +35,18 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "fixtures"))
 
 from dflashkit.accept import paired_comparison, run_acceptance  # noqa: E402
-from dflashkit.converters.convert import convert  # noqa: E402
 from dflashkit.imatrix import collect_imatrix, write_imatrix  # noqa: E402
 from dflashkit.io.gguf_reader import open_gguf  # noqa: E402
 from dflashkit.llama_cpp import llama_cpp_src, target_gguf_from_hf  # noqa: E402
-from dflashkit.quantize.gguf_file import quantize_gguf  # noqa: E402
 from dflashkit.stats import paired_bootstrap_ci  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _trained_files import make_files  # noqa: E402
 
 TRAINED = ROOT / "fixtures" / "trained"
 TYPES = ("bf16", "f16", "Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q5_1", "Q5_0", "Q4_K_M", "Q4_K_S", "Q4_K_M_DRAFT",
          "Q4_1", "Q4_0", "IQ4_NL", "IQ4_XS", "Q3_K_L", "Q3_K_M", "Q3_K_S", "Q2_K")
 WITH_IMATRIX = ("Q4_0", "IQ4_XS", "Q3_K_S", "Q2_K", "Q2_K_S")
-QUIET = dict(progress=False, warn=lambda m: None)
 
 
 def say(message: str) -> None:
@@ -63,24 +63,6 @@ def bits_per_weight(path: Path) -> float:
     with open_gguf(path) as g:
         n = sum(t.n_elements for t in g.tensors.values())
         return 8 * sum(t.nbytes for t in g.tensors.values()) / n
-
-
-def make_files(tmp: Path, imatrix: Path) -> dict[str, Path]:
-    files: dict[str, Path] = {}
-    f32 = tmp / "drafter-f32.gguf"
-    convert(TRAINED / "drafter", f32, outtype="f32", target=TRAINED / "target", **QUIET)
-    for t in TYPES:
-        path = tmp / f"drafter-{t}.gguf"
-        if t in ("bf16", "f16"):
-            convert(TRAINED / "drafter", path, outtype=t, target=TRAINED / "target", **QUIET)
-        else:
-            quantize_gguf(f32, path, t, **QUIET)
-        files[t] = path
-    for t in WITH_IMATRIX:
-        path = tmp / f"drafter-{t}-imatrix.gguf"
-        quantize_gguf(f32, path, t, imatrix=imatrix, **QUIET)
-        files[f"{t} +imatrix"] = path
-    return files
 
 
 def _ci(c) -> str:  # type: ignore[no-untyped-def]
@@ -115,7 +97,7 @@ def main() -> int:
         say("dflash-imatrix on the calibration prompts")
         im = collect_imatrix(TRAINED / "drafter", TRAINED / "target", calibration, max_new_tokens=args.max_new_tokens)
         imatrix = write_imatrix(im, tmp / "drafter.imatrix.gguf")
-        files = make_files(tmp, imatrix)
+        files = make_files(tmp, TYPES, imatrix, WITH_IMATRIX)
         src = llama_cpp_src(args.llama_cpp_src)
         if src is None:
             raise SystemExit("give --llama-cpp-src (or set DFLASHKIT_LLAMA_CPP_SRC): the target GGUF is made by "

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -25,33 +24,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-
-_CODE = ("import atexit, re, sys\n"
-         "def peak():\n"
-         "    sys.stderr.write('VMHWM_KB=' + re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)"
-         " + '\\n')\n"
-         "atexit.register(peak)\n"
-         "from dflashkit.cli import parity_command\n"
-         "sys.argv[0] = 'dflash-parity'\n"
-         "parity_command()\n")
+from _measure import measure_command  # noqa: E402
 
 
-def run_parity(tree: Path, work: Path) -> tuple[float, float, float, bytes]:
-    """(wall s, CPU s, peak MB, the JSON report) of one ``dflash-parity`` with ``tree``'s dflashkit: CPU from the
-    child's rusage, the peak from its own VmHWM at exit."""
+def run_parity(tree: Path, work: Path) -> tuple[float, float, float, str]:
+    """(wall s, CPU s, peak MB, the JSON report) of one ``dflash-parity`` with ``tree``'s dflashkit."""
     args = [str(work / "drafter4b"), str(work / "drafter4b-q8_0.gguf"), "--target", str(work / "target-head.gguf"),
             "--rounds", "3", "--json"]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", _CODE, *args], capture_output=True,
-                          env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tree)
-    wall = time.perf_counter() - t
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        raise SystemExit(f"{tree}: dflash-parity failed ({proc.returncode}): {proc.stderr.decode()[-2000:]}")
-    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    kb = [int(line.split("=")[1]) for line in proc.stderr.decode().splitlines() if line.startswith("VMHWM_KB=")]
-    return wall, cpu, kb[-1] / 1024, proc.stdout
+    m = measure_command("parity_command", args, tree=tree)
+    return m.wall_s, m.cpu_s, m.peak_mb, m.stdout
 
 
 def main() -> None:

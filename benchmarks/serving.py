@@ -32,10 +32,9 @@ sys.path.insert(0, str(ROOT / "fixtures"))
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from dflashkit.converters.convert import convert  # noqa: E402
 from dflashkit.llama_cpp import target_gguf_from_hf  # noqa: E402
-from dflashkit.quantize.gguf_file import quantize_gguf  # noqa: E402
 from dflashkit.accept.serving import measure_serving  # noqa: E402
+from _trained_files import make_files  # noqa: E402
 
 TRAINED = ROOT / "fixtures" / "trained"
 TYPES = ("bf16", "Q8_0", "Q4_K_M", "Q4_K_M_DRAFT")
@@ -43,22 +42,6 @@ N_MAX = (4, 8, 15)
 CACHE_TYPES = ("f16", "q8_0")
 ENV = {"0.3.36": ("DFLASHKIT_LLAMA_CPP_BIN", "DFLASHKIT_LLAMA_CPP_SRC"),
        "b11549": ("DFLASHKIT_LLAMA_CPP_MAINLINE_BIN", "DFLASHKIT_LLAMA_CPP_MAINLINE_SRC")}
-
-
-def make_files(tmp: Path, types: tuple[str, ...]) -> dict[str, Path]:
-    """The drafter files: bf16 converted from the checkpoint, the others quantized from its F32 conversion (the way
-    dflash-release makes them)."""
-    quiet = {"progress": False, "warn": lambda m: None}
-    f32 = tmp / "drafter-f32.gguf"
-    convert(TRAINED / "drafter", f32, outtype="f32", target=TRAINED / "target", **quiet)
-    files = {}
-    for t in types:
-        files[t] = tmp / f"drafter-{t}.gguf"
-        if t == "bf16":
-            convert(TRAINED / "drafter", files[t], outtype="bf16", target=TRAINED / "target", **quiet)
-        else:
-            quantize_gguf(f32, files[t], t, **quiet)
-    return files
 
 
 def costly_section(tmp: Path, builds: dict[str, str], drafters: dict[str, Path], sizes: dict[str, int],
