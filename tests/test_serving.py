@@ -29,7 +29,8 @@ from dflashkit.llama_cpp import check_extra_args
 from dflashkit.llama_cpp.server import Completion, Limits, parse_completion
 from dflashkit.accept.serving import (VERDICT_CRASHED, VERDICT_DIFFERS, VERDICT_GAIN, VERDICT_LOSS, VERDICT_NO_GAIN,
                                VERDICT_REFUSED, VERDICT_UNMEASURED, ServingResult, ServingRun, cache_type_value,
-                               draft_n_max_value, measure_serving, parse_list)
+                               draft_n_max_value, measure_serving)
+from dflashkit.cli.common import parse_list
 from interrupting import DEFAULT_SIGNALS, HANG_SECONDS, ROOT, wait_or_kill
 
 # slow: real llama-server runs and server time-outs

@@ -33,7 +33,7 @@ from .prompts import Prompt, load_prompts, parse_template_kwargs, reasoning_temp
 from ..reporting import Report
 from ..runtime import HFTarget, load_drafter
 from ..runtime.speculative import check_pair, default_stop_ids, speculative_generate
-from .serving import ServingResult, check_n_max_fits, check_serving_options, measure_serving
+from .serving import ServingResult, check_n_max_fits, check_serving_options, check_target_ggufs, measure_serving
 from . import context as _context_module
 from .parallel import measure_parallel
 from .sweep import check_context_levels, sweep_context
@@ -213,15 +213,13 @@ def run_acceptance(
     if llama_cpp is not None or llama_server is not None:
         if llama_cpp is not None:  # llama-server where the build has it, else llama-speculative-simple
             llama_binary = (Path(llama_cpp) / SERVER_BINARY if has_server(llama_cpp) else find_binary(llama_cpp))
-        for t in target_ggufs:
-            if not Path(t).is_file():
-                raise UsageError(f"--target-gguf {t}: no such file")
+        check_target_ggufs(target_ggufs, None)
         if not target_ggufs:
             converter_src = find_src(llama_cpp_src)
-            if converter_src is None:
-                raise UsageError(f"{'--llama-cpp' if llama_cpp is not None else '--llama-server'} needs the target "
-                                 "as a GGUF: pass --target-gguf FILE (or --llama-cpp-src DIR, llama.cpp's source "
-                                 "tree, to convert --target with llama.cpp's own converter)")
+            check_target_ggufs(target_ggufs, None if converter_src is not None else
+                               "--llama-cpp" if llama_cpp is not None else "--llama-server",
+                               "or --llama-cpp-src DIR, llama.cpp's source tree, to convert --target with llama.cpp's "
+                               "own converter")
     elif target_ggufs or llama_cpp_src is not None:
         raise UsageError("--target-gguf / --llama-cpp-src only matter with --llama-cpp or --llama-server BIN_DIR")
     elif extra_args:

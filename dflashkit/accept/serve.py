@@ -9,16 +9,14 @@ figures are the ones ``dflash-accept --llama-server`` gives for the same files, 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ..errors import UsageError
 from ..llama_cpp import check_extra_args
 from ..llama_cpp.server import REQUEST_TIMEOUT_S, find_server
 from ..runtime import HFTarget
 from .prompts import Prompt, load_prompts, reasoning_template_kwargs
 from .run import _block_size, _vocab_rows, encode_prompts
-from .serving import ServingResult, check_n_max_fits, check_serving_options, measure_serving
+from .serving import ServingResult, check_n_max_fits, check_serving_options, check_target_ggufs, measure_serving
 
 
 def serve_files(
@@ -44,11 +42,7 @@ def serve_files(
     the target (an HF dir, or an `HFTarget` already loaded) giving the prompts' text and the vocabulary bound."""
     say = progress or (lambda message: None)
     ggufs = [target_gguf] if isinstance(target_gguf, (str, os.PathLike)) else list(target_gguf)
-    if not ggufs:
-        raise UsageError("--llama-server needs the target as a GGUF: pass --target-gguf FILE")
-    for g in ggufs:
-        if not Path(g).is_file():
-            raise UsageError(f"--target-gguf {g}: no such file")
+    check_target_ggufs(ggufs)
     extra_args = check_extra_args(llama_cpp_args)
     check_serving_options(llama_server, None, draft_n_max, draft_cache_types, max_new_tokens)
     blocks = [_block_size(d) for d in drafters]

@@ -265,25 +265,6 @@ def combo_label(r: ServingRun) -> str:
             f"{r.draft_n_max if r.draft_n_max is not None else 'default'}")
 
 
-def parse_list(value: str | None, option: str, convert: Callable[[str], Any]) -> list[Any]:
-    """``4,8,15`` → [4, 8, 15]: non-empty, unique, each checked by ``convert`` (a usage error names the value)."""
-    if value is None:
-        return [None]
-    items = [v.strip() for v in value.split(",")]
-    if not items or any(not v for v in items):
-        raise UsageError(f"{option} {value!r}: give values separated by commas (e.g. {option} 4,8,15)")
-    out = []
-    for v in items:
-        try:
-            x = convert(v)
-        except (ValueError, UsageError) as exc:
-            raise UsageError(f"{option} {value!r}: {v!r} {exc}") from None
-        if x in out:
-            raise UsageError(f"{option} {value!r}: {v!r} is given twice")
-        out.append(x)
-    return out
-
-
 def draft_n_max_value(v: str) -> int:
     n = int(v)
     if not 1 <= n <= 256:
@@ -309,6 +290,17 @@ def check_serving_options(llama_server: Any, server_url: str | None, draft_n_max
     if max_new_tokens < 3:
         raise UsageError(f"--max-new-tokens {max_new_tokens}: llama-server drafts only with 2 tokens still to "
                          "generate after the first — give at least 3")
+
+
+def check_target_ggufs(target_ggufs: Sequence[Any], needed_by: str | None = "--llama-server",
+                       alternative: str = "repeat it to sweep quantized targets") -> None:
+    """The target GGUFs a llama.cpp measurement runs on, each a file; ``needed_by`` (an option) needs at least one,
+    unless None (the caller has another way to a target GGUF: say it as ``alternative``)."""
+    for g in target_ggufs:
+        if not Path(g).is_file():
+            raise UsageError(f"--target-gguf {g}: no such file")
+    if not target_ggufs and needed_by is not None:
+        raise UsageError(f"{needed_by} needs the target as a GGUF: pass --target-gguf FILE ({alternative})")
 
 
 def check_n_max_fits(drafters: Sequence[tuple[str, Any, int]], draft_n_max: Sequence[int | None]) -> None:
@@ -357,9 +349,8 @@ def measure_serving(
     if server_url is not None and baseline_url is not None and same_server(server_url, baseline_url):
         raise UsageError(f"--baseline-url {baseline_url} is the server of --server-url {server_url}: the target "
                          "alone must be a second server, started without -md")
-    if llama_server is not None and not target_ggufs:
-        raise UsageError("--llama-server needs the target as a GGUF: pass --target-gguf FILE (repeat it to sweep "
-                         "quantized targets)")
+    if llama_server is not None:
+        check_target_ggufs(target_ggufs)
     longest = max(prompt_tokens) if prompt_tokens else 512
     pairs = list(zip(texts, prompt_names))
     runs: list[ServingRun] = []
@@ -399,8 +390,6 @@ def measure_serving(
         assert llama_server is not None
         source = f"llama-server from {llama_server} (started by dflashkit on 127.0.0.1)"
         for target in target_ggufs:
-            if not Path(target).is_file():
-                raise UsageError(f"--target-gguf {target}: no such file")
             blocks = [b for _, _, b in drafters]
             ctx = longest + 2 * (max_new_tokens + max(blocks)) + 64
 

@@ -375,6 +375,25 @@ def context_options(func: Any) -> Any:
     ], ("context", "context_file"), "context", _context_options)(func)
 
 
+def parse_list(value: str | None, option: str, convert: Callable[[str], Any]) -> list[Any]:
+    """``4,8,15`` → [4, 8, 15]: non-empty, unique, each checked by ``convert`` (a usage error names the value)."""
+    if value is None:
+        return [None]
+    items = [v.strip() for v in value.split(",")]
+    if not items or any(not v for v in items):
+        raise UsageError(f"{option} {value!r}: give values separated by commas (e.g. {option} 4,8,15)")
+    out = []
+    for v in items:
+        try:
+            x = convert(v)
+        except (ValueError, UsageError) as exc:
+            raise UsageError(f"{option} {value!r}: {v!r} {exc}") from None
+        if x in out:
+            raise UsageError(f"{option} {value!r}: {v!r} is given twice")
+        out.append(x)
+    return out
+
+
 def _llama_cpp_options(llama_cpp: str | None, llama_server: tuple[str, ...], target_gguf: tuple[str, ...],
                        llama_cpp_src: str | None, draft_n_max: str | None, draft_cache_type: str | None,
                        llama_cpp_args: tuple[str, ...], llama_cpp_timeout: float, threads: int,
@@ -386,7 +405,7 @@ def _llama_cpp_options(llama_cpp: str | None, llama_server: tuple[str, ...], tar
     n_max: list[Any] = []
     caches: list[Any] = []
     if draft_n_max is not None or draft_cache_type is not None:  # (the serving module only when they are given)
-        from ..accept.serving import cache_type_value, draft_n_max_value, parse_list
+        from ..accept.serving import cache_type_value, draft_n_max_value
 
         n_max = parse_list(draft_n_max, "--draft-n-max", draft_n_max_value) if draft_n_max is not None else []
         caches = parse_list(draft_cache_type, "--draft-cache-type", cache_type_value) if draft_cache_type else []

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import UsageError
@@ -61,12 +60,10 @@ def _servers(llama_server: Any, target_ggufs: Sequence[str], draft_n_max: Sequen
             raise UsageError("--draft-n-max / --draft-cache-type are how llama-server serves the files: give "
                              "--llama-server BIN_DIR too")
         return servers
-    if not target_ggufs:
-        raise UsageError("--llama-server needs the target as a GGUF: pass --target-gguf FILE")
-    for g in target_ggufs:
-        if not Path(g).is_file():
-            raise UsageError(f"--target-gguf {g}: no such file")
+    from ..accept.serving import check_target_ggufs
     from ..llama_cpp.server import find_server
+
+    check_target_ggufs(target_ggufs)
 
     names: dict[str, str] = {}
     binaries: dict[str, str] = {}
