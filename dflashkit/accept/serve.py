@@ -9,6 +9,7 @@ figures are the ones ``dflash-accept --llama-server`` gives for the same files, 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from ..llama_cpp import check_extra_args
@@ -19,10 +20,38 @@ from .run import _block_size, _vocab_rows, encode_prompts
 from .serving import ServingResult, check_n_max_fits, check_serving_options, check_target_ggufs, measure_serving
 
 
+@dataclass(frozen=True)
+class PreparedPrompts:
+    """A prompt set rendered, encoded and checked once for one target (`encode_prompts`): what every serving
+    measurement of it sends, however many files and builds are measured."""
+
+    prompts: list[Prompt]
+    ids: list[list[int]]
+    texts: list[str]
+    vocab: int | None  # the target's vocabulary rows: no reply token id may pass it
+
+
+def prepare_prompts(runner: HFTarget, prompts: str | os.PathLike | Sequence[Prompt] | None, *,
+                    max_prompts: int | None = None, max_new_tokens: int = 128, reasoning: str | None = None,
+                    chat_template_kwargs: Mapping[str, Any] | None = None) -> PreparedPrompts:
+    """The prompts (a JSONL file, prompts, or None for the built-in set; the first ``max_prompts``) as the
+    target's tokenizer renders them, exactly as `run_acceptance` does."""
+    if isinstance(prompts, (str, os.PathLike)) or prompts is None:
+        prompt_list = load_prompts(prompts, limit=max_prompts)
+    else:
+        prompt_list = list(prompts)
+    prompt_list = prompt_list[:max_prompts] if max_prompts else prompt_list
+    template = getattr(runner.tokenizer, "chat_template", None)
+    template_kwargs = {**reasoning_template_kwargs(reasoning, template if isinstance(template, str) else None),
+                       **dict(chat_template_kwargs or {})}
+    prompt_ids, texts, _ = encode_prompts(runner, prompt_list, max_new_tokens, template_kwargs)
+    return PreparedPrompts(prompt_list, prompt_ids, texts, _vocab_rows(runner))
+
+
 def serve_files(
     target: str | os.PathLike | HFTarget,
     drafters: Sequence[str | os.PathLike],
-    prompts: str | os.PathLike | Sequence[Prompt] | None = None,
+    prompts: str | os.PathLike | Sequence[Prompt] | PreparedPrompts | None = None,
     *,
     llama_server: str | os.PathLike,
     target_gguf: str | os.PathLike | Sequence[str | os.PathLike],
@@ -39,7 +68,8 @@ def serve_files(
     progress: Callable[[str], None] | None = None,
 ) -> ServingResult:
     """Every drafter GGUF × target GGUF × draft cache type × n-max through ``llama_server`` (`measure_serving`),
-    the target (an HF dir, or an `HFTarget` already loaded) giving the prompts' text and the vocabulary bound."""
+    the target (an HF dir, or an `HFTarget` already loaded) giving the prompts' text and the vocabulary bound —
+    unless ``prompts`` were prepared for it already (`prepare_prompts`; the other prompt settings are theirs)."""
     say = progress or (lambda message: None)
     ggufs = [target_gguf] if isinstance(target_gguf, (str, os.PathLike)) else list(target_gguf)
     check_target_ggufs(ggufs)
@@ -48,19 +78,15 @@ def serve_files(
     blocks = [_block_size(d) for d in drafters]
     check_n_max_fits([(str(d), None, b) for d, b in zip(drafters, blocks)], draft_n_max)
     find_server(llama_server)
-    runner = target if isinstance(target, HFTarget) else HFTarget(target)
-    if isinstance(prompts, (str, os.PathLike)) or prompts is None:
-        prompt_list = load_prompts(prompts, limit=max_prompts)
+    if isinstance(prompts, PreparedPrompts):  # rendered once for the target by the caller (a release's builds)
+        prepared = prompts
     else:
-        prompt_list = list(prompts)
-    prompt_list = prompt_list[:max_prompts] if max_prompts else prompt_list
-    template = getattr(runner.tokenizer, "chat_template", None)
-    template_kwargs = {**reasoning_template_kwargs(reasoning, template if isinstance(template, str) else None),
-                       **dict(chat_template_kwargs or {})}
-    prompt_ids, texts, _ = encode_prompts(runner, prompt_list, max_new_tokens, template_kwargs)
-    return measure_serving([(str(d), str(d), b) for d, b in zip(drafters, blocks)], texts,
-                           [p.id for p in prompt_list], llama_server=llama_server, target_ggufs=ggufs,
+        runner = target if isinstance(target, HFTarget) else HFTarget(target)
+        prepared = prepare_prompts(runner, prompts, max_prompts=max_prompts, max_new_tokens=max_new_tokens,
+                                   reasoning=reasoning, chat_template_kwargs=chat_template_kwargs)
+    return measure_serving([(str(d), str(d), b) for d, b in zip(drafters, blocks)], prepared.texts,
+                           [p.id for p in prepared.prompts], llama_server=llama_server, target_ggufs=ggufs,
                            draft_n_max=draft_n_max, draft_cache_types=draft_cache_types,
-                           max_new_tokens=max_new_tokens, prompt_tokens=[len(ids) for ids in prompt_ids], seed=seed,
-                           threads=threads, extra_args=extra_args, progress=say, timeout=float(llama_cpp_timeout),
-                           vocab=_vocab_rows(runner))
+                           max_new_tokens=max_new_tokens, prompt_tokens=[len(ids) for ids in prepared.ids],
+                           seed=seed, threads=threads, extra_args=extra_args, progress=say,
+                           timeout=float(llama_cpp_timeout), vocab=prepared.vocab)

@@ -16,7 +16,6 @@ record keeps only a digest of what the figures depend on (`inputs`).
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import time
@@ -410,7 +409,7 @@ def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str],
     if errors:
         raise DFlashError(errors[0] + (f" (and {len(errors) - 1} more job(s) failed)" if len(errors) > 1 else ""))
     if o.llama_servers:  # every job has finished: the timings run alone, one combination at a time
-        from ..accept.serve import serve_files
+        from ..accept.serve import prepare_prompts, serve_files
 
         timings["host"] = record["serving"]["host"]
 
@@ -421,14 +420,20 @@ def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str],
             job["seal"] = seal(job, job_key, key)
             save()
 
+        prepared: list[Any] = []  # the prompts rendered once for every type and build
+
+        def measure(runner: Any, drafters: list[Path], **kw: Any) -> Any:
+            if not prepared:
+                prepared.append(prepare_prompts(runner, o.prompts, max_prompts=o.max_prompts,
+                                                max_new_tokens=o.max_new_tokens, reasoning=o.reasoning,
+                                                chat_template_kwargs=dict(o.chat_template_kwargs)))
+            return serve_files(runner, drafters, prepared[0], target_gguf=list(o.target_ggufs),
+                               llama_cpp_args=o.llama_cpp_args, threads=o.threads,
+                               llama_cpp_timeout=o.llama_cpp_timeout, max_new_tokens=o.max_new_tokens, seed=o.seed,
+                               draft_n_max=o.draft_n_max, draft_cache_types=o.draft_cache_types, **kw)
+
         run_serving(record["jobs"], type_names, {t: out / f for t, f in files.items()}, target, o.llama_servers,
-                    functools.partial(serve_files, prompts=o.prompts, target_gguf=list(o.target_ggufs),
-                                      llama_cpp_args=o.llama_cpp_args, threads=o.threads,
-                                      llama_cpp_timeout=o.llama_cpp_timeout, reasoning=o.reasoning,
-                                      chat_template_kwargs=dict(o.chat_template_kwargs),
-                                      max_new_tokens=o.max_new_tokens, seed=o.seed, max_prompts=o.max_prompts,
-                                      draft_n_max=o.draft_n_max, draft_cache_types=o.draft_cache_types),
-                    timings["serving"], served, say)
+                    measure, timings["serving"], served, say)
     timings["total_seconds"] = round(time.time() - started, 3)
     timings["runner"] = "ray" if o.ray is not None else "in-process" if n == 1 else f"process pool of {n}"
     failed = [(t, g) for t in type_names for g in record["jobs"][t]["gates_failed"]]
