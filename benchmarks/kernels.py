@@ -3,7 +3,7 @@
     python benchmarks/kernels.py [--size 4096] [--repeat 7] [--gpu-size 16384] [--types Q8_0,Q4_K,...]
 
 CPU (always): dequantize a --size x --size matrix of random raw blocks (finite fp16 scales) to float32 with
-gguf-py's numpy ``gguf.quants.dequantize`` and with ``dflashkit.kernels.dequantize_torch``, in the same run;
+gguf-py's numpy ``gguf.quants.dequantize`` and with ``dflashkit.runtime.kernels.dequantize_torch``, in the same run;
 GB/s counts float32 bytes written (the issue's "f32 out" convention) and the ratio is torch / numpy (target >= 2x).
 torch runs with its default intra-op threads and again with one thread. Each figure is the best of --repeat.
 
@@ -29,9 +29,9 @@ import torch
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
-from dflashkit.kernels import QuantizedWeight, dequantize_torch, qmatmul_path
-from dflashkit.kernels.dispatch import reference_qmatmul
-from dflashkit.kernels.testing import random_blocks
+from dflashkit.runtime.kernels import QuantizedWeight, dequantize_torch, qmatmul_path
+from dflashkit.runtime.kernels.dispatch import reference_qmatmul
+from dflashkit.runtime.kernels.testing import random_blocks
 
 CPU_TYPES = ["Q8_0", "Q4_K", "Q5_K", "Q6_K", "Q4_0", "Q5_0", "Q5_1"]
 GPU_TYPES = ["Q8_0", "Q4_K", "Q6_K"]
@@ -93,7 +93,7 @@ def copy_bandwidth(dev: torch.device, repeat: int, nbytes: int = 1 << 30) -> flo
 
 
 def cuda_bench(size: int, types: list[str], repeat: int) -> None:
-    from dflashkit.kernels.triton_kernels import qmatmul_triton
+    from dflashkit.runtime.kernels.triton_kernels import qmatmul_triton
 
     dev = torch.device("cuda")
     copy_gbs = copy_bandwidth(dev, repeat)

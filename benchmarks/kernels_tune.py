@@ -19,9 +19,9 @@ import time
 import numpy as np
 import torch
 
-from dflashkit.kernels import QuantizedWeight
-from dflashkit.kernels import triton_kernels as tk
-from dflashkit.kernels.testing import random_blocks
+from dflashkit.runtime.kernels import QuantizedWeight
+from dflashkit.runtime.kernels import triton_kernels as tk
+from dflashkit.runtime.kernels.testing import random_blocks
 from kernels import copy_bandwidth, cuda_time
 
 MATVEC_GRID = {"BLOCK_N": (4, 8, 16, 32), "num_warps": (1, 2, 4), "num_stages": (2, 4)}

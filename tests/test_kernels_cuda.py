@@ -27,7 +27,7 @@ REL_TOL = 1e-3
 @pytest.fixture(scope="module")
 def weights() -> dict[str, tuple[object, torch.Tensor, np.ndarray]]:
     """Per type: the weight on the GPU, its float64 dequantization (gguf-py) on the GPU, the raw blocks."""
-    from dflashkit.kernels import QuantizedWeight
+    from dflashkit.runtime.kernels import QuantizedWeight
     from dflashkit.quantize import quantize
 
     rng = np.random.default_rng(2026)
@@ -44,7 +44,7 @@ def weights() -> dict[str, tuple[object, torch.Tensor, np.ndarray]]:
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
 @pytest.mark.parametrize("m", [1, 7, 16, 64, 200])
 def test_compiled_qmatmul_matches_float64(weights: dict, qtype: str, dtype: torch.dtype, m: int) -> None:
-    from dflashkit.kernels.triton_kernels import interpreting, qmatmul_triton
+    from dflashkit.runtime.kernels.triton_kernels import interpreting, qmatmul_triton
 
     assert not interpreting(), "unset TRITON_INTERPRET to test the compiled kernels"
     w, ref_w, _ = weights[qtype]

@@ -1,4 +1,4 @@
-"""dflashkit.kernels dispatch on CPU: path choice, reference results, and the Metal / Triton fallbacks (simulated)."""
+"""dflashkit.runtime.kernels dispatch on CPU: path choice, reference results, and the Metal / Triton fallbacks (simulated)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import torch
 from gguf import GGMLQuantizationType
 
 from dflashkit.errors import DFlashError
-from dflashkit.kernels import QuantizedWeight, dequantize_torch, qmatmul, qmatmul_path
-from dflashkit.kernels import dispatch, metal, triton_kernels
-from dflashkit.kernels.testing import random_blocks
+from dflashkit.runtime.kernels import QuantizedWeight, dequantize_torch, qmatmul, qmatmul_path
+from dflashkit.runtime.kernels import dispatch, metal, triton_kernels
+from dflashkit.runtime.kernels.testing import random_blocks
 from dflashkit.quantize import quantize
 
 TYPES = ["Q8_0", "Q4_K", "Q5_K", "Q6_K", "Q4_0", "Q5_0", "Q5_1", "F16", "BF16", "F32"]

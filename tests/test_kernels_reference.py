@@ -1,4 +1,4 @@
-"""dflashkit.kernels.reference: torch dequantize, bit-identical to gguf.quants.dequantize (float32)."""
+"""dflashkit.runtime.kernels.reference: torch dequantize, bit-identical to gguf.quants.dequantize (float32)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
 from dflashkit.errors import DFlashError
-from dflashkit.kernels import TORCH_DEQUANT, QuantizedWeight, dequantize_torch
-from dflashkit.kernels import reference
-from dflashkit.kernels.testing import random_blocks
+from dflashkit.runtime.kernels import TORCH_DEQUANT, QuantizedWeight, dequantize_torch
+from dflashkit.runtime.kernels import reference
+from dflashkit.runtime.kernels.testing import random_blocks
 
 GOLDEN = Path(__file__).resolve().parent / "data" / "golden" / "quants"
 QUANT_TYPES = ["Q8_0", "Q4_K", "Q5_K", "Q6_K", "Q4_0", "Q5_0", "Q5_1", "Q4_1", "Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS"]

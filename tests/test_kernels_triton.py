@@ -37,9 +37,9 @@ def run_cases(seed: int) -> dict[str, Any]:
     from gguf import GGMLQuantizationType
     from gguf.quants import dequantize
 
-    from dflashkit.kernels import QuantizedWeight
-    from dflashkit.kernels.testing import random_blocks
-    from dflashkit.kernels.triton_kernels import interpreting, qmatmul_triton
+    from dflashkit.runtime.kernels import QuantizedWeight
+    from dflashkit.runtime.kernels.testing import random_blocks
+    from dflashkit.runtime.kernels.triton_kernels import interpreting, qmatmul_triton
     from dflashkit.quantize import quantize
 
     assert interpreting()

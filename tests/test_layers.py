@@ -41,7 +41,7 @@ LAYERS: dict[str, int] = {
     "dflashkit.inspect": 4,
     "dflashkit.diff": 4,
     "dflashkit.quantize": 4,
-    "dflashkit.kernels": 5,
+    "dflashkit.runtime.kernels": 5,
     "dflashkit.runtime": 5,
     "dflashkit.llama_cpp": 5,  # llama.cpp as a second runtime: its binary, its converter for the target
     "dflashkit.parity": 6,  # dflash-parity: run, stats, result

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dflashkit.codecs import QUANT_TYPES, get_quant_type, quantize, quantize_f16_rows
-from dflashkit.codecs import _kernels as K
+from dflashkit.codecs import loops as K
 
 BLOCK_TYPES = [t.name for t in QUANT_TYPES if t.name not in ("F32", "F16", "BF16")]
 EVERY_HALF = np.arange(65536, dtype=np.uint16)

@@ -27,7 +27,7 @@ from dflashkit.quantize import (
     get_quant_type,
     quantize,
 )
-from dflashkit.codecs import _kernels as K
+from dflashkit.codecs import loops as K
 
 QTYPES = ["Q8_0", "Q4_0", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"]
 ALL_TYPES = QTYPES + ["F16", "BF16", "F32"]

@@ -291,8 +291,8 @@ def test_keep_quantized(drafters: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "q8.gguf"
     convert(drafters["qwen3-b16"], out, outtype="q8_0", progress=False, warn=lambda m: None)
     dense, kept = load_drafter(out), load_drafter(out, keep_quantized=True)
-    assert kernels_available()  # dflashkit.kernels ships with the package
-    assert kept.load_info.matmul == "quantized, dflashkit.kernels.qmatmul (reference path)"
+    assert kernels_available()  # dflashkit.runtime.kernels ships with the package
+    assert kept.load_info.matmul == "quantized, dflashkit.runtime.kernels.qmatmul (reference path)"
     assert "dequantized" in dense.load_info.matmul
     assert any(isinstance(m, Linear) and m.is_quantized for m in kept.modules())
     ref = reference_model(drafters["qwen3-b16"])

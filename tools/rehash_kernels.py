@@ -1,5 +1,5 @@
 """Set the sha256 each quantizer kernel module records for the files whose helpers its numba kernels inline
-(``INLINED_SHA256``; see ``dflashkit/codecs/_kernels_c_ops.py``), after editing one of those files.
+(``INLINED_SHA256``; see ``dflashkit/codecs/loops/c_ops.py``), after editing one of those files.
 
 Recording a file's new hash changes the recording file's own text, which a third module may record in turn, so
 this repeats until nothing changes. Run from the repository root: ``python tools/rehash_kernels.py``.
@@ -12,13 +12,13 @@ import re
 import sys
 from pathlib import Path
 
-CODECS = Path(__file__).resolve().parent.parent / "dflashkit" / "codecs"
+LOOPS = Path(__file__).resolve().parent.parent / "dflashkit" / "codecs" / "loops"
 _ENTRY = re.compile(r'"([a-z0-9_]+)": "([0-9a-f]{16})"')
 
 
 def _sha256(short: str) -> str:
-    """The digits `_kernels_c_ops.require_inlined` compares: of the text with \\n line ends."""
-    text = (CODECS / f"_kernels_{short}.py").read_bytes().replace(b"\r\n", b"\n")
+    """The digits `loops.c_ops.require_inlined` compares: of the text with \\n line ends."""
+    text = (LOOPS / f"{short}.py").read_bytes().replace(b"\r\n", b"\n")
     return hashlib.sha256(text).hexdigest()[:16]
 
 
@@ -27,7 +27,7 @@ def rehash() -> list[str]:
     changed: list[str] = []
     for _ in range(20):
         round_changed = False
-        for module in sorted(CODECS.glob("_kernels_*.py")):
+        for module in sorted(LOOPS.glob("*.py")):
             text = module.read_text()
             new = _ENTRY.sub(lambda m: f'"{m.group(1)}": "{_sha256(m.group(1))}"', text)
             if new != text:

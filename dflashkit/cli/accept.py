@@ -38,7 +38,7 @@ def _llama_cpp_inputs(*folders: str | None) -> list[str]:
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"], case_sensitive=False), default="float32", show_default=True,
               help="Of the target and the drafters.")
 @click.option("--keep-quantized", is_flag=True,
-              help="Keep quantized drafter weights quantized (fused dflashkit.kernels matmuls) instead of dequantizing.")
+              help="Keep quantized drafter weights quantized (fused dflashkit.runtime.kernels matmuls) instead of dequantizing.")
 @click.option("--ignore-eos", is_flag=True, help="Do not stop at the target's end-of-sequence tokens.")
 @click.option("--trace", type=click.Path(dir_okay=False), metavar="FILE.jsonl",
               help="Write the acceptance trace: one line per (drafter, prompt) (format: docs/formats.md).")

@@ -57,7 +57,7 @@ def _parse_ids(value: str | None) -> list[int] | None:
 @format_option()
 @output_option
 @click.option("--keep-quantized", is_flag=True,
-              help="Keep quantized weights quantized (fused dflashkit.kernels matmuls) instead of dequantizing.")
+              help="Keep quantized weights quantized (fused dflashkit.runtime.kernels matmuls) instead of dequantizing.")
 @click.option("--skip-weights", is_flag=True, help="Skip the per-tensor weight diff (faster on big files).")
 @click.option("--quiet", "-q", is_flag=True, help="No 'wrote' line for -o (a failure's reason still goes to stderr).")
 @user_errors

@@ -90,7 +90,7 @@ FUSED_VALUES = 1 << 16
 @functools.lru_cache(maxsize=1)
 def half_vectors() -> bool:
     """Whether this CPU converts vectors of halves in hardware (x86: F16C; every 64-bit ARM does): the vector
-    kernels of `_kernels_legacy_f16` widen and narrow halves, which LLVM otherwise turns into calls to runtime
+    kernels of `loops.legacy_f16` widen and narrow halves, which LLVM otherwise turns into calls to runtime
     functions llvmlite does not provide."""
     import platform
 

@@ -150,7 +150,7 @@ def as_float32(x: Any) -> np.ndarray:
 
 class BlockFormat:
     """A ggml block format, the base of every per-type class (quantizers here, torch dequantizers
-    in ``dflashkit.kernels``): ``class X(Family, ggml_type=...)`` takes ``block_size`` /
+    in ``dflashkit.runtime.kernels``): ``class X(Family, ggml_type=...)`` takes ``block_size`` /
     ``type_size`` from ``gguf.GGML_QUANT_SIZES`` and registers an instance in ``Family.registry``."""
 
     registry: ClassVar[dict[GGMLQuantizationType, Any]]
@@ -279,13 +279,13 @@ class QuantType(BlockFormat):
 
 
 class _LazyKernels:
-    """``_kernels`` imported on first use: importing numba and loading its cached kernels costs about a second,
+    """``loops`` imported on first use: importing numba and loading its cached kernels costs about a second,
     which inspect / diff / dequantizing never need (only quantizing and f32 -> f16/bf16 run numba code)."""
 
     def __getattr__(self, name: str) -> Any:
-        from . import _kernels
+        from . import loops
 
-        return getattr(_kernels, name)
+        return getattr(loops, name)
 
 
 #: the numba kernels, for the codec modules (``K.q8_0_kernel``): attribute access imports them
@@ -294,22 +294,22 @@ K = _LazyKernels()
 
 class KernelQuantType(QuantType):
     """A type whose quantize_blocks is one kernel ``(x [n_blocks, block_size], out [n_blocks, type_size])`` run
-    on row chunks across threads: ``_kernel`` (set by the subclass) is a numba kernel's name in ``_kernels``,
+    on row chunks across threads: ``_kernel`` (set by the subclass) is a numba kernel's name in ``loops``,
     or a function (one that calls kernels itself, or Q8_0's numpy quantizer: ``needs_numba = False``)."""
 
     _kernel: ClassVar[str | tuple[str, tuple[Any, ...]] | Callable[[np.ndarray, np.ndarray], None]]
-    #: the importance-weighted row kernel, ``(name in _kernels, extra arguments)``: ``kernel(x[rows, n], qw[n],
+    #: the importance-weighted row kernel, ``(name in loops, extra arguments)``: ``kernel(x[rows, n], qw[n],
     #: out[rows, row_bytes], *extra)``; None where ggml takes no weights
     _weighted: ClassVar[tuple[str, tuple[Any, ...]] | None] = None
     needs_numba: ClassVar[bool] = True
     _cost: ClassVar[int] = 1  # relative work per value, to size thread chunks (K-quants search many scales)
-    #: a kernel in ``_kernels`` that quantizes F16 bits straight, ``(name, extra arguments)``: ``kernel(bits (flat
+    #: a kernel in ``loops`` that quantizes F16 bits straight, ``(name, extra arguments)``: ``kernel(bits (flat
     #: uint16), out (flat blocks), *extra)`` returns the NaN / ±inf count; `quantize_f16_rows` runs it instead of
     #: the decode and `quantize_rows_into`
     from_f16: ClassVar[tuple[str, tuple[Any, ...]] | None] = None
 
     def _block_kernel(self) -> Callable[[np.ndarray, np.ndarray], Any]:
-        """``_kernel`` as a function (a name is looked up in ``_kernels``, importing numba)."""
+        """``_kernel`` as a function (a name is looked up in ``loops``, importing numba)."""
         kernel = type(self)._kernel
         if isinstance(kernel, tuple):  # (name, extra arguments after x and out)
             function, extra = getattr(K, kernel[0]), kernel[1]

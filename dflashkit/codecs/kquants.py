@@ -1,6 +1,6 @@
 """256-value super-block K-quants: Q4_K, Q5_K, Q6_K.
 
-Quantization is the numba kernels in ``_kernels`` (quantize_row_q{4,5,6}_K_ref with make_qkx2_quants /
+Quantization is the numba kernels in ``loops`` (quantize_row_q{4,5,6}_K_ref with make_qkx2_quants /
 make_qx_quants); dequantization mirrors dequantize_row_q{4,5,6}_K in float32: y = (d * sc) * q - (dmin * m)
 for Q4_K / Q5_K and y = (d * sc) * q for Q6_K.
 """

@@ -1,6 +1,6 @@
 """32-value block types: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1.
 
-Quantization is the numba kernels in ``_kernels`` (mirroring quantize_row_*_ref), except Q8_0's, which is numpy
+Quantization is the numba kernels in ``loops`` (mirroring quantize_row_*_ref), except Q8_0's, which is numpy
 (`q8_0_numpy`, see there why); dequantization is numpy with the same float32 operation order as ggml's
 dequantize_row_* (and gguf-py), so values are bit-identical.
 """
@@ -41,7 +41,7 @@ def q8_0_numpy(x: np.ndarray, out: np.ndarray) -> None:
     ggml's too), q = roundf(x * id) computed as trunc(x * id + copysign(0.49999997, x)), which equals
     round-half-away for every |v| < 2**23, then C's float -> int8 truncation. Blocks where C relies on
     platform behaviour — NaN / inf inputs, or a subnormal d whose reciprocal overflows or whose levels
-    can leave int8 — go to the numba mirror of the C code (`_kernels.legacy_kernel`), a pass of blocks at a time.
+    can leave int8 — go to the numba mirror of the C code (`loops.legacy_kernel`), a pass of blocks at a time.
     """
     n = x.shape[0]
     step = min(n, _Q8_0_STEP)
@@ -84,8 +84,8 @@ def q8_0_numpy(x: np.ndarray, out: np.ndarray) -> None:
 
 class _Block32(KernelQuantType):
     """A 32-value type: its ``kind`` picks its branch of the kernels that serve them all, straight from F16 bits
-    (`_kernels_legacy_f16.legacy_from_f16`), from float32 (`_kernels_legacy.legacy_kernel`, unless the type names
-    another) and with weights (`_kernels_weighted.legacy_w_kernel`, Q8_0 has none)."""
+    (`loops.legacy_f16.legacy_from_f16`), from float32 (`loops.legacy.legacy_kernel`, unless the type names
+    another) and with weights (`loops.weighted.legacy_w_kernel`, Q8_0 has none)."""
 
     kind: ClassVar[int]  # 0 Q8_0, 1 Q4_0, 2 Q4_1, 3 Q5_0, 4 Q5_1
 

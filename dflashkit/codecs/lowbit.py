@@ -1,7 +1,7 @@
 """The low-bit super-block types Q2_K and Q3_K and the non-linear IQ4_NL / IQ4_XS.
 
-Quantization is the numba kernels of ``_kernels_lowbit`` / ``_kernels_kquants`` / ``_kernels_lowbit_lanes`` (without an
-importance matrix) and ``_kernels_weighted``
+Quantization is the numba kernels of ``loops.lowbit`` / ``loops.kquants`` / ``loops.lowbit_lanes`` (without an
+importance matrix) and ``loops.weighted``
 (with one), transcribed from ggml. Dequantization is gguf-py's own (``gguf.quants``): the reference every reader
 of these files is compared with, so it is used as it is rather than written again.
 """

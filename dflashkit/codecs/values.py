@@ -186,7 +186,7 @@ class ValueCounts:
         """Count a BF16 chunk (uint16 bits) bound for F16 from its bits alone, in one pass over half the bytes of
         a float32 count: a magnitude's bits at or above 0x7F80 are NaN / inf; a finite one at or above 0x4780
         (65536; the BF16 value below it is 65280) rounds past F16's 65504."""
-        from ._kernels import bf16_f16_specials  # numba: only the path that already runs the numba kernel
+        from .loops import bf16_f16_specials  # numba: only the path that already runs the numba kernel
 
         nonfinite, overflow = bf16_f16_specials(np.ascontiguousarray(bits).view(np.uint16).reshape(-1))
         self.record(name, int(nonfinite), int(overflow))

@@ -1,7 +1,7 @@
 """The runtime's linear layer and the ways it holds its weight: dense, ggml-quantized, or packed.
 
 A drafter's matrices load in one of three forms (`dflashkit.runtime.load` picks one): a dense float buffer, ggml
-blocks kept quantized and multiplied by ``dflashkit.kernels.qmatmul``, or the file's own bytes (BF16/F16/ggml
+blocks kept quantized and multiplied by ``dflashkit.runtime.kernels.qmatmul``, or the file's own bytes (BF16/F16/ggml
 blocks) unpacked to float32 at each forward, row block by row block (`packed_tiles`, `run_tiles`, `unpack_rows`).
 The packed form's knobs (``PACKED_BLOCK_BYTES``, ``PACKED_TILE_BYTES``) are read here, so they are set here.
 
@@ -20,13 +20,13 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..codecs import QUANT_TYPES, dequantize_into, to_float32
-from ..kernels.reference import FLOAT_VIEWS
+from .kernels.reference import FLOAT_VIEWS
 
 
 class Linear(nn.Module):
     """``y = x W^T (+ b)`` with W dense (a float buffer) or ggml-quantized (uint8 blocks + type).
 
-    Quantized weights stay quantized in memory and run through ``dflashkit.kernels.qmatmul``.
+    Quantized weights stay quantized in memory and run through ``dflashkit.runtime.kernels.qmatmul``.
     """
 
     def __init__(self, in_features: int, out_features: int) -> None:
@@ -119,7 +119,7 @@ class Linear(nn.Module):
         if self.qdata is not None and self.packed:
             return self._packed_forward(x)
         if self.qdata is not None:
-            from ..kernels import QuantizedWeight, qmatmul  # only reached when the loader found them
+            from .kernels import QuantizedWeight, qmatmul  # only reached when the loader found them
 
             w = QuantizedWeight(self.qdata, self.ggml_type, (self.out_features, self.in_features))
             y = qmatmul(x, w).to(x.dtype)
@@ -212,8 +212,8 @@ def unpack_rows(data: torch.Tensor, ggml_type: Any, shape: tuple[int, int], *,
         return src.to(torch.float32) if out is None else out.copy_(src)  # widening: exact either way
     if data.device.type != "cpu":  # dequantize on the device itself
         try:
-            from ..kernels import dequantize_torch
-            from ..kernels.reference import TORCH_DEQUANT
+            from .kernels import dequantize_torch
+            from .kernels.reference import TORCH_DEQUANT
 
             if ggml_type in TORCH_DEQUANT:
                 return dequantize_torch(data, ggml_type, shape)

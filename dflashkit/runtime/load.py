@@ -4,7 +4,7 @@ A drafter comes from an HF checkpoint directory of any layout (z-lab, vLLM ``spe
 DeepSpec DSpark) or a GGUF of any dialect and any tensor type, always through `open_drafter`: its family
 reads the config (or the dialect the metadata) into a `DrafterSpec`, `runtime_config` adds the
 runtime-only fields, and weights are read by canonical id and dequantized to float32 (``read_f32``), or — with
-``keep_quantized=True`` and when ``dflashkit.kernels`` provides ``qmatmul`` — kept as ggml blocks
+``keep_quantized=True`` and when ``dflashkit.runtime.kernels`` provides ``qmatmul`` — kept as ggml blocks
 and multiplied by the fused kernels. The target's ``embed_tokens`` / ``lm_head`` come from a target
 GGUF (``token_embd.weight`` / ``output.weight``) or an HF target directory — unless the drafter has its
 own (``embed_tokens`` / ``lm_head``; MiMo's ``mask_embedding.pt`` row), which replace them as in llama.cpp.
@@ -64,9 +64,9 @@ def resolve_device(device: str | torch.device) -> torch.device:
 
 
 def kernels_available() -> bool:
-    """True when ``dflashkit.kernels`` provides the fused quantized matmul (``qmatmul``)."""
+    """True when ``dflashkit.runtime.kernels`` provides the fused quantized matmul (``qmatmul``)."""
     try:
-        from ..kernels import QuantizedWeight, qmatmul  # noqa: F401
+        from .kernels import QuantizedWeight, qmatmul  # noqa: F401
     except ImportError:
         return False
     return True
@@ -137,7 +137,7 @@ def load_drafter(
         quantized = keep_quantized and kernels_available()
         notes = reference_notes(spec)
         if keep_quantized and not quantized:
-            notes.append("--keep-quantized: dflashkit.kernels is not available; weights were dequantized")
+            notes.append("--keep-quantized: dflashkit.runtime.kernels is not available; weights were dequantized")
         mask = _mask_embedding(f, spec)
         if mask is not None:
             model.mask_embedding = mask.to(dev)
@@ -148,7 +148,7 @@ def load_drafter(
             types[ref.type_name] = types.get(ref.type_name, 0) + 1
         kept = any(isinstance(m, Linear) and m.is_quantized for m in model.modules())
         if kept:
-            matmul = f"quantized, dflashkit.kernels.qmatmul ({_qmatmul_path(model, dev)} path)"
+            matmul = f"quantized, dflashkit.runtime.kernels.qmatmul ({_qmatmul_path(model, dev)} path)"
         elif any(t not in _FLOAT_TYPES for t in types):
             matmul = f"dense {_dtype_name(dt)} (dequantized on load)"
         else:
@@ -245,19 +245,19 @@ def _mask_embedding(f: DrafterFile, spec: DrafterSpec) -> torch.Tensor | None:
 
 
 def _kernel_types() -> frozenset[Any]:
-    """Quantized ggml types dflashkit.kernels can multiply (empty without the kernels)."""
+    """Quantized ggml types dflashkit.runtime.kernels can multiply (empty without the kernels)."""
     try:
-        from ..kernels import TORCH_DEQUANT
+        from .kernels import TORCH_DEQUANT
     except ImportError:
         return frozenset()
     return frozenset(t for t in TORCH_DEQUANT if t.name not in _FLOAT_TYPES)
 
 
 def _dequantize(raw: np.ndarray, ggml_type: Any, shape: tuple[int, ...], dev: torch.device, dt: torch.dtype) -> torch.Tensor:
-    """ggml blocks → ``dt`` on ``dev``, through dflashkit.kernels (on the device itself: a GPU dequantizes in
+    """ggml blocks → ``dt`` on ``dev``, through dflashkit.runtime.kernels (on the device itself: a GPU dequantizes in
     place of the CPU); numpy's dequantizer when the kernels cannot take the type."""
     if ggml_type in _kernel_types():
-        from ..kernels import dequantize_torch
+        from .kernels import dequantize_torch
 
         data = torch.from_numpy(np.array(raw, dtype=np.uint8)).to(dev)  # a copy: the memmap is read-only
         return dequantize_torch(data, ggml_type, shape).to(dtype=dt)
@@ -293,7 +293,7 @@ def _mapped_bytes(path: Path, offset: int, nbytes: int, rows: int) -> tuple[torc
 
 
 def _qmatmul_path(model: DFlashDraftModel, dev: torch.device) -> str:
-    from ..kernels import QuantizedWeight, qmatmul_path
+    from .kernels import QuantizedWeight, qmatmul_path
 
     lin = next(m for m in model.modules() if isinstance(m, Linear) and m.is_quantized)
     return qmatmul_path(dev, QuantizedWeight(lin.qdata, lin.ggml_type, (lin.out_features, lin.in_features)))

@@ -5,22 +5,22 @@ Q6_K, IQ4_NL and IQ4_XS. (Q8_0 takes no weights: ggml ignores them.)
 Row kernels: ``kernel(x[rows, n], qw[n], out[rows, row_bytes])`` — the importance matrix holds one weight per
 column, the same for every row, and the 32-value types' ``sigma2`` is the mean square of the whole row, so a row is
 the unit here (`base.run_chunked` splits rows across threads). Statement-by-statement transcriptions; the shared
-searches are `_kernels_make`'s, the low-bit bodies `_kernels_lowbit`'s.
+searches are `make`'s, the low-bit bodies `lowbit`'s.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._kernels_c_ops import (_F0, _JIT, fp16_to_fp32, fp32_to_fp16, get_k4_scale_min, nearest_int, njit, put16,
+from .c_ops import (_F0, _JIT, fp16_to_fp32, fp32_to_fp16, get_k4_scale_min, nearest_int, njit, put16,
                              put_k4_scale_min, require_inlined)
-from ._kernels_legacy import pack_q4, pack_q5
-from ._kernels_lowbit import iq4_superblock, q2_k_finish, q3_k_finish, q3_k_put_scale
-from ._kernels_make import k_scratch, make_qkx3_quants, make_qp_quants, make_qx_quants, q6_k_finish
+from .legacy import pack_q4, pack_q5
+from .lowbit import iq4_superblock, q2_k_finish, q3_k_finish, q3_k_put_scale
+from .make import k_scratch, make_qkx3_quants, make_qp_quants, make_qx_quants, q6_k_finish
 
 #: sha256 of the files whose helpers these kernels inline: numba's cache is keyed on this file's text only, so a
 #: change there has to change this line (`require_inlined`; python tools/rehash_kernels.py sets them)
-INLINED_SHA256 = {"c_ops": "90af6b99320d14fc", "make": "f2cc1184b8b128b7", "lowbit": "180ad2fe18b2b341", "legacy": "c67c82f1e00fb78f"}
+INLINED_SHA256 = {"c_ops": "d0fe70f014628680", "make": "1014207e90dc9e65", "lowbit": "424d1916eddb7fd2", "legacy": "ffe9f7825cb0919c"}
 require_inlined(__name__, INLINED_SHA256)
 
 _F_M09 = np.float32(-0.9)

@@ -1,9 +1,9 @@
 """Numba kernels of Q2_K, Q3_K, IQ4_NL and IQ4_XS as ``ggml_quantize_chunk`` runs them without an importance
 matrix: ``quantize_row_q2_K_ref`` (block by block: the codec runs
-``_kernels_kquants.q2_k_kernel``'s lanes), ``quantize_row_q3_K_ref`` (likewise: ``_kernels_lowbit_lanes``), and for the IQ4 types
+``kquants.q2_k_kernel``'s lanes), ``quantize_row_q3_K_ref`` (likewise: ``lowbit_lanes``), and for the IQ4 types
 ``quantize_iq4_nl`` / ``quantize_iq4_xs`` (``quantize_row_iq4_nl_impl`` with 7 trial scales: what
 llama-quantize writes; ``quantize_row_iq4_nl_ref``'s single pass is not). The per-block bodies take a 1-D input
-and output with offsets (C's pointers), so `_kernels_weighted`'s row kernels run the same bodies with weights.
+and output with offsets (C's pointers), so `weighted`'s row kernels run the same bodies with weights.
 
 Block kernels take ``x[n_blocks, block]`` float32 and write ``out[n_blocks, type_size]`` uint8.
 """
@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._kernels_c_ops import (
+from .c_ops import (
     _F0, _F1, _F_TENTH, _JIT, as_int8, fp16_to_fp32, fp32_to_fp16, nearest_int, njit,
     put16, require_inlined,
 )
-from ._kernels_make import best_index_int8, k_scratch, make_q3_quants, make_qkx2_quants, max_abs, running_max
+from .make import best_index_int8, k_scratch, make_q3_quants, make_qkx2_quants, max_abs, running_max
 
 #: sha256 of the files whose helpers these kernels inline: numba's cache is keyed on this file's text only, so a
 #: change there has to change this line (`require_inlined`; python tools/rehash_kernels.py sets them)
-INLINED_SHA256 = {"c_ops": "90af6b99320d14fc", "make": "f2cc1184b8b128b7"}
+INLINED_SHA256 = {"c_ops": "d0fe70f014628680", "make": "1014207e90dc9e65"}
 require_inlined(__name__, INLINED_SHA256)
 
 KVALUES_IQ4NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.int8)
@@ -83,7 +83,7 @@ def q2_k_finish(x, off, o, pos, L, dh, mh):  # type: ignore[no-untyped-def]
 
 @njit(**_JIT)
 def q2_k_scalar(x, out):  # type: ignore[no-untyped-def]
-    """quantize_row_q2_K_ref block by block: the mirror of `_kernels_kquants.q2_k_kernel` (the lane kernel the codec
+    """quantize_row_q2_K_ref block by block: the mirror of `kquants.q2_k_kernel` (the lane kernel the codec
     runs), kept as the readable spec and checked against it in the tests."""
     L, Laux, weights, scales, mins, _, _, _ = k_scratch(16, 16)
     for b in range(x.shape[0]):
@@ -162,7 +162,7 @@ def q3_k_put_scales(o, pos, scales, soff):  # type: ignore[no-untyped-def]
 
 @njit(**_JIT)
 def q3_k_scalar(x, out):  # type: ignore[no-untyped-def]
-    """quantize_row_q3_K_ref block by block: the mirror of `_kernels_lowbit_lanes.q3_k_kernel` (the lane kernel the
+    """quantize_row_q3_K_ref block by block: the mirror of `lowbit_lanes.q3_k_kernel` (the lane kernel the
     codec runs), kept as the readable spec and checked against it in the tests."""
     L = np.zeros(256, np.int64)
     scales = np.zeros(16, np.float32)

@@ -1,8 +1,8 @@
 """The statement-by-statement mirror of ggml's K-quant quantizers: Q4_K, Q5_K and Q6_K one block at a time.
 
-Transcriptions of ``quantize_row_q{4,5,6}_K_ref`` over ``_kernels_make``'s ``make_qkx2_quants`` and ``make_qx_quants``
+Transcriptions of ``quantize_row_q{4,5,6}_K_ref`` over ``make``'s ``make_qkx2_quants`` and ``make_qx_quants``
 (rmse_type 1).
-Not used by the QuantTypes (the lane kernels of ``_kernels_kquants`` are several times faster): a readable
+Not used by the QuantTypes (the lane kernels of ``kquants`` are several times faster): a readable
 spec of what those compute, and the tests check both agree.
 """
 
@@ -10,23 +10,23 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._kernels_c_ops import _F0, _F_TENTH, _JIT, nearest_int, njit, put_d_dmin, put_k4_scale_min, require_inlined
+from .c_ops import _F0, _F_TENTH, _JIT, nearest_int, njit, put_d_dmin, put_k4_scale_min, require_inlined
 
-from ._kernels_make import make_qkx2_quants as _make_qkx2_quants
-from ._kernels_make import make_qx_quants as _make_qx_quants
-from ._kernels_make import q6_k_finish, running_max
+from .make import make_qkx2_quants as _make_qkx2_quants
+from .make import make_qx_quants as _make_qx_quants
+from .make import q6_k_finish, running_max
 
 #: sha256 of the files whose helpers these kernels inline: numba's cache is keyed on this file's text only, so a
 #: change there has to change this line (`require_inlined`; python tools/rehash_kernels.py sets them)
-INLINED_SHA256 = {"c_ops": "90af6b99320d14fc", "make": "f2cc1184b8b128b7"}
+INLINED_SHA256 = {"c_ops": "d0fe70f014628680", "make": "1014207e90dc9e65"}
 require_inlined(__name__, INLINED_SHA256)
-#: sha256 of ``_kernels_make.py`` (its make_qkx2_quants is inlined here): the same rule
+#: sha256 of ``make.py`` (its make_qkx2_quants is inlined here): the same rule
 
 
 @njit(**_JIT)
 def make_qkx2_quants(x, b, off, n, nmax, weights, L, Laux, rmin, rdelta, nstep):  # type: ignore[no-untyped-def]
     """ggml-quants.c make_qkx2_quants (use_mad = false) on x[b, off:off+n]; fills L[off:off+n]; returns (scale,
-    the_min). The one transcription is ``_kernels_make``'s (``mn`` updated in place by an accepted step, the later
+    the_min). The one transcription is ``make``'s (``mn`` updated in place by an accepted step, the later
     steps' iscale / (x - min) using the updated value, exactly as in C)."""
     return _make_qkx2_quants(x[b], off, n, nmax, weights, L, off, Laux, rmin, rdelta, nstep, False)
 
@@ -121,7 +121,7 @@ def _qk_scalar(x, out, nmax, rmin, nstep):  # type: ignore[no-untyped-def]
 @njit(**_JIT)
 def make_qx_quants_rmse1(x, b, off, n, nmax, L):  # type: ignore[no-untyped-def]
     """ggml-quants.c make_qx_quants with rmse_type = 1 and qw = NULL (weights x*x); fills L[off:off+n]
-    (``_kernels_make``'s transcription; the row itself stands in for the absent weights)."""
+    (``make``'s transcription; the row itself stands in for the absent weights)."""
     return _make_qx_quants(x[b], off, n, nmax, L, off, 1, x[b], 0, False)
 
 

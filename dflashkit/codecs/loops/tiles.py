@@ -1,16 +1,16 @@
 """The tile moves the lane kernels share: a tile of 16-value sub-blocks laid out as lanes, each lane's first
 largest |x|, the clamp of a float level, and the 2-bit packing of Q2_K / Q3_K levels read back from the lanes.
 
-A lane kernel (``_kernels_kquants``, ``_kernels_lowbit_lanes``) works on ``xT[i, 16 * g + j]`` = value i of
+A lane kernel (``kquants``, ``lowbit_lanes``) works on ``xT[i, 16 * g + j]`` = value i of
 sub-block j of super-block g of the tile, so that the loop over lanes is the inner, vectorised one. Kernels that
-inline these helpers record this file's sha256 (``TILES_SHA256``), as they do for ``_kernels_c_ops``.
+inline these helpers record this file's sha256 (``TILES_SHA256``), as they do for ``c_ops``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._kernels_c_ops import _JIT, f32_as_u32, njit, u32_as_f32
+from .c_ops import _JIT, f32_as_u32, njit, u32_as_f32
 
 
 @njit(**_JIT)

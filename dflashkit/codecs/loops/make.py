@@ -7,7 +7,7 @@ reads it as garbage there; both agree on every finite weight), ``make_qp_quants`
 works on ``x[off:off+n]`` of a 1-D float32 array (C's pointer arithmetic) and writes levels into an int64 ``L``
 at its own offset ``lo``; where C keeps levels in ``uint8_t`` the value stored is masked to 8 bits and read back so,
 exactly as C wraps it. Every sum is float32 and sequential, every int → float conversion explicit (module doc of
-``_kernels``).
+``loops``).
 
 Also the pieces several quantizers share verbatim in C: a running maximum of sub-block scales (`running_max`) and
 Q6_K's last pass (`q6_k_finish`, quantize_row_q6_K_ref's and _impl's alike).
@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._kernels_c_ops import (_F0, _F1, _F_HALF, _F_TENTH, _GROUP_MAX_EPS, _JIT, as_int8, fp16_to_fp32, fp32_to_fp16, nearest_int,
+from .c_ops import (_F0, _F1, _F_HALF, _F_TENTH, _GROUP_MAX_EPS, _JIT, as_int8, fp16_to_fp32, fp32_to_fp16, nearest_int,
                              njit, put16, require_inlined)
 
 #: sha256 of the files whose helpers these kernels inline: numba's cache is keyed on this file's text only, so a
 #: change there has to change this line (`require_inlined`; python tools/rehash_kernels.py sets them)
-INLINED_SHA256 = {"c_ops": "90af6b99320d14fc"}
+INLINED_SHA256 = {"c_ops": "d0fe70f014628680"}
 require_inlined(__name__, INLINED_SHA256)
 
 

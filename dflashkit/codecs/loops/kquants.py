@@ -7,7 +7,7 @@ block at a time they are latency bound. These kernels run many independent sub-b
 another, in C's order, so results are bit-identical, while the lane loop vectorises (AVX2/AVX-512) and the
 many independent chains hide the add latency. Branches become per-lane masks; a lane's "accept this trial"
 updates only that lane. Tiles are padded with a copy of the last super-block whose results are discarded.
-The scalar ``*_scalar`` kernels of ``_kernels_kquants_mirror`` (and ``_kernels_lowbit.q2_k_scalar``) are the
+The scalar ``*_scalar`` kernels of ``kquants_mirror`` (and ``lowbit.q2_k_scalar``) are the
 statement-by-statement mirror, kept as a readable spec and as a cross-check in the tests.
 
 Kernels take ``x[n_blocks, 256]`` float32 and write ``out[n_blocks, type_size]`` uint8.
@@ -17,17 +17,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._kernels_c_ops import (
+from .c_ops import (
     _F0, _F1, _F_TENTH, _GROUP_MAX_EPS, _JIT, as_int8, fp16_to_fp32, fp32_to_fp16, nearest_int, nearest_int_f, njit,
     put16, put_d_dmin, put_k4_scale_min, require_inlined,
 )
-from ._kernels_lowbit import q2_k_scale_codes
-from ._kernels_make import max_abs
-from ._kernels_tiles import clampf, gather_sub16, max_abs_lanes, pack_2bit_lanes, pick
+from .lowbit import q2_k_scale_codes
+from .make import max_abs
+from .tiles import clampf, gather_sub16, max_abs_lanes, pack_2bit_lanes, pick
 
 #: sha256 of the files whose helpers these kernels inline: numba's cache is keyed on this file's text only, so a
 #: change there has to change this line (`require_inlined`; python tools/rehash_kernels.py sets them)
-INLINED_SHA256 = {"c_ops": "90af6b99320d14fc", "tiles": "5be431698359f57e", "make": "f2cc1184b8b128b7", "lowbit": "180ad2fe18b2b341"}
+INLINED_SHA256 = {"c_ops": "d0fe70f014628680", "tiles": "46356f7de5e244d6", "make": "1014207e90dc9e65", "lowbit": "424d1916eddb7fd2"}
 require_inlined(__name__, INLINED_SHA256)
 
 

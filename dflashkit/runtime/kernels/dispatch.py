@@ -46,13 +46,13 @@ def reset_notices() -> None:
 def _triton_missing() -> str | None:
     if triton_kernels.installed():
         return None
-    return ("dflashkit.kernels: triton is not installed, so quantized matmuls on CUDA use the slower reference path "
+    return ("dflashkit.runtime.kernels: triton is not installed, so quantized matmuls on CUDA use the slower reference path "
             "(pip install 'dflashkit[triton]')")
 
 
 def _metal_missing() -> str | None:
     ok, why = metal.available()
-    return None if ok else f"dflashkit.kernels: Metal kernels unavailable ({why}); using the reference path"
+    return None if ok else f"dflashkit.runtime.kernels: Metal kernels unavailable ({why}); using the reference path"
 
 
 #: device type → (its fused path, the kernels' module, their name in a notice, where a notice says the matmul runs,
@@ -72,7 +72,7 @@ def qmatmul_path(x_device: torch.device | str, w: QuantizedWeight) -> str:
     path, kernels, kernels_name, where, missing = fused
     if w.ggml_type not in kernels.SUPPORTED_TYPES:
         if is_quantized(w.ggml_type):
-            _notice(f"{path}-{w.ggml_type.name}", f"dflashkit.kernels: no {kernels_name} kernel for "
+            _notice(f"{path}-{w.ggml_type.name}", f"dflashkit.runtime.kernels: no {kernels_name} kernel for "
                     f"{w.ggml_type.name}, so its matmuls {where}dequantize, then multiply (the reference path)")
         return "reference"
     why = missing()

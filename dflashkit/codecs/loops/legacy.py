@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._kernels_c_ops import (
+from .c_ops import (
     _F0, _F1, _F_HALF, _JIT, as_int8, c_f32_to_i32, c_roundf, fp32_to_fp16, njit, put16, require_inlined,
 )
 
 #: sha256 of the files whose helpers these kernels inline: numba's cache is keyed on this file's text only, so a
 #: change there has to change this line (`require_inlined`; python tools/rehash_kernels.py sets them)
-INLINED_SHA256 = {"c_ops": "90af6b99320d14fc"}
+INLINED_SHA256 = {"c_ops": "d0fe70f014628680"}
 require_inlined(__name__, INLINED_SHA256)
 
 

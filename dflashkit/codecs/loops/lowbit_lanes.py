@@ -2,10 +2,10 @@
 
 make_q3_quants refines one sub-block's levels value by value (each accepted change moves the sums the next value
 is judged by) for up to five passes: a chain of dependent float32 operations, latency bound when run one sub-block
-at a time (`_kernels_lowbit.q3_k_scalar`, the statement-by-statement mirror). Here column j of a [16, lanes] tile
+at a time (`lowbit.q3_k_scalar`, the statement-by-statement mirror). Here column j of a [16, lanes] tile
 is one sub-block: every lane still visits its values in C's order with C's operations, so the floats are the same
 bit for bit, while the lane loop vectorises. A branch becomes a per-lane mask; a lane whose pass changed nothing
-stops (C's ``break``) and keeps its levels. The scale codes are `_kernels_lowbit.q3_k_put_scales`, as the mirror's.
+stops (C's ``break``) and keeps its levels. The scale codes are `lowbit.q3_k_put_scales`, as the mirror's.
 
 Takes ``x[n_blocks, 256]`` float32 and writes ``out[n_blocks, 110]`` uint8.
 """
@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._kernels_c_ops import (
+from .c_ops import (
     _F0, _F1, _GROUP_MAX_EPS, _JIT, fp16_to_fp32, nearest_int_f, njit, require_inlined,
 )
-from ._kernels_lowbit import q3_k_get_scale, q3_k_put_scales
-from ._kernels_tiles import clampf, gather_sub16, max_abs_lanes, pack_2bit_lanes, pick
+from .lowbit import q3_k_get_scale, q3_k_put_scales
+from .tiles import clampf, gather_sub16, max_abs_lanes, pack_2bit_lanes, pick
 
 #: sha256 of the files whose helpers these kernels inline: numba's cache is keyed on this file's text only, so a
 #: change there has to change this line (`require_inlined`; python tools/rehash_kernels.py sets them)
-INLINED_SHA256 = {"c_ops": "90af6b99320d14fc", "lowbit": "180ad2fe18b2b341", "tiles": "5be431698359f57e", "make": "f2cc1184b8b128b7"}
+INLINED_SHA256 = {"c_ops": "d0fe70f014628680", "lowbit": "424d1916eddb7fd2", "tiles": "46356f7de5e244d6", "make": "1014207e90dc9e65"}
 require_inlined(__name__, INLINED_SHA256)
 
 _SB_3 = 32  # super-blocks per tile (16 lanes each -> 512 lanes: the later passes' compact tile is fuller)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._kernels_c_ops import _F_2M24, _JIT, f32_as_u32, fp32_to_fp16, njit, require_inlined, u32_as_f32
+from .c_ops import _F_2M24, _JIT, f32_as_u32, fp32_to_fp16, njit, require_inlined, u32_as_f32
 
 #: sha256 of the files whose helpers these kernels inline: numba's cache is keyed on this file's text only, so a
 #: change there has to change this line (`require_inlined`; python tools/rehash_kernels.py sets them)
-INLINED_SHA256 = {"c_ops": "90af6b99320d14fc"}
+INLINED_SHA256 = {"c_ops": "d0fe70f014628680"}
 require_inlined(__name__, INLINED_SHA256)
 
 
@@ -69,7 +69,7 @@ def f32_to_bf16_kernel(x, out):  # type: ignore[no-untyped-def]
 def f16_to_f32_count(bits, out):  # type: ignore[no-untyped-def]
     """IEEE half bits → float32 (exact: ggml_compute_fp16_to_fp32, numpy's ``astype(float32)``) into ``out``;
     returns how many are NaN / ±inf: three candidate bit patterns and a choice among them per value (~2× the scalar
-    `fp16_to_fp32` loop). The exact path of `_kernels_legacy_f16.f16_to_f32_blocks` for runs holding NaN / ±inf."""
+    `fp16_to_fp32` loop). The exact path of `legacy_f16.f16_to_f32_blocks` for runs holding NaN / ±inf."""
     nonfinite = 0
     for i in range(bits.shape[0]):
         h = np.uint32(bits[i])

@@ -5,7 +5,7 @@ before its vectoriser sees it, so the decode, the absmax and the rounding of a b
 (Q8_0 ~1.3 ns a value, Q4_0 ~2.8 ns; llama-quantize's are no faster). Written as ``<32 x half>`` / ``<32 x float>``
 operations they are a handful of AVX2 instructions each.
 
-Each is the float32 sequence of ggml's ``quantize_row_*_ref`` (the scalar mirrors in ``_kernels_legacy``), for
+Each is the float32 sequence of ggml's ``quantize_row_*_ref`` (the scalar mirrors in ``legacy``), for
 blocks of finite values:
 
 - the F16 values widen exactly (``fpext``, F16C's ``vcvtph2ps``);
@@ -27,13 +27,13 @@ from __future__ import annotations
 import numpy as np
 from numba.core import cgutils
 
-from ._kernels_c_ops import _JIT, intrinsic, ir, njit, require_inlined, types
-from ._kernels_float import f16_to_f32_count
-from ._kernels_legacy import legacy_kernel
+from .c_ops import _JIT, intrinsic, ir, njit, require_inlined, types
+from .floats import f16_to_f32_count
+from .legacy import legacy_kernel
 
 #: sha256 of the files whose helpers these kernels inline: numba's cache is keyed on this file's text only, so a
 #: change there has to change this line (`require_inlined`; python tools/rehash_kernels.py sets them)
-INLINED_SHA256 = {"c_ops": "90af6b99320d14fc", "float": "ecc80b45d63d2ee1", "legacy": "c67c82f1e00fb78f"}
+INLINED_SHA256 = {"c_ops": "d0fe70f014628680", "floats": "faa0a59eac10e009", "legacy": "ffe9f7825cb0919c"}
 require_inlined(__name__, INLINED_SHA256)
 
 _LANES = 32

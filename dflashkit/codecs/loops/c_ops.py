@@ -1,10 +1,10 @@
 """C's scalar arithmetic, done as ggml's reference quantizers do it, for the numba kernels of every type family.
 
-The kernel modules (``_kernels_float``, ``_kernels_legacy``, ``_kernels_kquants``, ``_kernels_kquants_mirror``)
+The kernel modules (``floats``, ``legacy``, ``kquants``, ``kquants_mirror``)
 all reproduce ggml's bytes through the same few operations, so those exist once, here: the numba options
 (``_JIT``), the float32 constants, bit casts between a float32 and its uint32 pattern, ggml's ``nearest_int``,
 C's ``roundf`` and float -> int casts (x86 ``cvttss2si``), the fp16 conversions of ``ggml-impl.h`` and a
-little-endian uint16 store. See ``_kernels`` for the rules that make the bytes equal.
+little-endian uint16 store. See ``loops`` for the rules that make the bytes equal.
 
 numba's cache directory is configured here before numba is imported (numba reads ``NUMBA_CACHE_DIR`` then);
 the kernel modules take ``njit`` from this module, so that happens first whichever of them is imported.
@@ -223,14 +223,14 @@ RECORDED_DIGITS = 16
 
 def require_inlined(module: str, recorded: dict[str, str]) -> None:
     """Refuse to load ``module``'s kernels when a file whose helpers they inline is not the text the module
-    records (``recorded``: ``"c_ops"`` for ``_kernels_c_ops.py`` → the first `RECORDED_DIGITS` of its sha256):
+    records (``recorded``: ``"c_ops"`` for ``c_ops.py`` → the first `RECORDED_DIGITS` of its sha256):
     its cached kernels may still run the helpers as they were (module docstring)."""
     here = os.path.dirname(__file__)
     for short, digest in recorded.items():
-        current = file_sha256(os.path.join(here, f"_kernels_{short}.py"))
+        current = file_sha256(os.path.join(here, f"{short}.py"))
         if current is not None and digest != current[:RECORDED_DIGITS]:
             raise RuntimeError(
-                f"{module}: the sha256 it records for dflashkit/codecs/_kernels_{short}.py, whose helpers its numba "
+                f"{module}: the sha256 it records for dflashkit/codecs/loops/{short}.py, whose helpers its numba "
                 f"kernels inline, does not match; set it to {current[:RECORDED_DIGITS]!r} so numba recompiles them "
                 "(python tools/rehash_kernels.py sets every one)"
             )
