@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "fixtures"))
 
 from dflashkit.accept import paired_comparison, run_acceptance  # noqa: E402
-from dflashkit.imatrix import collect_imatrix, write_imatrix  # noqa: E402
+from dflashkit.imatrix_collect import collect_imatrix, write_imatrix  # noqa: E402
 from dflashkit.io.gguf_reader import open_gguf  # noqa: E402
 from dflashkit.llama_cpp import llama_cpp_src, target_gguf_from_hf  # noqa: E402
 from dflashkit.stats import paired_bootstrap_ci  # noqa: E402

@@ -110,7 +110,7 @@ def serving_comparison(out: Path, builds: dict[str, str], prompts: Path, max_new
         subprocess.run(cmd, check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
         rows = next(s["rows"] for s in json.loads(report.read_text())["sections"] if s["id"] == "serving")
         accepted[name] = {(Path(r["drafter"]).name, r["draft_n_max"]): r for r in rows}
-    from dflashkit.release.serving import build_name
+    from dflashkit.release.serving_record import build_name
 
     by_card_name = {build_name(bin_dir): name for name, bin_dir in builds.items()}
     lines = [f"Release with its serving step (pool, both builds, n-max 4, 8, 15): {wall:.1f} s wall, peak "

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "fixtures"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from dflashkit.llama_cpp import target_gguf_from_hf  # noqa: E402
-from dflashkit.accept.serving import measure_serving  # noqa: E402
+from dflashkit.accept.serving_measure import measure_serving  # noqa: E402
 from _trained_files import make_files  # noqa: E402
 
 TRAINED = ROOT / "fixtures" / "trained"

@@ -82,13 +82,13 @@ def write_raw_imatrix(out: Path, kvs: list[bytes], tensors: list[tuple[str, np.n
     data is left a sparse hole (the file is extended, never written); ``pad_last=False`` drops the last tensor's
     padding (ggml refuses such a file)."""
     head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)) + b"".join(kvs)
-    offset, infos, sizes = 0, b"", []
+    offset, infos, sizes = 0, [], []
     for name, data in tensors:
         n = data if isinstance(data, int) else data.size
-        infos += _s(name.encode()) + struct.pack("<IQIQ", 1, n, 0, offset)
+        infos.append(_s(name.encode()) + struct.pack("<IQIQ", 1, n, 0, offset))
         sizes.append(4 * n)
         offset += -(-4 * n // 32) * 32
-    head += infos
+    head += b"".join(infos)  # joined once: += per tensor was quadratic (13 min for 300,000 headers)
     head += b"\0" * (-len(head) % 32)
     with open(out, "wb") as f:
         f.write(head)

@@ -277,7 +277,7 @@ def test_dflash_imatrix_never_writes_into_an_input_folder(tmp_path: Path) -> Non
 
 
 def test_dflash_imatrix_refuses_sums_that_overflow_float32(tmp_path: Path) -> None:
-    from dflashkit.imatrix import ImatrixResult, write_imatrix
+    from dflashkit.imatrix_collect import ImatrixResult, write_imatrix
 
     result = ImatrixResult({"blk.0.attn_q.weight": np.full(8, 1e300), "blk.0.attn_k.weight": np.ones(8)},
                            {"blk.0.attn_q.weight": 4, "blk.0.attn_k.weight": 4}, 3, 16, 1, "p.jsonl", "drafter")

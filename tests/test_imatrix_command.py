@@ -16,7 +16,7 @@ from dflashkit.cli import imatrix_command
 from dflashkit.converters.convert import convert
 from dflashkit.io.gguf_reader import open_gguf
 from dflashkit.quantize.gguf_file import quantize_gguf
-from dflashkit.quantize.imatrix import load_imatrix
+from dflashkit.quantize.imatrix_read import load_imatrix
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINED = ROOT / "fixtures" / "trained"

@@ -15,7 +15,7 @@ import make_drafters
 from dflashkit.cli import quantize_command
 from dflashkit.converters.convert import convert
 from dflashkit.io.gguf_reader import open_gguf
-from dflashkit.quantize.imatrix import load_imatrix
+from dflashkit.quantize.imatrix_read import load_imatrix
 from imatrix_files import weight_tensors, write_gguf_imatrix, write_legacy_imatrix
 
 QUIET = dict(progress=False, warn=lambda m: None)

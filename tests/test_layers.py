@@ -46,7 +46,7 @@ LAYERS: dict[str, int] = {
     "dflashkit.llama_cpp": 5,  # llama.cpp as a second runtime: its binary, its converter for the target
     "dflashkit.parity": 6,  # dflash-parity: run, stats, result
     "dflashkit.accept": 6,  # dflash-accept: run, result, report, prompts, serving (llama-server)
-    "dflashkit.imatrix": 6,  # dflash-imatrix: a drafter's importance matrix from its real draft rounds
+    "dflashkit.imatrix_collect": 6,  # dflash-imatrix: a drafter's importance matrix from its real draft rounds
     "dflashkit.release": 7,  # dflash-release: a composition of every command's library function
     "dflashkit.cli": 8,
     }

@@ -13,14 +13,14 @@ import pytest
 from click.testing import CliRunner
 
 import standin_server
-from dflashkit.accept.options import ContextOptions, LlamaCppOptions
+from dflashkit.accept.options import ContextOptions, LlamaCppOptions, PromptOptions
 from dflashkit.cli import release_command
 from dflashkit.release import check_release, release
 from dflashkit.release.sweeps import PICTURE, picture
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINED = ROOT / "fixtures" / "trained"
-SMALL = {"max_prompts": 6, "max_new_tokens": 24, "parity_rounds": 2, "prompts": TRAINED / "prompts.jsonl"}
+SMALL = {"prompt_options": PromptOptions(TRAINED / "prompts.jsonl", max_prompts=6, max_new_tokens=24), "parity_rounds": 2}
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -146,8 +146,8 @@ def test_the_card_gives_tau_by_prompt_category(tmp_path: Path) -> None:
     build = standin_server.make(tmp_path / "llama-build-a" / "bin", ms_per_token=3.0)  # ×2 with the drafter
     target_gguf = tmp_path / "Qwen3-tiny-BF16.gguf"
     target_gguf.write_bytes(b"GGUF")
-    release(TRAINED / "drafter", out, target=TRAINED / "target", types="bf16", workers=1, prompts=prompts,
-            max_new_tokens=24, parity_rounds=2,
+    release(TRAINED / "drafter", out, target=TRAINED / "target", types="bf16", workers=1,
+            prompt_options=PromptOptions(prompts, max_new_tokens=24), parity_rounds=2,
             llama=LlamaCppOptions(llama_servers=(str(build),), target_ggufs=(str(target_gguf),)))
     record = json.loads((out / "release.json").read_text())
     tau = record["jobs"]["BF16"]["tau"]

@@ -15,12 +15,13 @@ import pytest
 from click.testing import CliRunner
 
 import standin_server
+from dflashkit.accept.options import LlamaCppOptions, PromptOptions
 from dflashkit.cli import release_command
 from dflashkit.release import check_release, release
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINED = ROOT / "fixtures" / "trained"
-SMALL = {"max_prompts": 3, "max_new_tokens": 16, "parity_rounds": 2}
+SMALL = {"prompt_options": PromptOptions(max_prompts=3, max_new_tokens=16), "parity_rounds": 2}
 
 
 def _standin_builds(tmp: Path) -> list[Path]:
@@ -36,7 +37,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path]]:
     target_gguf.write_bytes(b"GGUF")  # the stand-in never reads it
     out = tmp / "release"
     release(TRAINED / "drafter", out, target=TRAINED / "target", types="bf16,q8_0,q4_0", workers=2,
-            llama_server=builds, target_gguf=target_gguf, draft_n_max=[4, 15], naming="target",
+            llama=LlamaCppOptions(llama_servers=tuple(str(b) for b in builds), target_ggufs=(str(target_gguf),),
+                                  draft_n_max=(4, 15)), naming="target",
             target_name="Qwen3-tiny", **SMALL)
     return out, builds
 

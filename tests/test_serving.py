@@ -27,7 +27,7 @@ import standin_server
 from dflashkit.errors import DFlashError, UsageError
 from dflashkit.llama_cpp import check_extra_args
 from dflashkit.llama_cpp.server import Completion, Limits, parse_completion
-from dflashkit.accept.serving import (VERDICT_CRASHED, VERDICT_DIFFERS, VERDICT_GAIN, VERDICT_LOSS, VERDICT_NO_GAIN,
+from dflashkit.accept.serving_measure import (VERDICT_CRASHED, VERDICT_DIFFERS, VERDICT_GAIN, VERDICT_LOSS, VERDICT_NO_GAIN,
                                VERDICT_REFUSED, VERDICT_UNMEASURED, ServingResult, ServingRun, cache_type_value,
                                draft_n_max_value, measure_serving)
 from dflashkit.cli.common import parse_list

@@ -42,7 +42,7 @@ from dflashkit.llama_cpp.server import Completion
 from dflashkit.llama_cpp.speculative_simple import LlamaCppDrafterRun, LlamaCppPromptRun
 from dflashkit.parity import run_parity
 from dflashkit.release.card import render_card
-from dflashkit.accept.serving import ServingResult, ServingRun
+from dflashkit.accept.serving_measure import ServingResult, ServingRun
 import standin_server
 
 out.mkdir(parents=True, exist_ok=True)

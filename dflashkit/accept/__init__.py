@@ -14,7 +14,7 @@ import importlib
 from typing import Any
 
 #: name a user imports from ``dflashkit.accept`` → the module that defines it. Imported on first use, so that
-#: ``dflashkit.accept.serving`` (what ``dflash-release`` and ``--check`` need) does not load the runtime and torch.
+#: ``dflashkit.accept.serving_measure`` (what ``dflash-release`` and ``--check`` need) does not load the runtime and torch.
 _EXPORTS = {
     **dict.fromkeys(("Comparison", "paired_bootstrap_ci", "paired_comparison"), "..stats"),
     **dict.fromkeys(("Prompt", "builtin_prompts_path", "load_prompts", "parse_template_kwargs",

@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 
 from ..llama_cpp.server import Completion, LlamaServer
 from ..llama_cpp.speculative_simple import mean_tau
-from .serving import VERDICT_DIFFERS, PairedSpeeds, first_difference, measured_verdict
+from .serving_measure import VERDICT_DIFFERS, PairedSpeeds, first_difference, measured_verdict
 
 #: a slot drafts "much less" than slot 0 when its accepted tokens per round are under this share of slot 0's —
 #: each counted against the same prompts served one at a time where those are known, since which prompts a slot gets

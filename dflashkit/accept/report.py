@@ -24,9 +24,9 @@ from ..reporting import (Bar, BarGroup, ChartSpec, Column, EachSpec, FieldSpec, 
                         TableSpec, build, verdict)
 from ..runtime import LoadInfo
 from ..runtime.load import VERIFY_MODE
-from .serving import VERDICT_GAIN as SERVING_GAIN
-from .serving import VERDICT_NO_GAIN as SERVING_NO_GAIN
-from .serving import combo_label
+from .serving_measure import VERDICT_GAIN as SERVING_GAIN
+from .serving_measure import VERDICT_NO_GAIN as SERVING_NO_GAIN
+from .serving_measure import combo_label
 from .serving_report import SECTIONS as SERVING_SECTIONS
 from .serving_report import headline as serving_headline
 from .serving_report import section_context as serving_context

@@ -18,7 +18,7 @@ from .prompts import Prompt
 from ..runtime import LoadInfo
 from ..runtime.speculative import SpeculativeResult
 from ..reporting import distinct_labels  # noqa: F401 (re-exported)
-from .serving import VERDICT_CRASHED, VERDICT_REFUSED, ServingResult, first_difference
+from .serving_measure import VERDICT_CRASHED, VERDICT_REFUSED, ServingResult, first_difference
 from ..stats import BOOTSTRAP_RESAMPLES, CONFIDENCE, Comparison, paired_comparison
 
 EXIT_OK, EXIT_FAILED = 0, 1

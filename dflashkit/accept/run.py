@@ -33,7 +33,7 @@ from .prompts import Prompt, load_prompts, parse_template_kwargs, reasoning_temp
 from ..reporting import Report
 from ..runtime import HFTarget, load_drafter
 from ..runtime.speculative import check_pair, default_stop_ids, speculative_generate
-from .serving import ServingResult, check_n_max_fits, check_serving_options, check_target_ggufs, measure_serving
+from .serving_measure import ServingResult, check_n_max_fits, check_serving_options, check_target_ggufs, measure_serving
 from . import context as _context_module
 from .parallel import measure_parallel
 from .sweep import check_context_levels, sweep_context
@@ -109,7 +109,7 @@ def run_acceptance(
 
     ``llama_server`` (a build's bin/ folder with ``llama-server``) measures every drafter where users run it: τ,
     speed-up against the target alone and identical output, for every target GGUF (``target_gguf`` may list
-    several: quantized targets) × ``draft_cache_types`` × ``draft_n_max`` (`dflashkit.accept.serving`); ``server_url``
+    several: quantized targets) × ``draft_cache_types`` × ``draft_n_max`` (`dflashkit.accept.serving_measure`); ``server_url``
     measures a running server instead (``baseline_url``: the same target without a drafter). ``llama_cpp_args``
     are added to every llama.cpp command line (``--no-repack``…; what dflashkit sets itself is refused);
     ``llama_cpp_timeout`` bounds each llama.cpp run, server start and request (seconds).

@@ -1,6 +1,6 @@
 """The serving sections of the ``dflash-accept`` report: every llama-server combination side by side, its speed-up
 chart, why a server the user runs drafts less than the drafter can, the output differences and the notes —
-declared, built by `reporting.build` against a `SectionContext` (`dflashkit.accept.serving` measures them)."""
+declared, built by `reporting.build` against a `SectionContext` (`dflashkit.accept.serving_measure` measures them)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from ..reporting import Bar, BarGroup, ChartSpec, Column, NotesSpec, TableSpec, build_sections
 from ..stats import CONFIDENCE
-from .serving import (VERDICT_CRASHED, VERDICT_DIFFERS, VERDICT_GAIN, VERDICT_LOSS, VERDICT_NO_GAIN, VERDICT_REFUSED,
+from .serving_measure import (VERDICT_CRASHED, VERDICT_DIFFERS, VERDICT_GAIN, VERDICT_LOSS, VERDICT_NO_GAIN, VERDICT_REFUSED,
                       Difference, ServingResult, ServingRun, combo_label, target_label)
 
 

@@ -10,7 +10,7 @@ from ..llama_cpp.speculative_simple import mean_tau
 from ..reporting import Column, NotesSpec, TableSpec
 from ..stats import paired_bootstrap_ci
 from ..sweeps import level_label
-from .serving import speedup_ci_of_logs, speedup_of_logs
+from .serving_measure import speedup_ci_of_logs, speedup_of_logs
 from .sweep import below_first, cliffs, context_rows, mean_prompt_tokens, series_by_runtime
 
 

@@ -405,7 +405,7 @@ def _llama_cpp_options(llama_cpp: str | None, llama_server: tuple[str, ...], tar
     n_max: list[Any] = []
     caches: list[Any] = []
     if draft_n_max is not None or draft_cache_type is not None:  # (the serving module only when they are given)
-        from ..accept.serving import cache_type_value, draft_n_max_value
+        from ..accept.serving_measure import cache_type_value, draft_n_max_value
 
         n_max = parse_list(draft_n_max, "--draft-n-max", draft_n_max_value) if draft_n_max is not None else []
         caches = parse_list(draft_cache_type, "--draft-cache-type", cache_type_value) if draft_cache_type else []

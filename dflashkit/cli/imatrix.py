@@ -1,4 +1,4 @@
-"""``dflash-imatrix``: the command line of `dflashkit.imatrix` (parse, call, print)."""
+"""``dflash-imatrix``: the command line of `dflashkit.imatrix_collect` (parse, call, print)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def imatrix_command(drafter: str, target: str, prompts_file: str | None, max_pro
     linear layer's inputs summed per column (llama-imatrix's GGUF format; llama-quantize --imatrix and
     dflash-quantize --imatrix take it)."""
     from ..files import check_output, check_outside_inputs
-    from ..imatrix import collect_imatrix, write_imatrix
+    from ..imatrix_collect import collect_imatrix, write_imatrix
 
     inputs = [p for p in (drafter, target, prompts_file) if p]
     check_output(out, inputs=inputs, force=force)  # before minutes of draft rounds

@@ -33,8 +33,8 @@ from dflashkit.io.gguf_writer import (QUANTIZATION_VERSION, MetadataEntry, Tenso
 from dflashkit.codecs import (QUANT_TYPES, f16_path_types, preload_quantizers, quantize, quantize_f16_rows,
                               tensor_nbytes, to_float32)
 from dflashkit.codecs.values import StoredScan, ValueCounts
-from .imatrix import ImportanceMatrix, load_imatrix
-from .imatrix_use import check_imatrix, gqa_of, requires_imatrix
+from .imatrix_read import ImportanceMatrix, load_imatrix
+from .imatrix_apply import check_imatrix, gqa_of, requires_imatrix
 from .policy import FileType, TypeChoice, choose_types, get_file_type, get_preset, is_quantized, normalize_overrides
 
 Q = GGMLQuantizationType

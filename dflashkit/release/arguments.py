@@ -9,7 +9,7 @@ from typing import Any, Sequence
 from ..errors import UsageError
 from ..filetypes import ALL_FILE_TYPES
 from .schema import MAX_RELEASE_PROMPTS
-from .serving import build_name
+from .serving_record import build_name
 
 MAX_SEED = 2**63 - 1
 
@@ -60,7 +60,7 @@ def _servers(llama_server: Any, target_ggufs: Sequence[str], draft_n_max: Sequen
             raise UsageError("--draft-n-max / --draft-cache-type are how llama-server serves the files: give "
                              "--llama-server BIN_DIR too")
         return servers
-    from ..accept.serving import check_target_ggufs
+    from ..accept.serving_measure import check_target_ggufs
     from ..llama_cpp.server import find_server
 
     check_target_ggufs(target_ggufs)
@@ -80,7 +80,7 @@ def _servers(llama_server: Any, target_ggufs: Sequence[str], draft_n_max: Sequen
         names[n] = b
     if draft_n_max:
         from ..accept.run import _block_size
-        from ..accept.serving import check_n_max_fits
+        from ..accept.serving_measure import check_n_max_fits
 
         check_n_max_fits([(str(src), None, _block_size(src))], list(draft_n_max))
     return servers

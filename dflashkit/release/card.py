@@ -17,9 +17,9 @@ from typing import Any, Iterable, NamedTuple
 
 from ..reporting import Column, TableSpec, build_section, markdown_section, markdown_text
 from ..stats import CONFIDENCE, paired_bootstrap_ci, paired_comparison
-from ..accept.serving import VERDICT_CRASHED, VERDICT_GAIN, VERDICT_REFUSED
+from ..accept.serving_measure import VERDICT_CRASHED, VERDICT_GAIN, VERDICT_REFUSED
 from .card_serving import figure, md_name, naming_lines, serving_lines
-from .serving import MEASURED, best_entry
+from .serving_record import MEASURED, best_entry
 
 #: the recommendation, as the card states it: by speed-up where llama-server measured one, else by τ
 RECOMMEND_RULE = ("the smallest file that passed every gate and keeps at least 98 % of the reference type's τ "

@@ -12,8 +12,8 @@ from typing import Any, NamedTuple
 
 from ..reporting import Column, TableSpec, build_section, markdown_section, markdown_text
 from ..stats import CONFIDENCE
-from ..accept.serving import VERDICT_GAIN
-from .serving import MEASURED, best_entry, builds_of
+from ..accept.serving_measure import VERDICT_GAIN
+from .serving_record import MEASURED, best_entry, builds_of
 
 
 def figure(x: float | None, spec: str = ".3f") -> str:

@@ -33,7 +33,7 @@ from .outdir import entries
 from .inside import NotInside, read_inside, sha256_inside
 from .run import CARD, RECORD, SUMS, TIMINGS, release_types
 from .schema import RecordError, validate_record
-from .serving import MEASURED, speedup_of, verdict_of
+from .serving_record import MEASURED, speedup_of, verdict_of
 from .sweeps import PICTURE, picture
 
 _SUM_LINE = re.compile(r"^([0-9a-fA-F]{64}) [ *](.+)$")

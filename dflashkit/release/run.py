@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 from ..bounds import dumps
 from ..errors import DFlashError, UsageError
-from ..accept.options import (DEFAULT_LLAMA_CPP_TIMEOUT_S, DEFAULT_MAX_NEW_TOKENS, ContextOptions, LlamaCppOptions,
+from ..accept.options import (DEFAULT_LLAMA_CPP_TIMEOUT_S, ContextOptions, LlamaCppOptions,
                               PromptOptions)
 from ..files import (MAX_JSON_CONTAINERS, check_output, check_outside_inputs, json_container_count, read_json,
                      signals_unwind, write_bytes_atomic, write_text_atomic)
@@ -41,7 +41,7 @@ from .runners import DEFAULT_RAY_TIMEOUT_S, connect_ray, disconnect_ray, run_in_
 from .schema import FORMAT, RecordError, validate_record
 from .seal import machine_key, seal, verify
 from .arguments import MAX_SEED, _check_arguments, _servers, parse_types, release_types  # noqa: F401 (re-exported)
-from .serving import build_name, host_description, run_serving
+from .serving_record import build_name, host_description, run_serving
 from .sweeps import PICTURE, measure_sweeps, picture
 
 DEFAULT_TYPES = ("BF16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q4_K_M_DRAFT")
@@ -138,48 +138,36 @@ def _kept_job(previous: dict[str, Any] | None, out: Path, t: str, digest: str, k
 
 def release(
     src: str | os.PathLike, outdir: str | os.PathLike, *, target: str | os.PathLike,
-    types: str | Sequence[str] = DEFAULT_TYPES, prompts: str | os.PathLike | None = None,
-    max_prompts: int | None = None, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, seed: int = 0,
-    parity_rounds: int = 4,
+    types: str | Sequence[str] = DEFAULT_TYPES, prompt_options: PromptOptions | None = None,
+    llama: LlamaCppOptions | None = None, context: ContextOptions | None = None, parity_rounds: int = 4,
     min_top1: float = 0.75, min_tau: float | None = None, allow_failures: bool = False,
-    llama_cpp: str | os.PathLike | None = None,
-    llama_server: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
-    target_gguf: str | os.PathLike | Sequence[str | os.PathLike] | None = None, source_repo: str | None = None,
-    source_revision: str | None = None, target_repo: str | None = None, workers: int | None = None,
-    ray: str | None = None, ray_gpus_per_job: float = 0.0, ray_timeout: float = DEFAULT_RAY_TIMEOUT_S,
-    imatrix: str | os.PathLike | None = None, draft_n_max: Sequence[int] | None = None,
-    draft_cache_types: Sequence[str] | None = None, naming: str = "source", target_name: str | None = None,
-    llama_cpp_args: Sequence[str] = (), threads: int = 1, llama_cpp_timeout: float = DEFAULT_LLAMA_CPP_TIMEOUT_S,
-    reasoning: str | None = None, chat_template_kwargs: dict[str, Any] | None = None,
-    llama_cpp_src: str | os.PathLike | None = None,
-    prompt_options: PromptOptions | None = None, llama: LlamaCppOptions | None = None,
-    context: ContextOptions | None = None, progress: Callable[[str], None] | None = None,
+    source_repo: str | None = None, source_revision: str | None = None, target_repo: str | None = None,
+    workers: int | None = None, ray: str | None = None, ray_gpus_per_job: float = 0.0,
+    ray_timeout: float = DEFAULT_RAY_TIMEOUT_S, imatrix: str | os.PathLike | None = None, naming: str = "source",
+    target_name: str | None = None, progress: Callable[[str], None] | None = None,
 ) -> ReleaseResult:
     """Release ``src`` into ``outdir`` (module doc). Raises `DFlashError` naming the type and the gate or step that
     failed (gates: unless ``allow_failures``, which writes the card with those rows marked); KeyboardInterrupt
     saying what the record holds when interrupted.
 
-    ``llama_server``: one build's bin/ folder or several (measured side by side), with ``target_gguf``; each type's
-    file is served at every ``draft_n_max`` (default: the block − 1) × ``draft_cache_types`` (default: the
-    server's). ``naming="target"`` names the files ``dflash-<target>-<TYPE>.gguf`` (``target_name``, default the
-    target's hub id or folder name), else ``<name>-<TYPE>.gguf``. ``prompt_options`` / ``llama`` / ``context``: the
-    values ``dflash-accept`` takes too (`dflashkit.accept.options`); given, they stand for the settings they hold.
-    ``context`` levels and ``llama.parallel`` add the sweep step (`sweeps`): the card's "by context length" table
-    and picture, and its "by concurrent requests" table."""
+    The measuring settings are the values ``dflash-accept`` takes (`dflashkit.accept.options`): ``prompt_options``
+    (the prompts, how many, how long, the seed, the rendering), ``llama`` (``llama_servers``: one build's bin/
+    folder or several, measured side by side, with ``target_ggufs``; each type's file served at every
+    ``draft_n_max`` — default the block − 1 — × ``draft_cache_types`` — default the server's) and ``context``.
+    ``naming="target"`` names the files ``dflash-<target>-<TYPE>.gguf`` (``target_name``, default the target's hub
+    id or folder name), else ``<name>-<TYPE>.gguf``. ``context`` levels and ``llama.parallel`` add the sweep step
+    (`sweeps`): the card's "by context length" table and picture, and its "by concurrent requests" table."""
     say = progress or (lambda message: None)
-    if prompt_options is not None:
-        prompts, max_prompts, max_new_tokens = prompt_options.prompts, prompt_options.max_prompts, \
-            prompt_options.max_new_tokens
-        seed, reasoning = prompt_options.seed, prompt_options.reasoning
-        chat_template_kwargs = dict(prompt_options.chat_template_kwargs)
-    if llama is not None:
-        llama_cpp, llama_cpp_src, llama_cpp_args = llama.llama_cpp, llama.llama_cpp_src, llama.extra_args
-        llama_server = list(llama.llama_servers) or None
-        target_gguf = list(llama.target_ggufs) or None
-        draft_n_max, draft_cache_types = list(llama.draft_n_max) or None, list(llama.draft_cache_types) or None
-        threads, llama_cpp_timeout = llama.threads, llama.timeout
+    po = prompt_options or PromptOptions()
+    prompts, max_prompts, max_new_tokens, seed, reasoning = po.prompts, po.max_prompts, po.max_new_tokens, po.seed, \
+        po.reasoning
+    chat_template_kwargs = dict(po.chat_template_kwargs)
+    ll = llama or LlamaCppOptions()
+    llama_cpp, llama_cpp_src, llama_cpp_args = ll.llama_cpp, ll.llama_cpp_src, ll.extra_args
+    llama_server, target_gguf = list(ll.llama_servers) or None, list(ll.target_ggufs) or None
+    draft_n_max, draft_cache_types = list(ll.draft_n_max) or None, list(ll.draft_cache_types) or None
+    threads, llama_cpp_timeout, parallel = ll.threads, ll.timeout, ll.parallel
     context = context or ContextOptions()
-    parallel = llama.parallel if llama is not None else ()
     from ..accept.sweep import check_context_levels, check_parallel_levels
 
     if context.levels:  # a Python caller's values bounded as the command line's are, before any work
@@ -213,7 +201,7 @@ def release(
         raise UsageError(f"--types {need[0]}: needs an importance matrix, as llama-quantize does — pass --imatrix FILE "
                          "(dflash-imatrix makes a drafter's)")
     if imatrix is not None:  # read now (its header and layout, no values): a bad one is refused before any work
-        from ..quantize.imatrix import load_imatrix
+        from ..quantize.imatrix_read import load_imatrix
 
         load_imatrix(imatrix)
     name = release_name(src, source_repo)
@@ -409,7 +397,7 @@ def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str],
     if errors:
         raise DFlashError(errors[0] + (f" (and {len(errors) - 1} more job(s) failed)" if len(errors) > 1 else ""))
     if o.llama_servers:  # every job has finished: the timings run alone, one combination at a time
-        from ..accept.serve import prepare_prompts, serve_files
+        from ..accept.serving_only import prepare_prompts, serve_files
 
         timings["host"] = record["serving"]["host"]
 

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from ..accept.serving import VERDICTS
+from ..accept.serving_measure import VERDICTS
 from ..errors import DFlashError
 
 FORMAT = "dflashkit-release/3"

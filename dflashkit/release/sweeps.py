@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..accept.serving import log_speed_ratio, speedup_ci_of_logs, speedup_of_logs
+from ..accept.serving_measure import log_speed_ratio, speedup_ci_of_logs, speedup_of_logs
 from ..llama_cpp.speculative_simple import mean_tau
 from ..reporting.markdown import markdown_text
 from ..reporting.png_chart import Panel, Series, line_chart_png
@@ -181,7 +181,7 @@ def category_lines(record: dict[str, Any]) -> list[str]:
     """The card's "τ by prompt category" (where the prompts hold more than one): per type × category, τ with its CI
     over the category's prompts and the speed-up of the type's best llama-server combination with its CI — derived
     from the per-prompt values the record keeps."""
-    from .serving import best_entry
+    from .serving_record import best_entry
 
     seed = record["settings"]["seed"]
     jobs = [(t, record["jobs"][t]) for t in record["types"] if t in record["jobs"]]

@@ -19,7 +19,7 @@ from ..bounds import escape_name
 from ..codecs import get_quant_type
 from ..errors import DFlashError
 from ..filetypes import NEEDS_IMATRIX, FileType
-from .imatrix import ImportanceMatrix
+from .imatrix_read import ImportanceMatrix
 from .policy import Category, tensor_category
 
 

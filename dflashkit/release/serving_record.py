@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 
 # MEASURED: the verdicts whose speed-up was measured (the others: output differs, refused to load, crashed, not
 # measured); speed-ups, CIs and verdicts with ServingRun's own arithmetic and rule
-from ..accept.serving import (MEASURED_VERDICTS as MEASURED, log_speed_ratio, measured_verdict, speedup_ci_of_logs,
+from ..accept.serving_measure import (MEASURED_VERDICTS as MEASURED, log_speed_ratio, measured_verdict, speedup_ci_of_logs,
                               speedup_of_logs)
 
 
@@ -62,7 +62,7 @@ def _finite(x: float | None) -> float | None:
 
 
 def entry_of(run: Any, prompt_names: Sequence[str], build: str) -> dict[str, Any]:
-    """One combination as the record keeps it (`dflashkit.accept.serving.ServingRun`)."""
+    """One combination as the record keeps it (`dflashkit.accept.serving_measure.ServingRun`)."""
     ci = run.speedup_ci
     return {
         "build": build, "target_gguf": Path(run.target_gguf).name, "draft_n_max": run.draft_n_max,
@@ -120,7 +120,7 @@ def run_serving(jobs: dict[str, dict[str, Any]], types: Sequence[str], files: di
                 builds: Sequence[str | os.PathLike], measure: Callable[..., Any], timings: list[dict[str, Any]],
                 done: Callable[[str], None], say: Callable[[str], None]) -> None:
     """Serve every type's finished file with every build, one combination at a time (module doc). ``measure`` is
-    `dflashkit.accept.serve.serve_files` with the release's settings bound; ``done(t)`` saves a type whose
+    `dflashkit.accept.serving_only.serve_files` with the release's settings bound; ``done(t)`` saves a type whose
     entries changed. A type whose record already holds a build's entries (a resumed release) is not measured
     again with that build."""
     from ..runtime import HFTarget

@@ -1,6 +1,6 @@
 """The llama-server half of ``dflash-accept`` on its own: drafter GGUFs through llama-server against the target
 alone, with no reference runs — ``dflash-release``'s serving step, which measures its finished files one
-combination at a time after every file job (`dflashkit.release.serving`).
+combination at a time after every file job (`dflashkit.release.serving_record`).
 
 The prompts are rendered, encoded and checked exactly as `run_acceptance` does it (`encode_prompts`), so the
 figures are the ones ``dflash-accept --llama-server`` gives for the same files, prompts and seed.
@@ -17,7 +17,7 @@ from ..llama_cpp.server import REQUEST_TIMEOUT_S, find_server
 from ..runtime import HFTarget
 from .prompts import Prompt, load_prompts, reasoning_template_kwargs
 from .run import _block_size, _vocab_rows, encode_prompts
-from .serving import ServingResult, check_n_max_fits, check_serving_options, check_target_ggufs, measure_serving
+from .serving_measure import ServingResult, check_n_max_fits, check_serving_options, check_target_ggufs, measure_serving
 
 
 @dataclass(frozen=True)
