@@ -52,7 +52,10 @@ class SignallingLock:
         self.release()
 
 subprocess.threading = types.SimpleNamespace(**{**vars(threading), "Lock": SignallingLock})
-sleeper = [sys.executable, "-c", f"import os, time; open({pidfile!r}, 'w').write(str(os.getpid())); time.sleep(600)"]
+# the pid file appears whole (written aside, then renamed): the lock above signals once it exists, and a file
+# created empty and written a moment later let the run end before the pid was in it
+sleeper = [sys.executable, "-c", f"import os, time; open({pidfile!r} + '.part', 'w').write(str(os.getpid())); "
+           f"os.replace({pidfile!r} + '.part', {pidfile!r}); time.sleep(600)"]
 with signals_unwind():
     run_bounded(sleeper, timeout=300)
 """
