@@ -42,7 +42,10 @@ from dflashkit.llama_cpp.server import Completion
 from dflashkit.llama_cpp.speculative_simple import LlamaCppDrafterRun, LlamaCppPromptRun
 from dflashkit.parity import run_parity
 from dflashkit.release.card import render_card
-from dflashkit.accept.serving_measure import ServingResult, ServingRun
+try:
+    from dflashkit.accept.serving_measure import ServingResult, ServingRun
+except ImportError:  # a revision before the serving modules were named for what they do
+    from dflashkit.accept.serving import ServingResult, ServingRun
 import standin_server
 
 out.mkdir(parents=True, exist_ok=True)
@@ -229,6 +232,7 @@ def build_inputs(root: Path) -> None:
     from dflashkit.converters.convert import convert
     from dflashkit.io.gguf_reader import open_gguf
     from dflashkit.quantize.gguf_file import quantize_gguf
+    from dflashkit.accept.options import PromptOptions
     from dflashkit.release import release
 
     quiet = dict(progress=False, warn=lambda m: None)
@@ -260,8 +264,8 @@ def build_inputs(root: Path) -> None:
     for outtype in ("f32", "q8_0"):
         convert(made["spec-dspark"], root / f"dspark-{outtype}.gguf", outtype=outtype, target=zoo_target, **quiet)
     _rewrite(root / "dspark-f32.gguf", root / "dspark-d2t.gguf", scale_ints={"d2t": 5})
-    release(trained / "drafter", root / "release", target=trained / "target", types="BF16,Q4_K_M", max_prompts=2,
-            max_new_tokens=8, parity_rounds=1, workers=1)
+    release(trained / "drafter", root / "release", target=trained / "target", types="BF16,Q4_K_M",
+            prompt_options=PromptOptions(max_prompts=2, max_new_tokens=8), parity_rounds=1, workers=1)
 
 
 def outputs(code: Path, inputs: Path, out: Path) -> dict[str, str]:

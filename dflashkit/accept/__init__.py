@@ -5,7 +5,8 @@ identical output through llama-server.
 - `result` — what it measured, the verdicts and the gates (`AcceptMeasurement`, `DrafterRun`);
 - `report` — the report built from a result, and the PNG chart;
 - `prompts` — the prompts file, the built-in set and the chat-template switches;
-- `serving` — τ, speed-up and identical output through llama-server (`measure_serving`).
+- `serving_measure` — τ, speed-up and identical output through llama-server (`measure_serving`);
+  `serving_only` — that alone on finished files (the release's serving step).
 
 The names a user imports from ``dflashkit.accept`` are re-exported here, each imported on first use.
 """

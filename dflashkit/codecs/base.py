@@ -288,7 +288,7 @@ class _LazyKernels:
         return getattr(loops, name)
 
 
-#: the numba kernels, for the codec modules (``K.q8_0_kernel``): attribute access imports them
+#: the numba kernels, for the codec modules (``K.legacy_kernel``): attribute access imports them
 K = _LazyKernels()
 
 

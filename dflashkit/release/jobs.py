@@ -3,7 +3,7 @@
 quantize (`quantize_gguf`, llama-quantize's policy) → ``inspect --strict`` with the target (`inspect_path`) → diff
 against the checkpoint (`diff_drafters`) → parity against the checkpoint (`run_parity`) → τ (`run_acceptance`, the
 reference runtime, and llama.cpp's ``--llama-cpp`` when given). No timing runs here: jobs may share the machine,
-so speed-ups are measured after every job, alone (`serving`). Each step is the library function its command calls;
+so speed-ups are measured after every job, alone (`serving_record`). Each step is the library function its command calls;
 nothing goes through a command line. `run_job` takes and returns plain data (a `JobSpec`, a dict), so the same call
 runs in this process, in a process pool or as a Ray task, and gives the same figures (one torch thread per job:
 float reductions do not depend on the worker's thread count).

@@ -6,7 +6,7 @@ process pool (the default, sized to the machine) or as Ray tasks (``ray``: an ex
 release at a time, a work folder it made). ``release.json`` is rewritten after every finished job; a release cut
 short and run again keeps each job whose record is sealed by this machine (`seal`) and whose file still has the
 recorded checksum, and redoes the rest. With ``--llama-server`` the speed-ups are measured after every job has
-finished, one combination at a time, nothing else running (`serving`). Whatever ends a run early — a failed job, Ctrl-C, TERM, HUP — the folder
+finished, one combination at a time, nothing else running (`serving_record`). Whatever ends a run early — a failed job, Ctrl-C, TERM, HUP — the folder
 is left as ``release.json`` records it: a type file it does not record is removed. The card, ``SHA256SUMS`` and
 the final ``release.json`` are written when every job is done and every gate passed (or ``allow_failures``).
 

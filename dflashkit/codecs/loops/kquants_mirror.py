@@ -20,7 +20,6 @@ from .make import q6_k_finish, running_max
 #: change there has to change this line (`require_inlined`; python tools/rehash_kernels.py sets them)
 INLINED_SHA256 = {"c_ops": "d0fe70f014628680", "make": "1014207e90dc9e65"}
 require_inlined(__name__, INLINED_SHA256)
-#: sha256 of ``make.py`` (its make_qkx2_quants is inlined here): the same rule
 
 
 @njit(**_JIT)

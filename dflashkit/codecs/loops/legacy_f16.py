@@ -33,7 +33,7 @@ from .legacy import legacy_kernel
 
 #: sha256 of the files whose helpers these kernels inline: numba's cache is keyed on this file's text only, so a
 #: change there has to change this line (`require_inlined`; python tools/rehash_kernels.py sets them)
-INLINED_SHA256 = {"c_ops": "d0fe70f014628680", "floats": "faa0a59eac10e009", "legacy": "ffe9f7825cb0919c"}
+INLINED_SHA256 = {"c_ops": "d0fe70f014628680", "floats": "faa0a59eac10e009", "legacy": "4d5b68a4a68f46ca"}
 require_inlined(__name__, INLINED_SHA256)
 
 _LANES = 32

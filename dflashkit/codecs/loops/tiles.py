@@ -3,7 +3,7 @@ largest |x|, the clamp of a float level, and the 2-bit packing of Q2_K / Q3_K le
 
 A lane kernel (``kquants``, ``lowbit_lanes``) works on ``xT[i, 16 * g + j]`` = value i of
 sub-block j of super-block g of the tile, so that the loop over lanes is the inner, vectorised one. Kernels that
-inline these helpers record this file's sha256 (``TILES_SHA256``), as they do for ``c_ops``.
+inline these helpers record this file's sha256 (``INLINED_SHA256``), as they do for ``c_ops``.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from .make import k_scratch, make_qkx3_quants, make_qp_quants, make_qx_quants, q
 
 #: sha256 of the files whose helpers these kernels inline: numba's cache is keyed on this file's text only, so a
 #: change there has to change this line (`require_inlined`; python tools/rehash_kernels.py sets them)
-INLINED_SHA256 = {"c_ops": "d0fe70f014628680", "make": "1014207e90dc9e65", "lowbit": "424d1916eddb7fd2", "legacy": "ffe9f7825cb0919c"}
+INLINED_SHA256 = {"c_ops": "d0fe70f014628680", "make": "1014207e90dc9e65", "lowbit": "424d1916eddb7fd2", "legacy": "4d5b68a4a68f46ca"}
 require_inlined(__name__, INLINED_SHA256)
 
 _F_M09 = np.float32(-0.9)
