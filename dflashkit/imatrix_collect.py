@@ -59,7 +59,7 @@ def collect_imatrix(
     import torch
 
     from .accept.prompts import load_prompts
-    from .accept.run import encode_prompts
+    from .accept.serving_only import prepare_prompts
     from .runtime import HFTarget, load_drafter
     from .runtime.linear import Linear
     from .runtime.speculative import check_pair, default_stop_ids, speculative_generate
@@ -73,9 +73,10 @@ def collect_imatrix(
     gguf_name = _gguf_names(drafter)
     say(f"loading target {target}")
     runner = HFTarget(target, device=device)
-    # every prompt checked before any round, as dflash-accept checks them: prompt + new tokens within the
-    # target's context, ids inside its vocabulary (a 5,000-token ask of a 4,096-context target is refused now)
-    prompt_ids, _, _ = encode_prompts(runner, prompt_list, max_new_tokens, {})
+    # every prompt rendered and checked before any round, as dflash-accept and a release's serving prepare them:
+    # prompt + new tokens within the target's context, ids inside its vocabulary (a 5,000-token ask of a
+    # 4,096-context target is refused now)
+    prompt_ids = prepare_prompts(runner, prompt_list, max_new_tokens=max_new_tokens).ids
     say(f"loading drafter {drafter}")
     model = load_drafter(drafter, device=device)
     head = runner.head()
