@@ -92,6 +92,15 @@ def reasoning_template_kwargs(reasoning: str | None, template: str | None) -> di
                      f"({' / '.join(_LEVEL_KEYS)}); use --reasoning on or off")
 
 
+def template_kwargs_for(tokenizer: Any, reasoning: str | None,
+                        chat_template_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The chat-template kwargs a target's prompts are rendered with: ``--reasoning`` mapped for the tokenizer's
+    template (`reasoning_template_kwargs`), then the user's ``--chat-template-kwargs`` over them."""
+    template = getattr(tokenizer, "chat_template", None)
+    return {**reasoning_template_kwargs(reasoning, template if isinstance(template, str) else None),
+            **dict(chat_template_kwargs or {})}
+
+
 def parse_template_kwargs(text: str | None) -> dict[str, Any]:
     """``--chat-template-kwargs JSON``: a JSON object, or a one-line usage error."""
     if text is None:

@@ -29,7 +29,7 @@ from ..llama_cpp.server import SERVER_BINARY, RemoteServer, find_server, has_ser
 from ..llama_cpp import llama_cpp_src as find_src
 from .options import LlamaCppOptions, PromptOptions
 from .context import target_context
-from .prompts import Prompt, load_prompts, parse_template_kwargs, reasoning_template_kwargs
+from .prompts import Prompt, load_prompts, parse_template_kwargs, template_kwargs_for
 from ..reporting import Report
 from ..runtime import HFTarget, load_drafter
 from ..runtime.speculative import check_pair, default_stop_ids, speculative_generate
@@ -213,13 +213,12 @@ def run_acceptance(
     if llama_cpp is not None or llama_server is not None:
         if llama_cpp is not None:  # llama-server where the build has it, else llama-speculative-simple
             llama_binary = (Path(llama_cpp) / SERVER_BINARY if has_server(llama_cpp) else find_binary(llama_cpp))
-        check_target_ggufs(target_ggufs, None)
-        if not target_ggufs:
+        if not target_ggufs:  # llama.cpp's own converter makes the target's GGUF, where its source is given
             converter_src = find_src(llama_cpp_src)
-            check_target_ggufs(target_ggufs, None if converter_src is not None else
-                               "--llama-cpp" if llama_cpp is not None else "--llama-server",
-                               "or --llama-cpp-src DIR, llama.cpp's source tree, to convert --target with llama.cpp's "
-                               "own converter")
+        check_target_ggufs(target_ggufs, None if target_ggufs or converter_src is not None else
+                           "--llama-cpp" if llama_cpp is not None else "--llama-server",
+                           "or --llama-cpp-src DIR, llama.cpp's source tree, to convert --target with llama.cpp's "
+                           "own converter")
     elif target_ggufs or llama_cpp_src is not None:
         raise UsageError("--target-gguf / --llama-cpp-src only matter with --llama-cpp or --llama-server BIN_DIR")
     elif extra_args:
@@ -236,8 +235,7 @@ def run_acceptance(
         runner = HFTarget(target, device=device, dtype=dtype)
 
     template = getattr(runner.tokenizer, "chat_template", None)
-    template_kwargs = {**reasoning_template_kwargs(reasoning, template if isinstance(template, str) else None),
-                       **user_kwargs}
+    template_kwargs = template_kwargs_for(runner.tokenizer, reasoning, user_kwargs)
     notes: list[str] = []
     if template_kwargs and not template:
         notes.append(f"target {runner.path} has no chat template: chat template kwargs {json.dumps(template_kwargs)} "

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 from ..llama_cpp import check_extra_args
 from ..llama_cpp.server import REQUEST_TIMEOUT_S, find_server
 from ..runtime import HFTarget
-from .prompts import Prompt, load_prompts, reasoning_template_kwargs
+from .prompts import Prompt, load_prompts, template_kwargs_for
 from .run import _block_size, _vocab_rows, encode_prompts
 from .serving_measure import ServingResult, check_n_max_fits, check_serving_options, check_target_ggufs, measure_serving
 
@@ -41,9 +41,7 @@ def prepare_prompts(runner: HFTarget, prompts: str | os.PathLike | Sequence[Prom
     else:
         prompt_list = list(prompts)
     prompt_list = prompt_list[:max_prompts] if max_prompts else prompt_list
-    template = getattr(runner.tokenizer, "chat_template", None)
-    template_kwargs = {**reasoning_template_kwargs(reasoning, template if isinstance(template, str) else None),
-                       **dict(chat_template_kwargs or {})}
+    template_kwargs = template_kwargs_for(runner.tokenizer, reasoning, chat_template_kwargs)
     prompt_ids, texts, _ = encode_prompts(runner, prompt_list, max_new_tokens, template_kwargs)
     return PreparedPrompts(prompt_list, prompt_ids, texts, _vocab_rows(runner))
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from ..reporting import Bar, BarGroup, ChartSpec, Column, NotesSpec, TableSpec, build_sections
 from ..stats import CONFIDENCE
-from .serving_measure import (VERDICT_CRASHED, VERDICT_DIFFERS, VERDICT_GAIN, VERDICT_LOSS, VERDICT_NO_GAIN, VERDICT_REFUSED,
-                      Difference, ServingResult, ServingRun, combo_label, target_label)
+from .serving_measure import (VERDICT_CRASHED, VERDICT_DIFFERS, VERDICT_GAIN, VERDICT_LOSS, VERDICT_NO_GAIN,
+                              VERDICT_REFUSED, Difference, ServingResult, ServingRun, combo_label, target_label)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -78,13 +78,11 @@ def check_context_plan(target: str | os.PathLike, prompts: Any, max_prompts: int
 
     from transformers import AutoTokenizer
 
-    from .prompts import load_prompts, reasoning_template_kwargs
+    from .prompts import load_prompts, template_kwargs_for
 
     tok = AutoTokenizer.from_pretrained(str(target))
     tok.model_max_length = 1 << 62  # the context file is encoded whole: no "longer than the maximum" log line
-    template = getattr(tok, "chat_template", None)
-    kwargs = {**reasoning_template_kwargs(reasoning, template if isinstance(template, str) else None),
-              **(chat_template_kwargs or {})}
+    kwargs = template_kwargs_for(tok, reasoning, chat_template_kwargs)
     prompt_list = load_prompts(prompts, limit=max_prompts)
     runner = SimpleNamespace(tokenizer=tok, path=Path(target))
     text = read_context_file(context_file) if context_file is not None else None

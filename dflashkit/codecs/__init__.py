@@ -101,6 +101,12 @@ def half_vectors() -> bool:
     return "+f16c" in binding.get_host_cpu_features().flatten().split(",")
 
 
+def _f16_decode() -> Callable[[np.ndarray, np.ndarray], int]:
+    """The F16 decode ahead of a quantizer: 32 halves at a time as one vector conversion where the CPU has it
+    (`half_vectors`), else the exact scalar decode; either returns the NaN / ±inf count."""
+    return K.f16_to_f32_blocks if half_vectors() else K.f16_to_f32_count
+
+
 def quantize_f16_rows(bits: np.ndarray, qtype: GGMLQuantizationType | int | str, *,
                       imatrix: np.ndarray | None = None, threads: int | None = None) -> tuple[np.ndarray, int]:
     """F16 rows (uint16 bits, or their raw bytes, ``[rows, …]``) → (the type's bytes ``[rows, row_bytes]``, how many
@@ -123,11 +129,10 @@ def quantize_f16_rows(bits: np.ndarray, qtype: GGMLQuantizationType | int | str,
                               f"one weight per column ({n})")
     step = max(1, FUSED_VALUES // n)
     counts: list[int] = []
-    # a kernel straight from the bits where the type has one and quantizes without weights (Q8_0 ignores them)
-    direct = getattr(qt, "from_f16", None) if qw is None or getattr(qt, "_weighted", None) is None else None
-    if not half_vectors():  # an x86 CPU without F16C: no vector conversion of halves, the exact scalar decode
-        direct = None
-    decode = K.f16_to_f32_blocks if half_vectors() else K.f16_to_f32_count
+    # a kernel straight from the bits where the type has one and quantizes without weights (Q8_0 ignores them),
+    # unless this is an x86 CPU without F16C (no vector conversion of halves: the exact scalar decode)
+    direct = getattr(qt, "from_f16", None) if (qw is None or not qt.uses_weights) and half_vectors() else None
+    decode = _f16_decode()
 
     def rows(xs: np.ndarray, os: np.ndarray) -> None:
         if direct is not None:
@@ -233,8 +238,7 @@ def preload_quantizers(types: Iterable[GGMLQuantizationType], *, weighted: Itera
                                                                       threads=1)
                                       for t in from_f16 if (qt := QUANT_TYPES.get(t)) is not None]
     if calls:  # the decode of a weighted type's rows (the unweighted calls above may take a direct kernel)
-        calls.append(lambda: (K.f16_to_f32_blocks if half_vectors() else K.f16_to_f32_count)(
-            np.zeros(32, np.uint16), np.zeros(32, np.float32)))
+        calls.append(lambda: _f16_decode()(np.zeros(32, np.uint16), np.zeros(32, np.float32)))
     calls += [lambda qt=qt: qt.quantize(block(qt), threads=1)
               for t in types if (qt := QUANT_TYPES.get(t)) is not None and qt.needs_numba]
     calls += [lambda qt=qt: qt.quantize(block(qt), threads=1, imatrix=np.ones(qt.block_size, np.float32))

@@ -7,10 +7,10 @@ dequantize_row_* (and gguf-py), so values are bit-identical.
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import numpy as np
 from gguf import GGMLQuantizationType
-
-from typing import Any, ClassVar
 
 from .base import K, KernelQuantType, fp16_col, unpack_nibbles
 

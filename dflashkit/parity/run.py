@@ -307,8 +307,8 @@ def _drop_backbone(m: DFlashDraftModel) -> None:
                 lin.weight = lin.qdata = None
 
 
-def _draft_side(m: DFlashDraftModel, side: str, inputs: _Inputs, schedule: list[tuple[int, int, int | None]], rounds: int,
-                block: int, device: torch.device, head: TargetHead | None
+def _draft_side(m: DFlashDraftModel, side: str, inputs: _Inputs, schedule: list[tuple[int, int, int | None]],
+                rounds: int, block: int, device: torch.device, head: TargetHead | None
                 ) -> tuple[list[DraftStep], list[torch.Tensor], dict[str, Any]]:
     """Every round of one drafter: its steps, each round's anchor (the block's first id, where a head step starts)
     and the first round's inputs. The reference fills ``schedule`` (each round's context start, block start and

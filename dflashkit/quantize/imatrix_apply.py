@@ -44,10 +44,6 @@ def requires_imatrix(name: str, new_type: GGMLQuantizationType, ft: FileType) ->
             and tensor_category(name) not in (Category.TOKEN_EMBD, Category.OUTPUT))
 
 
-def _uses_weights(t: GGMLQuantizationType) -> bool:
-    return get_quant_type(t).uses_weights
-
-
 def _entry_name(name: str) -> str:
     return escape_name(name) if name else "'' (a tensor named '.in_sum2': an entry with an empty name)"
 
@@ -81,14 +77,15 @@ def check_imatrix(matrix: ImportanceMatrix, ft: FileType, infos: Sequence[Any],
     for info, choice in zip(infos, choices):
         if choice.new_type == choice.old_type:
             continue  # copied as it is: llama-quantize does not look
-        if _uses_weights(choice.new_type):
+        uses_weights = get_quant_type(choice.new_type).uses_weights
+        if uses_weights:
             weighted.append(info.name)
         if info.name not in matrix.entries or info.name in ignored:
             if requires_imatrix(info.name, choice.new_type, ft):
                 raise DFlashError(f"{matrix.source}: no weights for {escape_name(info.name)}, which {ft.name} "
                                   f"quantizes to {choice.new_type.name} — that needs them (llama-quantize refuses it "
                                   "too)")
-            if not matrix.filtered and _uses_weights(choice.new_type):
+            if not matrix.filtered and uses_weights:
                 raise DFlashError(f"{matrix.source}: no weights for {escape_name(info.name)} (quantized to "
                                   f"{choice.new_type.name}) — make the importance matrix of this drafter "
                                   "(dflash-imatrix), or leave the tensor out on purpose with --exclude-weights / "

@@ -49,12 +49,11 @@ def _check_arguments(seed: int, workers: int | None, max_prompts: int | None, ra
         raise UsageError(f"--ray-timeout {ray_timeout!r}: give a positive number of seconds")
 
 
-def _servers(llama_server: Any, target_ggufs: Sequence[str], draft_n_max: Sequence[int] | None,
-             draft_cache_types: Sequence[str] | None, src: Any) -> tuple[str, ...]:
+def _servers(llama_servers: Sequence[str | os.PathLike], target_ggufs: Sequence[str], draft_n_max: Sequence[int],
+             draft_cache_types: Sequence[str], src: Any) -> tuple[str, ...]:
     """The ``--llama-server`` builds as a tuple, their options checked before any work: a target GGUF, a
     llama-server in each folder, builds the card can tell apart, an n-max the drafter can draft."""
-    servers = tuple(str(b) for b in ([] if llama_server is None else [llama_server]
-                                     if isinstance(llama_server, (str, os.PathLike)) else llama_server))
+    servers = tuple(str(b) for b in llama_servers)
     if not servers:
         if draft_n_max or draft_cache_types:
             raise UsageError("--draft-n-max / --draft-cache-type are how llama-server serves the files: give "

@@ -163,19 +163,15 @@ def release(
         po.reasoning
     chat_template_kwargs = dict(po.chat_template_kwargs)
     ll = llama or LlamaCppOptions()
-    llama_cpp, llama_cpp_src, llama_cpp_args = ll.llama_cpp, ll.llama_cpp_src, ll.extra_args
-    llama_server, target_gguf = list(ll.llama_servers) or None, list(ll.target_ggufs) or None
-    draft_n_max, draft_cache_types = list(ll.draft_n_max) or None, list(ll.draft_cache_types) or None
-    threads, llama_cpp_timeout, parallel = ll.threads, ll.timeout, ll.parallel
+    llama_cpp, llama_cpp_src, threads, llama_cpp_timeout = ll.llama_cpp, ll.llama_cpp_src, ll.threads, ll.timeout
     context = context or ContextOptions()
     from ..accept.sweep import check_context_levels, check_parallel_levels
 
     if context.levels:  # a Python caller's values bounded as the command line's are, before any work
         context = ContextOptions(check_context_levels(context.levels), context.file)
-    parallel = check_parallel_levels(parallel) if parallel else ()
-    extra_args = tuple(check_extra_args(llama_cpp_args))
-    target_ggufs = tuple(str(g) for g in ([] if target_gguf is None else [target_gguf]
-                                          if isinstance(target_gguf, (str, os.PathLike)) else target_gguf))
+    parallel = check_parallel_levels(ll.parallel) if ll.parallel else ()
+    extra_args = tuple(check_extra_args(ll.extra_args))
+    target_ggufs = tuple(str(g) for g in ll.target_ggufs)
     target_gguf = target_ggufs[0] if target_ggufs else None
     _check_arguments(seed, workers, max_prompts, ray_timeout)
     type_names = parse_types(types)
@@ -185,7 +181,7 @@ def release(
     if not out.parent.is_dir():
         raise DFlashError(f"{out}: the folder {out.parent} does not exist")
     check_outside_inputs(out, [src, target])
-    servers = _servers(llama_server, target_ggufs, draft_n_max, draft_cache_types, src)
+    servers = _servers(ll.llama_servers, target_ggufs, ll.draft_n_max, ll.draft_cache_types, src)
     if parallel and not servers:
         raise UsageError("--parallel starts llama-server with -np N for each level: pass --llama-server BIN_DIR")
     if context.levels:  # every level's context built now (tokenizer only): a short source is said before any work
@@ -218,8 +214,8 @@ def release(
                  **{f"--llama-server {b}": build_name(b) for b in servers}})
     from .. import __version__
 
-    n_max = tuple(draft_n_max) if draft_n_max else (None,)
-    caches = tuple(draft_cache_types) if draft_cache_types else (None,)
+    n_max = tuple(ll.draft_n_max) or (None,)
+    caches = tuple(ll.draft_cache_types) or (None,)
     digest, content = inputs_digest(src, target, prompts, {**settings, "naming": [naming, prefix],
                                                            "draft_n_max": n_max, "draft_cache_types": caches},
                                     {"llama_cpp": llama_cpp, "llama_server": list(servers),

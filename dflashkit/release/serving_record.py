@@ -23,8 +23,8 @@ from typing import Any, Callable, Sequence
 
 # MEASURED: the verdicts whose speed-up was measured (the others: output differs, refused to load, crashed, not
 # measured); speed-ups, CIs and verdicts with ServingRun's own arithmetic and rule
-from ..accept.serving_measure import (MEASURED_VERDICTS as MEASURED, log_speed_ratio, measured_verdict, speedup_ci_of_logs,
-                              speedup_of_logs)
+from ..accept.serving_measure import (MEASURED_VERDICTS as MEASURED, log_speed_ratio, measured_verdict,
+                                      speedup_ci_of_logs, speedup_of_logs)
 
 
 def host_description() -> str:

@@ -18,7 +18,7 @@ from .make import q6_k_finish, running_max
 
 #: sha256 of the files whose helpers these kernels inline: numba's cache is keyed on this file's text only, so a
 #: change there has to change this line (`require_inlined`; python tools/rehash_kernels.py sets them)
-INLINED_SHA256 = {"c_ops": "d0fe70f014628680", "make": "1014207e90dc9e65"}
+INLINED_SHA256 = {"c_ops": "d0fe70f014628680", "make": "876b8b417226f1d1"}
 require_inlined(__name__, INLINED_SHA256)
 
 

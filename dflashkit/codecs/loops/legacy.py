@@ -20,6 +20,10 @@ from .c_ops import (
 INLINED_SHA256 = {"c_ops": "d0fe70f014628680"}
 require_inlined(__name__, INLINED_SHA256)
 
+#: bytes of a block by the kind every 32-value kernel takes (`legacy_kernel`, `legacy_f16.legacy_from_f16`,
+#: `weighted.legacy_w_kernel`): 0 Q8_0, 1 Q4_0, 2 Q4_1, 3 Q5_0, 4 Q5_1
+BLOCK_BYTES = (34, 18, 20, 22, 24)
+
 
 @njit(**_JIT)
 def _q8_0_block(x, b, o):  # type: ignore[no-untyped-def]

@@ -29,11 +29,11 @@ from numba.core import cgutils
 
 from .c_ops import _JIT, intrinsic, ir, njit, require_inlined, types
 from .floats import f16_to_f32_count
-from .legacy import legacy_kernel
+from .legacy import BLOCK_BYTES, legacy_kernel
 
 #: sha256 of the files whose helpers these kernels inline: numba's cache is keyed on this file's text only, so a
 #: change there has to change this line (`require_inlined`; python tools/rehash_kernels.py sets them)
-INLINED_SHA256 = {"c_ops": "d0fe70f014628680", "floats": "faa0a59eac10e009", "legacy": "4d5b68a4a68f46ca"}
+INLINED_SHA256 = {"c_ops": "d0fe70f014628680", "floats": "faa0a59eac10e009", "legacy": "8efd9df4bd784b29"}
 require_inlined(__name__, INLINED_SHA256)
 
 _LANES = 32
@@ -203,10 +203,6 @@ q5_0_block = _block_intrinsic("q5_0")
 q5_1_block = _block_intrinsic("q5_1")
 
 
-#: bytes of a block, by the kind `legacy_from_f16` takes: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1
-_BLOCK_BYTES = (34, 18, 20, 22, 24)
-
-
 @njit(**_JIT)
 def legacy_from_f16(bits, out, kind):  # type: ignore[no-untyped-def]
     """F16 bits (flat uint16, whole blocks) → blocks of the 32-value type ``kind`` (0 Q8_0, 1 Q4_0, 2 Q4_1, 3 Q5_0,
@@ -214,7 +210,7 @@ def legacy_from_f16(bits, out, kind):  # type: ignore[no-untyped-def]
     holding NaN / ±inf is written again: its exact decode (`f16_to_f32_count`, which counts them) into a one-block
     scratch, then C's scalar mirror over it. (The kind's branches cost nothing measurable: each type's own entry
     point with the kind a constant ran as fast, 2026-11-28.)"""
-    size = _BLOCK_BYTES[kind]
+    size = BLOCK_BYTES[kind]
     nonfinite, scratch = 0, np.empty((1, 32), np.float32)
     for b in range(bits.shape[0] // 32):
         at = b * size

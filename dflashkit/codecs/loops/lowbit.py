@@ -20,7 +20,7 @@ from .make import best_index_int8, k_scratch, make_q3_quants, make_qkx2_quants, 
 
 #: sha256 of the files whose helpers these kernels inline: numba's cache is keyed on this file's text only, so a
 #: change there has to change this line (`require_inlined`; python tools/rehash_kernels.py sets them)
-INLINED_SHA256 = {"c_ops": "d0fe70f014628680", "make": "1014207e90dc9e65"}
+INLINED_SHA256 = {"c_ops": "d0fe70f014628680", "make": "876b8b417226f1d1"}
 require_inlined(__name__, INLINED_SHA256)
 
 KVALUES_IQ4NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.int8)

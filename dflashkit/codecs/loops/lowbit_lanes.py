@@ -22,7 +22,7 @@ from .tiles import clampf, gather_sub16, max_abs_lanes, pack_2bit_lanes, pick
 
 #: sha256 of the files whose helpers these kernels inline: numba's cache is keyed on this file's text only, so a
 #: change there has to change this line (`require_inlined`; python tools/rehash_kernels.py sets them)
-INLINED_SHA256 = {"c_ops": "d0fe70f014628680", "lowbit": "424d1916eddb7fd2", "tiles": "d0083257960fde1a", "make": "1014207e90dc9e65"}
+INLINED_SHA256 = {"c_ops": "d0fe70f014628680", "lowbit": "412c81c01bfeb8be", "tiles": "d0083257960fde1a", "make": "876b8b417226f1d1"}
 require_inlined(__name__, INLINED_SHA256)
 
 _SB_3 = 32  # super-blocks per tile (16 lanes each -> 512 lanes: the later passes' compact tile is fuller)

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .c_ops import (_F0, _F1, _F_HALF, _F_TENTH, _GROUP_MAX_EPS, _JIT, as_int8, fp16_to_fp32, fp32_to_fp16, nearest_int,
-                             njit, put16, require_inlined)
+from .c_ops import (_F0, _F1, _F_HALF, _F_TENTH, _GROUP_MAX_EPS, _JIT, as_int8, fp16_to_fp32, fp32_to_fp16,
+                    nearest_int, njit, put16, require_inlined)
 
 #: sha256 of the files whose helpers these kernels inline: numba's cache is keyed on this file's text only, so a
 #: change there has to change this line (`require_inlined`; python tools/rehash_kernels.py sets them)

@@ -13,14 +13,14 @@ from __future__ import annotations
 import numpy as np
 
 from .c_ops import (_F0, _JIT, fp16_to_fp32, fp32_to_fp16, get_k4_scale_min, nearest_int, njit, put16,
-                             put_k4_scale_min, require_inlined)
-from .legacy import pack_q4, pack_q5
+                    put_k4_scale_min, require_inlined)
+from .legacy import BLOCK_BYTES, pack_q4, pack_q5
 from .lowbit import iq4_superblock, q2_k_finish, q3_k_finish, q3_k_put_scale
 from .make import k_scratch, make_qkx3_quants, make_qp_quants, make_qx_quants, q6_k_finish
 
 #: sha256 of the files whose helpers these kernels inline: numba's cache is keyed on this file's text only, so a
 #: change there has to change this line (`require_inlined`; python tools/rehash_kernels.py sets them)
-INLINED_SHA256 = {"c_ops": "d0fe70f014628680", "make": "1014207e90dc9e65", "lowbit": "424d1916eddb7fd2", "legacy": "4d5b68a4a68f46ca"}
+INLINED_SHA256 = {"c_ops": "d0fe70f014628680", "make": "876b8b417226f1d1", "lowbit": "412c81c01bfeb8be", "legacy": "8efd9df4bd784b29"}
 require_inlined(__name__, INLINED_SHA256)
 
 _F_M09 = np.float32(-0.9)
@@ -66,7 +66,7 @@ def legacy_w_kernel(x, qw, out, kind):  # type: ignore[no-untyped-def]
     L = np.zeros(32, np.int64)
     Laux = np.zeros(32, np.int64)
     weight = np.zeros(32, np.float32)
-    ts = (34, 18, 20, 22, 24)[kind]
+    ts = BLOCK_BYTES[kind]
     for r in range(x.shape[0]):
         xr = x[r]
         o = out[r]
