@@ -26,10 +26,10 @@ LAYERS: dict[str, int] = {
     "dflashkit.templates": 0,  # a chat template rendered bounded (time, memory, output)
     "dflashkit.sweeps": 0,  # --context / --parallel levels, parsed once for every command (no torch)
     "dflashkit.reporting": 0,
-    "dflashkit.filetypes": 0,
     "dflashkit.quant_types": 0,
     "dflashkit.stats": 0,  # paired bootstrap intervals over prompts (accept, serving)  # ggml types and their sizes (the one reader of gguf's GGML_QUANT_SIZES)
-    "dflashkit.codecs": 1,
+    "dflashkit.codecs": 1,  # one module per quant type (codecs/types), their shared loops (codecs/loops)
+    "dflashkit.filetypes": 1,  # llama.cpp file types, gathered from the quant types' modules
     "dflashkit.io": 2,
     "dflashkit.families": 3,
     "dflashkit.dialects": 3,

@@ -175,14 +175,16 @@ class DFlashCommand(click.Command):
             raise
 
 
-def dflash_command(*examples: str, exit_codes: str = EXIT_CODES) -> Callable[[Callable[..., Any]], click.Command]:
-    """``click.command`` with -h, --version and an epilog: the examples, then the exit codes."""
+def dflash_command(*examples: str, exit_codes: str = EXIT_CODES,
+                   help: str | None = None) -> Callable[[Callable[..., Any]], click.Command]:
+    """``click.command`` with -h, --version and an epilog: the examples, then the exit codes. ``help``: the text
+    above the options when it is built from a table (else the function's docstring)."""
     epilog = "\b\nExamples:\n" + "\n".join(f"  {e}" for e in examples) + "\n\n" + exit_codes
 
     def decorate(func: Callable[..., Any]) -> click.Command:
         func = click.version_option(package_name="dflashkit", message="%(prog)s (dflashkit) %(version)s")(func)
         return click.command(cls=DFlashCommand, context_settings={"help_option_names": ["-h", "--help"]},
-                             epilog=epilog)(func)
+                             epilog=epilog, help=help)(func)
 
     return decorate
 

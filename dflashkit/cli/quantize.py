@@ -5,12 +5,29 @@ from __future__ import annotations
 
 import click
 
+from ..filetypes import FILE_TYPE_ALIASES, NEEDS_IMATRIX, QUANTIZE_FILE_TYPES
 from .common import _echo_written, _resolve_format, _warnings, dflash_command, format_option, user_errors, values_strict_option
+
+
+def _type_list() -> str:
+    """The TYPE values as the help lists them, from the file-type table (each quant type's module)."""
+    names = [f"{n} (needs --imatrix)" if n in NEEDS_IMATRIX else n for n in QUANTIZE_FILE_TYPES]
+    return (f"{', '.join(names[:-1])} or {names[-1]} (any case; {', '.join(sorted(FILE_TYPE_ALIASES))} are "
+            "llama-quantize's aliases)")
+
+
+HELP = f"""Quantize the GGUF SRC to OUT with llama-quantize's per-tensor rules.
+
+TYPE: {_type_list()}, or the drafter-aware preset Q4_K_M_DRAFT: Q4_K_M with fc and the attention projections at Q8_0
+(llama-quantize makes the same file with --tensor-type "^fc\\.weight$=q8_0" --tensor-type
+"attn_(q|k|v|output)\\.weight=q8_0" ... Q4_K_M).
+"""
 
 
 @dflash_command(
     "dflash-quantize drafter-f16.gguf drafter-Q4_K_M.gguf Q4_K_M",
     "dflash-quantize drafter-f16.gguf drafter-draft.gguf q4_k_m_draft --format json > summary.json",
+    help=HELP,
 )
 @click.argument("src")
 @click.argument("out", type=click.Path(dir_okay=False))
@@ -40,14 +57,7 @@ def quantize_command(src: str, out: str, file_type: str, pure: bool, tensor_type
                      allow_requantize: bool, imatrix: str | None, include_weights: tuple[str, ...],
                      exclude_weights: tuple[str, ...], force: bool, quiet: bool, strict: bool, fmt: str | None,
                      legacy_fmt: str | None) -> None:
-    """Quantize the GGUF SRC to OUT with llama-quantize's per-tensor rules.
-
-    TYPE: Q8_0, Q6_K, Q5_K_M, Q5_K_S, Q5_1, Q5_0, Q4_K_M, Q4_K_S, Q4_1, Q4_0, IQ4_NL, IQ4_XS, Q3_K_L, Q3_K_M,
-    Q3_K_S, Q2_K, Q2_K_S (needs --imatrix), F16 or BF16 (any case; Q3_K, Q4_K, Q5_K are llama-quantize's aliases),
-    or the drafter-aware preset Q4_K_M_DRAFT: Q4_K_M with fc and the attention projections at Q8_0 (llama-quantize
-    makes the same file with --tensor-type "^fc\\.weight$=q8_0" --tensor-type "attn_(q|k|v|output)\\.weight=q8_0"
-    ... Q4_K_M).
-    """
+    """Quantize the GGUF SRC to OUT with llama-quantize's per-tensor rules (the TYPE list: `HELP`)."""
     from ..quantize.gguf_file import quantize_gguf
 
     as_json = _resolve_format(fmt, legacy_fmt) == "json"

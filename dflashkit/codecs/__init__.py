@@ -3,8 +3,9 @@ matrix). Layer L1: below ``io`` (which decodes with it); the file-level command 
 live in ``dflashkit.quantize``, which re-exports this API.
 
 ``quantize(x, "Q4_K")`` returns exactly the bytes ggml's ``ggml_quantize_chunk`` writes for the same float32
-rows, with an importance matrix too; ``dequantize`` matches ``gguf.quants.dequantize`` bit for bit. Types: Q8_0,
-Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, F16, BF16 and F32 (identity). Large inputs are split by rows across ``get_num_threads()`` threads
+rows, with an importance matrix too; ``dequantize`` matches ``gguf.quants.dequantize`` bit for bit. The types are
+one module each in ``codecs/types`` (`QUANT_TYPES`, filled as they are imported). Large inputs are split by rows
+across ``get_num_threads()`` threads
 (``$DFLASHKIT_THREADS`` or ``set_num_threads`` to change); the numba kernels are compiled on first use and
 cached on disk.
 """
@@ -20,12 +21,16 @@ from gguf import GGMLQuantizationType
 
 from dflashkit.errors import DFlashError
 
+from . import types as _type_modules  # noqa: F401  (one module per type: importing them fills QUANT_TYPES)
 from .base import QUANT_TYPES, K, QuantType, get_num_threads, run_chunked, set_num_threads, tensor_nbytes
-from .float16 import (BF16, F16, F32, bf16_bits_to_f16_bits, bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits,
+from .blocks import FloatType
+from .float16 import (bf16_bits_to_f16_bits, bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits,
                       f32_to_f16_bits)
-from .kquants import Q4_K, Q5_K, Q6_K
-from .legacy import Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
-from .lowbit import IQ4_NL, IQ4_XS, Q2_K, Q3_K
+
+# the registry in the order a user reads the types in (`QuantType.rank`: larger first)
+_registered = sorted(QUANT_TYPES.items(), key=lambda item: -item[1].rank)
+QUANT_TYPES.clear()
+QUANT_TYPES.update(_registered)
 
 __all__ = [
     "GGMLQuantizationType", "QUANT_TYPES", "QuantType", "get_quant_type", "quantize", "dequantize",
@@ -33,13 +38,11 @@ __all__ = [
     "get_num_threads",
     "set_num_threads", "preload_bf16_to_f16", "preload_quantizers",
     "tensor_nbytes", "to_float32", "dequantize_into", "quantize_f16_rows", "f16_path_types",
-    "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL",
-    "IQ4_XS",
 ]
 
 
 #: element types a file stores as floats: quantized from F16 by `to_float32`, not `quantize_f16_rows`
-_FLOAT_TYPES = frozenset({GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16})
+_FLOAT_TYPES = frozenset(t for t, qt in QUANT_TYPES.items() if isinstance(qt, FloatType))
 
 
 def _supported() -> str:

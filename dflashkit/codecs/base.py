@@ -18,7 +18,7 @@ from gguf import GGMLQuantizationType
 
 from dflashkit.errors import DFlashError
 from dflashkit.files import signals_deferred
-from dflashkit.quant_types import sizes
+from dflashkit.quant_types import FileType, sizes
 
 QUANT_TYPES: dict[GGMLQuantizationType, "QuantType"] = {}
 
@@ -149,9 +149,9 @@ def as_float32(x: Any) -> np.ndarray:
 
 
 class BlockFormat:
-    """A ggml block format, the base of every per-type class (quantizers here, torch dequantizers
-    in ``dflashkit.runtime.kernels``): ``class X(Family, ggml_type=...)`` takes ``block_size`` /
-    ``type_size`` from ``gguf.GGML_QUANT_SIZES`` and registers an instance in ``Family.registry``."""
+    """A ggml block format: its sizes and row checks, the base of every per-type class (the types' modules in
+    ``codecs/types``; the runtime's torch dequantizer of each wraps one): ``class X(Family, ggml_type=...)`` takes
+    ``block_size`` / ``type_size`` from ``gguf.GGML_QUANT_SIZES`` and registers an instance in ``Family.registry``."""
 
     registry: ClassVar[dict[GGMLQuantizationType, Any]]
     ggml_type: ClassVar[GGMLQuantizationType]
@@ -192,6 +192,33 @@ class QuantType(BlockFormat):
     registry = QUANT_TYPES
     #: quantizing runs numba code (`preload_quantizers` loads numba early only for these types)
     needs_numba: ClassVar[bool] = False
+    #: where the type stands in the lists a user reads (larger first: about ten times its bits per weight)
+    rank: ClassVar[int] = 0
+    #: the llama.cpp file types whose default type this is (`dflashkit.filetypes` gathers every type's)
+    file_types: ClassVar[tuple[FileType, ...]] = ()
+    #: tensor_type_fallback: the type a tensor takes whose row length does not fit this block (None: no fallback)
+    fallback: ClassVar[GGMLQuantizationType | None] = None
+    #: byte offsets of the block's fp16 scales (`d`, and `m` / `dmin` where present): a block's values are
+    #: non-finite exactly when one of them is (the values scan, the runtime's kernel tests)
+    fp16_fields: ClassVar[tuple[int, ...]] = ()
+
+    def dequantize_torch(self, ops: Any, blocks: Any, out: Any) -> None:
+        """The runtime's dequantizer: torch uint8 ``blocks`` [n_blocks, type_size] (any device) into ``out``
+        float32 [n_blocks, block_size], bit-identical to `dequantize_blocks` (the same float32 operations in the
+        same order). ``ops`` is the runtime's module of torch block helpers (``ops.torch``, ``ops.nibbles``,
+        ``ops.scaled``, ...: ``dflashkit.runtime.kernels.reference``), passed in so a codec never imports torch."""
+        raise NotImplementedError(f"{self.name} has no torch dequantizer")
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        # the facts a type states in its class line: ``class Q4_K(KernelQuantType, ggml_type=..., rank=45, ...)``
+        for fact in ("rank", "fallback", "fp16_fields", "kind"):
+            if fact in kw:
+                setattr(cls, fact, kw.pop(fact))
+        super().__init_subclass__(**kw)
+
+    @property
+    def has_torch_dequantizer(self) -> bool:
+        return type(self).dequantize_torch is not QuantType.dequantize_torch
 
     @property
     def uses_weights(self) -> bool:
@@ -298,9 +325,9 @@ class KernelQuantType(QuantType):
     or a function (one that calls kernels itself, or Q8_0's numpy quantizer: ``needs_numba = False``)."""
 
     _kernel: ClassVar[str | tuple[str, tuple[Any, ...]] | Callable[[np.ndarray, np.ndarray], None]]
-    #: the importance-weighted row kernel, ``(name in loops, extra arguments)``: ``kernel(x[rows, n], qw[n],
-    #: out[rows, row_bytes], *extra)``; None where ggml takes no weights
-    _weighted: ClassVar[tuple[str, tuple[Any, ...]] | None] = None
+    #: the importance-weighted row kernel, ``(name in loops or a function, extra arguments)``: ``kernel(x[rows,
+    #: n], qw[n], out[rows, row_bytes], *extra)``; None where ggml takes no weights
+    _weighted: ClassVar[tuple[str | Callable[..., Any], tuple[Any, ...]] | None] = None
     needs_numba: ClassVar[bool] = True
     _cost: ClassVar[int] = 1  # relative work per value, to size thread chunks (K-quants search many scales)
     #: a kernel in ``loops`` that quantizes F16 bits straight, ``(name, extra arguments)``: ``kernel(bits (flat
@@ -316,6 +343,12 @@ class KernelQuantType(QuantType):
             return lambda x, out: function(x, out, *extra)
         return getattr(K, kernel) if isinstance(kernel, str) else kernel
 
+    def _weighted_kernel(self) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        """``_weighted`` as (a function, its extra arguments): a name is looked up in ``loops``."""
+        assert self._weighted is not None
+        kernel, extra = self._weighted
+        return (getattr(K, kernel) if isinstance(kernel, str) else kernel), extra
+
     @property
     def uses_weights(self) -> bool:
         return self._weighted is not None
@@ -323,17 +356,16 @@ class KernelQuantType(QuantType):
     def quantize_rows_weighted(self, x: np.ndarray, imatrix: np.ndarray, threads: int | None = None) -> np.ndarray:
         if self._weighted is None:
             return super().quantize_rows_weighted(x, imatrix, threads)
-        name, extra = self._weighted
+        kernel, extra = self._weighted_kernel()
         out = np.empty((x.shape[0], self.row_bytes(x.shape[1])), dtype=np.uint8)
-        kernel = getattr(K, name)
         run_chunked(lambda xs, os: kernel(xs, imatrix, os, *extra), np.ascontiguousarray(x, dtype=np.float32), out,
                     threads, elems_per_row=x.shape[1] * max(self._cost, 40))
         return out
 
     def quantize_rows_into(self, x: np.ndarray, out: np.ndarray, imatrix: np.ndarray | None) -> None:
         if imatrix is not None and self._weighted is not None:
-            name, extra = self._weighted
-            getattr(K, name)(x, imatrix, out, *extra)
+            kernel, extra = self._weighted_kernel()
+            kernel(x, imatrix, out, *extra)
             return
         self._block_kernel()(x.reshape(-1, self.block_size), out.reshape(-1, self.type_size))
 

@@ -1,4 +1,4 @@
-"""F32 / F16 / BF16 as QuantTypes, plus the fast float32 -> half-bits helpers the converter uses.
+"""The float32 <-> half-bits conversions the F16 / BF16 types (``types/f16.py``, ``types/bf16.py``) and the converter use.
 
 F16 follows ggml_fp32_to_fp16_row (ggml_compute_fp32_to_fp16: round-to-nearest-even, overflow -> inf,
 NaN -> 0x7E00 | sign). BF16 follows ggml_fp32_to_bf16_row_ref (ggml_compute_fp32_to_bf16: NaN -> (u >> 16) | 64,
@@ -11,11 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from gguf import GGMLQuantizationType
-
 from dflashkit.errors import DFlashError
 
-from .base import K, QuantType, as_float32, run_chunked
+from .base import K, as_float32, run_chunked
 
 # Element-wise work: only split across threads for big arrays (memory bound beyond ~2 threads anyway).
 _ELEMS_PER_TASK = 1 << 22
@@ -71,36 +69,3 @@ def bf16_bits_to_f16_bits(bits: np.ndarray, out: np.ndarray | None = None, threa
 def f32_to_bf16_bits(x: np.ndarray, out: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
     """float32 array -> uint16 bfloat16 bits, same shape, exactly as ggml_fp32_to_bf16_row_ref."""
     return _convert(K.f32_to_bf16_kernel, _contig_f32(x).view(np.uint32), out, threads, "f32_to_bf16_bits")
-
-
-class F32(QuantType, ggml_type=GGMLQuantizationType.F32):
-    """Identity (float32 bytes), so callers can treat every output type alike.
-
-    No copy is made: for contiguous float32 input the result is a uint8 view sharing memory with it.
-    """
-
-    def quantize_blocks(self, x: np.ndarray, threads: int | None = None) -> np.ndarray:
-        return np.ascontiguousarray(x, dtype=np.float32).view(np.uint8)
-
-    def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(q).view(np.float32)
-
-
-class F16(QuantType, ggml_type=GGMLQuantizationType.F16):
-    needs_numba = True  # the conversion is a numba kernel
-
-    def quantize_blocks(self, x: np.ndarray, threads: int | None = None) -> np.ndarray:
-        return f32_to_f16_bits(x, threads=threads).view(np.uint8)
-
-    def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(q).view(np.float16).astype(np.float32)  # exact widening
-
-
-class BF16(QuantType, ggml_type=GGMLQuantizationType.BF16):
-    needs_numba = True  # the conversion is a numba kernel
-
-    def quantize_blocks(self, x: np.ndarray, threads: int | None = None) -> np.ndarray:
-        return f32_to_bf16_bits(x, threads=threads).view(np.uint8)
-
-    def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
-        return bf16_bits_to_f32(q)

@@ -32,6 +32,8 @@ from gguf import GGMLQuantizationType
 from dflashkit.errors import DFlashError
 from dflashkit.quant_types import sizes
 
+from .base import QUANT_TYPES
+
 #: element type → (its bits as a numpy dtype, the exponent mask: all ones = NaN or ±inf)
 _FLOAT_BITS: dict[str, tuple[type, int]] = {
     "F32": (np.uint32, 0x7F800000), "F16": (np.uint16, 0x7C00), "BF16": (np.uint16, 0x7F80),
@@ -39,14 +41,15 @@ _FLOAT_BITS: dict[str, tuple[type, int]] = {
 }
 #: element type → its bits with the sign cleared (the magnitude)
 _MAGNITUDE: dict[str, int] = {"F32": 0x7FFFFFFF, "F16": 0x7FFF, "BF16": 0x7FFF, "F64": 0x7FFFFFFFFFFFFFFF}
-_D, _DM = ((0, "F16"),), ((0, "F16"), (2, "F16"))
-#: block-quantized type → (byte offset in the block, width) of each float scale: `d`, and `m` / `dmin` where present
+_D = ((0, "F16"),)
+#: block-quantized type → (byte offset in the block, width) of each float scale: `d`, and `m` / `dmin` where present.
+#: The types dflashkit writes name theirs in their modules (`QuantType.fp16_fields`); the rest a file may hold:
 _BLOCK_SCALES: dict[str, tuple[tuple[int, str], ...]] = {
-    "Q4_0": _D, "Q4_1": _DM, "Q5_0": _D, "Q5_1": _DM, "Q8_0": _D,
-    "Q2_K": ((80, "F16"), (82, "F16")), "Q3_K": ((108, "F16"),), "Q4_K": _DM, "Q5_K": _DM, "Q6_K": ((208, "F16"),),
-    "IQ2_XXS": _D, "IQ2_XS": _D, "IQ2_S": _D, "IQ3_XXS": _D, "IQ3_S": _D, "IQ1_S": _D, "IQ4_NL": _D, "IQ4_XS": _D,
+    "IQ2_XXS": _D, "IQ2_XS": _D, "IQ2_S": _D, "IQ3_XXS": _D, "IQ3_S": _D, "IQ1_S": _D,
     "TQ1_0": ((52, "F16"),), "TQ2_0": ((64, "F16"),),
 }
+_BLOCK_SCALES.update((qt.name, tuple((at, "F16") for at in qt.fp16_fields))
+                     for qt in QUANT_TYPES.values() if qt.fp16_fields)
 assert all(kind == "F16" for scales in _BLOCK_SCALES.values() for _, kind in scales)  # `_nonfinite_units` reads them so
 SCANNED_TYPES = frozenset(_FLOAT_BITS) | frozenset(_BLOCK_SCALES)
 CHUNK_BYTES = 32 << 20

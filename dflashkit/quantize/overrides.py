@@ -17,15 +17,13 @@ from typing import Sequence
 
 from gguf import GGMLQuantizationType
 
+from dflashkit.codecs import QUANT_TYPES
 from dflashkit.errors import UsageError
 
 Q = GGMLQuantizationType
 
-#: Types a ``--tensor-type`` override may name: the ones dflashkit's quantizers write.
-OVERRIDE_TYPES: tuple[GGMLQuantizationType, ...] = (
-    Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q6_K, Q.Q5_K, Q.Q4_K, Q.Q3_K, Q.Q2_K, Q.Q5_1, Q.Q5_0, Q.Q4_1, Q.Q4_0,
-    Q.IQ4_NL, Q.IQ4_XS,
-)
+#: Types a ``--tensor-type`` override may name: the ones dflashkit's quantizers write (the codec registry).
+OVERRIDE_TYPES: tuple[GGMLQuantizationType, ...] = tuple(QUANT_TYPES)
 
 def parse_ggml_type(name: str | GGMLQuantizationType, what: str = "type") -> GGMLQuantizationType:
     """A ggml type name (case-insensitive, as llama-quantize's parse_ggml_type) among OVERRIDE_TYPES."""

@@ -20,6 +20,7 @@ from typing import Sequence
 
 from gguf import GGMLQuantizationType
 
+from dflashkit.codecs import QUANT_TYPES
 from dflashkit.errors import DFlashError, UsageError
 from dflashkit.quant_types import block_size, is_quantized
 from dflashkit.filetypes import ALL_FILE_TYPES, FILE_TYPE_ALIASES, QUANTIZE_FILE_TYPES, FileType
@@ -38,11 +39,10 @@ __all__ = [
 # llama_ftype values and llama_ftype_get_default_type: the one table in dflashkit.filetypes.
 FILE_TYPES: dict[str, FileType] = {name: ALL_FILE_TYPES[name] for name in QUANTIZE_FILE_TYPES}
 
-# tensor_type_fallback: a 256-block type whose row length does not fit demotes to a 32-block type.
+# tensor_type_fallback: a 256-block type whose row length does not fit demotes to a 32-block type (each type's
+# module names its own).
 _FALLBACK: dict[GGMLQuantizationType, GGMLQuantizationType] = {
-    Q.IQ4_XS: Q.IQ4_NL, Q.Q2_K: Q.Q4_0, Q.Q3_K: Q.Q4_0, Q.TQ1_0: Q.Q4_0, Q.TQ2_0: Q.Q4_0,
-    Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0,
-}
+    t: qt.fallback for t, qt in QUANT_TYPES.items() if qt.fallback is not None}
 
 
 

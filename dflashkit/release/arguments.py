@@ -17,7 +17,7 @@ MAX_SEED = 2**63 - 1
 def release_types() -> tuple[str, ...]:
     from ..quantize.policy import PRESETS
 
-    return tuple(t for t in [*ALL_FILE_TYPES, *PRESETS] if t != "F32")
+    return (*(n for n, ft in ALL_FILE_TYPES.items() if ft.quantize_target), *PRESETS)
 
 
 def parse_types(types: str | Sequence[str]) -> list[str]:

@@ -1,24 +1,26 @@
 """Reference dequantization in torch (any device), bit-identical to ``gguf.quants.dequantize`` in float32.
 
-Organised like ``dflashkit.quantize``: one small class per ggml type, registered by ``ggml_type`` in
-``TORCH_DEQUANT``, each turning raw blocks (uint8 ``[n_blocks, type_size]``) into float32
-``[n_blocks, block_size]`` with whole-tensor ops (no Python loop per block). Every float32 operation is done
+Each type's dequantizer is the ``dequantize_torch`` of its module in ``dflashkit.codecs.types`` (one module per
+type), registered here in ``TORCH_DEQUANT`` for every type that has one; it turns raw blocks (uint8
+``[n_blocks, type_size]``) into float32 ``[n_blocks, block_size]`` with whole-tensor ops (no Python loop per block),
+calling the byte helpers of this module (passed in as ``ops``: the codecs never import torch). Every float32 operation is done
 in the same order as gguf-py / ggml's ``dequantize_row_*`` (one rounding per op, no fused multiply-add), so
 the results are equal bit for bit; integer unpacking is exact whatever the order.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar, Sequence
+import sys
+from typing import Sequence
 
 import numpy as np
 import torch
 from gguf import GGMLQuantizationType
 
 from dflashkit.errors import DFlashError
+from dflashkit.codecs import QUANT_TYPES, QuantType
 from dflashkit.codecs.base import BlockFormat
 
-QK_K = 256
 TORCH_DEQUANT: dict[GGMLQuantizationType, "TorchDequant"] = {}
 
 
@@ -89,146 +91,41 @@ def scaled(out: torch.Tensor, levels: torch.Tensor, scale: torch.Tensor) -> torc
     return o.mul_(scale)
 
 
+_TABLES: dict[tuple[tuple[int, ...], torch.device], torch.Tensor] = {}
+
+
+def table(values: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """A small lookup table of float32 levels (IQ4_NL's kvalues), made once per device."""
+    key = (values, device)
+    found = _TABLES.get(key)
+    if found is None:
+        found = _TABLES[key] = torch.tensor(values, dtype=torch.float32, device=device)
+    return found
+
+
 # ----------------------------------------------------------------------------------------- registry
 class TorchDequant(BlockFormat):
-    """One ggml type: ``dequantize_blocks`` (override) plus row-level checks shared here.
+    """One ggml type's dequantizer in torch: its `QuantType`'s ``dequantize_torch`` (in the type's module in
+    ``dflashkit.codecs.types``), given this module's helpers, plus the row-level checks of `BlockFormat`."""
 
-    ``class Q4_K(TorchDequant, ggml_type=...)`` takes ``block_size`` / ``type_size`` from
-    ``gguf.GGML_QUANT_SIZES`` and registers an instance in ``TORCH_DEQUANT``.
-    """
-
-    registry = TORCH_DEQUANT
     row_verb = "dequantize"
-    fp16_fields: ClassVar[tuple[int, ...]] = ()  # byte offsets of the block's fp16 scale fields
+
+    def __init__(self, quant_type: QuantType) -> None:
+        self.quant_type = quant_type
+        self.ggml_type, self.block_size, self.type_size = quant_type.ggml_type, quant_type.block_size, quant_type.type_size
+        self.fp16_fields = quant_type.fp16_fields
 
     def dequantize_blocks(self, blocks: torch.Tensor, out: torch.Tensor) -> None:
         """uint8 ``[n_blocks, type_size]`` -> ``out``, float32 ``[n_blocks, block_size]``."""
-        raise NotImplementedError
+        self.quant_type.dequantize_torch(_OPS, blocks, out)
 
 
-class Reinterpret(TorchDequant):
-    """Plain float types (identity / exact widening), so a model kept quantized can mix them in."""
-
-    dtype: ClassVar[torch.dtype]
-
-    def dequantize_blocks(self, blocks: torch.Tensor, out: torch.Tensor) -> None:
-        out.copy_(blocks.contiguous().view(self.dtype))
-
-
-class F32(Reinterpret, ggml_type=GGMLQuantizationType.F32):
-    dtype = torch.float32
-
-
-class F16(Reinterpret, ggml_type=GGMLQuantizationType.F16):
-    dtype = torch.float16
-
-
-class BF16(Reinterpret, ggml_type=GGMLQuantizationType.BF16):
-    dtype = torch.bfloat16
-
+_OPS = sys.modules[__name__]  # what a type's dequantize_torch calls: torch and the helpers above
+TORCH_DEQUANT.update((t, TorchDequant(qt)) for t, qt in QUANT_TYPES.items() if qt.has_torch_dequantizer)
 
 #: ggml type name → torch dtype of the plain float types (a file's bytes viewed as it, then widened exactly)
-FLOAT_VIEWS: dict[str, torch.dtype] = {cls.ggml_type.name: cls.dtype for cls in (F32, F16, BF16)}
-
-
-# --- 32-value blocks
-class Q8_0(TorchDequant, ggml_type=GGMLQuantizationType.Q8_0):
-    """block_q8_0: d (fp16) | qs int8[32]; x = qs * d."""
-
-    fp16_fields = (0,)
-
-    def dequantize_blocks(self, blocks: torch.Tensor, out: torch.Tensor) -> None:
-        scaled(out, blocks[:, 2:].view(torch.int8), fp16_field(blocks, 0))
-
-
-class Q4_0(TorchDequant, ggml_type=GGMLQuantizationType.Q4_0):
-    """block_q4_0: d (fp16) | qs[16] (value j: low nibble of qs[j], value j+16: high nibble); x = d * (q - 8)."""
-
-    fp16_fields = (0,)
-
-    def dequantize_blocks(self, blocks: torch.Tensor, out: torch.Tensor) -> None:
-        levels = nibbles(blocks[:, 2:], 16).view(torch.int8).sub_(8)
-        scaled(out, levels, fp16_field(blocks, 0))
-
-
-def q5_levels(blocks: torch.Tensor, qh_at: int) -> torch.Tensor:
-    """Q5_0 / Q5_1 5-bit levels (uint8): qs nibbles after the 4-byte little-endian ``qh`` (bit j -> value j)."""
-    levels = nibbles(blocks[:, qh_at + 4:], 16)
-    return levels.bitwise_or_(bits_of_bytes(blocks[:, qh_at:qh_at + 4]).bitwise_left_shift_(4))
-
-
-class Q5_0(TorchDequant, ggml_type=GGMLQuantizationType.Q5_0):
-    """block_q5_0: d (fp16) | qh (uint32) | qs[16]; x = d * (q - 16)."""
-
-    fp16_fields = (0,)
-
-    def dequantize_blocks(self, blocks: torch.Tensor, out: torch.Tensor) -> None:
-        scaled(out, q5_levels(blocks, 2).view(torch.int8).sub_(16), fp16_field(blocks, 0))
-
-
-class Q5_1(TorchDequant, ggml_type=GGMLQuantizationType.Q5_1):
-    """block_q5_1: d, m (fp16) | qh (uint32) | qs[16]; unsigned 5-bit q; x = d * q + m."""
-
-    fp16_fields = (0, 2)
-
-    def dequantize_blocks(self, blocks: torch.Tensor, out: torch.Tensor) -> None:
-        scaled(out, q5_levels(blocks, 4), fp16_field(blocks, 0)).add_(fp16_field(blocks, 2))
-
-
-# --- 256-value super-blocks
-def scale_min_k4(scales: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """ggml get_scale_min_k4: 12 bytes -> eight 6-bit scales and eight 6-bit mins (float32 ``[n, 8]`` each).
-
-    Bytes 0-3 / 4-7 hold scales / mins 0-3 in their low 6 bits and the top 2 bits of scales / mins 4-7 in
-    their high 2 bits; bytes 8-11 hold the low 4 bits of scales 4-7 (low nibble) and mins 4-7 (high nibble).
-    """
-    s = scales.reshape(-1, 3, 4)
-    lo, mid, hi = s[:, 0], s[:, 1], s[:, 2]
-    sc = torch.cat([lo & 0x3F, (hi & 0x0F) | ((lo >> 6) << 4)], dim=-1)
-    mn = torch.cat([mid & 0x3F, (hi >> 4) | ((mid >> 6) << 4)], dim=-1)
-    return sc.float(), mn.float()
-
-
-def qkx_dequant(blocks: torch.Tensor, levels: torch.Tensor, out: torch.Tensor) -> None:
-    """Q4_K / Q5_K: per 32-value sub-block x = (d * sc) * q - (dmin * m), as ggml's dequantize_row_q{4,5}_K."""
-    sc, mn = scale_min_k4(blocks[:, 4:16])
-    d = (fp16_field(blocks, 0) * sc).unsqueeze(-1)  # float32 [n, 8, 1]
-    dm = (fp16_field(blocks, 2) * mn).unsqueeze(-1)
-    scaled(out, levels, d).sub_(dm)
-
-
-class Q4_K(TorchDequant, ggml_type=GGMLQuantizationType.Q4_K):
-    """block_q4_K: d, dmin (fp16) | scales[12] | qs[128]: per 32 bytes, low nibbles = sub-block 2i, high = 2i+1."""
-
-    fp16_fields = (0, 2)
-
-    def dequantize_blocks(self, blocks: torch.Tensor, out: torch.Tensor) -> None:
-        qkx_dequant(blocks, nibbles(blocks[:, 16:], 32), out)
-
-
-class Q5_K(TorchDequant, ggml_type=GGMLQuantizationType.Q5_K):
-    """block_q5_K: d, dmin | scales[12] | qh[32] (bit i of qh[j] = 5th bit of value 32i + j) | qs[128]."""
-
-    fp16_fields = (0, 2)
-
-    def dequantize_blocks(self, blocks: torch.Tensor, out: torch.Tensor) -> None:
-        levels = nibbles(blocks[:, 48:], 32).bitwise_or_(bits(blocks[:, 16:48], 1, 32).bitwise_left_shift_(4))
-        qkx_dequant(blocks, levels, out)
-
-
-class Q6_K(TorchDequant, ggml_type=GGMLQuantizationType.Q6_K):
-    """block_q6_K: ql[128] (low 4 bits) | qh[64] (high 2 bits) | int8 scales[16] | d (fp16); x = d*sc * (q - 32).
-
-    Per 128-value half: ql bytes 0-63 give values 0-63 (low nibbles) and 64-127 (high nibbles); qh bytes
-    0-31 give the top bits of values j, j+32, j+64, j+96 in bit pairs 0-1, 2-3, 4-5, 6-7.
-    """
-
-    fp16_fields = (208,)
-
-    def dequantize_blocks(self, blocks: torch.Tensor, out: torch.Tensor) -> None:
-        levels = nibbles(blocks[:, :128], 64).bitwise_or_(bits(blocks[:, 128:192], 2, 32).bitwise_left_shift_(4))
-        d = (fp16_field(blocks, 208) * blocks[:, 192:208].view(torch.int8).float()).unsqueeze(-1)  # [n, 16, 1]
-        scaled(out, levels.view(torch.int8).sub_(32), d)
+FLOAT_VIEWS: dict[str, torch.dtype] = {qt.name: getattr(torch, qt.torch_view) for qt in QUANT_TYPES.values()
+                                       if getattr(qt, "torch_view", None)}
 
 
 # ----------------------------------------------------------------------------------------- entry point

@@ -1,24 +1,21 @@
-"""32-value block types: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1.
+"""Q8_0: 32 values in 34 bytes — d (fp16) = absmax / 127 | qs int8[32] = roundf(x / d); x = qs * d.
 
-Quantization is the numba kernels in ``loops`` (mirroring quantize_row_*_ref), except Q8_0's, which is numpy
-(`q8_0_numpy`, see there why); dequantization is numpy with the same float32 operation order as ggml's
-dequantize_row_* (and gguf-py), so values are bit-identical.
+Quantized from float32 by numpy (`q8_0_numpy`, see there why), from F16 bits and as the fallback of odd blocks by
+the shared 32-value loops (kind 0); ggml quantizes it without importance weights.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
-from gguf import GGMLQuantizationType
+from gguf import GGMLQuantizationType as Q
+from gguf import LlamaFileType as F
 
-from .base import K, KernelQuantType, fp16_col, unpack_nibbles
+from dflashkit.quant_types import FileType
 
-
-def _fifth_bits(qh: np.ndarray) -> np.ndarray:
-    """The little-endian uint32 ``qh`` of Q5_0 / Q5_1: bit j is the 5th bit of value j."""
-    return np.unpackbits(qh, axis=-1, bitorder="little")
-
+from ..base import K, fp16_col
+from ..blocks import Block32
 
 #: blocks per pass of `q8_0_numpy`: its five float32 scratch arrays (2.5 MB) stay in the L2 cache
 _Q8_0_STEP = 4096
@@ -82,28 +79,12 @@ def q8_0_numpy(x: np.ndarray, out: np.ndarray) -> None:
             np.copyto(out[lo:hi, 2:].view(np.int8), vs, casting="unsafe")  # |vs| < 128: truncation toward 0
 
 
-class _Block32(KernelQuantType):
-    """A 32-value type: its ``kind`` picks its branch of the kernels that serve them all, straight from F16 bits
-    (`loops.legacy_f16.legacy_from_f16`), from float32 (`loops.legacy.legacy_kernel`, unless the type names
-    another) and with weights (`loops.weighted.legacy_w_kernel`, Q8_0 has none)."""
-
-    kind: ClassVar[int]  # 0 Q8_0, 1 Q4_0, 2 Q4_1, 3 Q5_0, 4 Q5_1
-
-    def __init_subclass__(cls, **kw: Any) -> None:
-        super().__init_subclass__(**kw)
-        cls.from_f16 = ("legacy_from_f16", (cls.kind,))
-        if cls.kind:
-            cls._weighted = ("legacy_w_kernel", (cls.kind,))
-        if "_kernel" not in cls.__dict__:
-            cls._kernel = ("legacy_kernel", (cls.kind,))
-
-
-class Q8_0(_Block32, ggml_type=GGMLQuantizationType.Q8_0):
+class Q8_0(Block32, ggml_type=Q.Q8_0, kind=0, rank=80, fp16_fields=(0,)):
     """d (fp16) = absmax / 127; qs = roundf(x / d) as int8."""
 
-    kind = 0
     _kernel = q8_0_numpy
     needs_numba = False
+    file_types = (FileType("Q8_0", F.MOSTLY_Q8_0, Q.Q8_0, rank=80, converter_writes=True),)
 
     def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
         out = np.empty((q.shape[0], self.block_size), dtype=np.float32)
@@ -114,41 +95,5 @@ class Q8_0(_Block32, ggml_type=GGMLQuantizationType.Q8_0):
         # float(qs) * d in float32; the ufunc casts the int8 levels in small buffers: one pass, no temporary array
         np.multiply(q[:, 2:].view(np.int8), fp16_col(q, 0), out=out, dtype=np.float32)
 
-
-class Q4_0(_Block32, ggml_type=GGMLQuantizationType.Q4_0):
-    """d (fp16) = max / -8 (max: signed value of largest magnitude); 4-bit levels with offset 8."""
-
-    kind = 1
-
-    def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
-        levels = unpack_nibbles(q[:, 2:], 16).astype(np.int8) - np.int8(8)
-        return fp16_col(q, 0) * levels.astype(np.float32)
-
-
-class Q4_1(_Block32, ggml_type=GGMLQuantizationType.Q4_1):
-    """d (fp16) = (max - min) / 15, m (fp16) = min; unsigned 4-bit levels; x = d * q + m."""
-
-    kind = 2
-
-    def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
-        return fp16_col(q, 0) * unpack_nibbles(q[:, 4:], 16).astype(np.float32) + fp16_col(q, 2)
-
-
-class Q5_0(_Block32, ggml_type=GGMLQuantizationType.Q5_0):
-    """d (fp16) = max / -16; 5-bit levels with offset 16 (low nibbles in qs, 5th bits in qh)."""
-
-    kind = 3
-
-    def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
-        levels = unpack_nibbles(q[:, 6:], 16) | (_fifth_bits(q[:, 2:6]) << np.uint8(4))
-        return fp16_col(q, 0) * (levels.astype(np.int8) - np.int8(16)).astype(np.float32)
-
-
-class Q5_1(_Block32, ggml_type=GGMLQuantizationType.Q5_1):
-    """d (fp16) = (max - min) / 31, m (fp16) = min; unsigned 5-bit levels; x = d * q + m."""
-
-    kind = 4
-
-    def dequantize_blocks(self, q: np.ndarray) -> np.ndarray:
-        levels = unpack_nibbles(q[:, 8:], 16) | (_fifth_bits(q[:, 4:8]) << np.uint8(4))
-        return fp16_col(q, 0) * levels.astype(np.float32) + fp16_col(q, 2)
+    def dequantize_torch(self, ops: Any, blocks: Any, out: Any) -> None:
+        ops.scaled(out, blocks[:, 2:].view(ops.torch.int8), ops.fp16_field(blocks, 0))
