@@ -239,7 +239,7 @@ def _measure(folder: Path, tmp_path: Path, **kw: object):
 def test_every_combination_against_one_target_alone(tmp_path: Path) -> None:
     folder = standin_server.make(tmp_path / "bin")
     result = _measure(folder, tmp_path, draft_n_max=[4, 15], draft_cache_types=["f16", "q8_0"],
-                      extra_args=["--no-repack"])
+                      llama_cpp_args=["--no-repack"])
     assert [(r.draft_cache_type, r.draft_n_max) for r in result.runs] == [("f16", 4), ("f16", 15), ("q8_0", 4),
                                                                           ("q8_0", 15)]
     assert result.verdicts() == [VERDICT_GAIN] * 4

@@ -13,6 +13,7 @@ the mean over prompts of that, as z-lab's benchmark reports it.
 import json
 import math
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -24,8 +25,8 @@ from ..files import signals_unwind
 from ..llama_cpp import (LlamaCppDrafterRun, check_extra_args, check_prompt_text, find_binary, run_drafter,
                         target_gguf_from_hf, temp_dir)
 from ..llama_cpp.server import REQUEST_TIMEOUT_S as LLAMA_CPP_TIMEOUT_S
-from ..llama_cpp.http import public_url, same_server
-from ..llama_cpp.server import SERVER_BINARY, RemoteServer, find_server, has_server, run_drafter_server
+from ..llama_cpp.http import public_url
+from ..llama_cpp.server import SERVER_BINARY, has_server, run_drafter_server
 from ..llama_cpp import llama_cpp_src as find_src
 from .options import LlamaCppOptions, PromptOptions
 from .context import target_context
@@ -33,7 +34,8 @@ from .prompts import Prompt, load_prompts, parse_template_kwargs, template_kwarg
 from ..reporting import Report
 from ..runtime import HFTarget, load_drafter
 from ..runtime.speculative import check_pair, default_stop_ids, speculative_generate
-from .serving_measure import ServingResult, check_n_max_fits, check_serving_options, check_target_ggufs, measure_serving
+from .serving_measure import ServingResult, measure_serving
+from .serving_plan import ServingPlan, check_target_ggufs, plan_serving
 from . import context as _context_module
 from .parallel import measure_parallel
 from .sweep import check_context_levels, sweep_context
@@ -177,37 +179,16 @@ def run_acceptance(
     server_url, baseline_url = public_url(server_url), public_url(baseline_url)  # credentials: never recorded
     if not (isinstance(llama_cpp_timeout, (int, float)) and math.isfinite(llama_cpp_timeout) and llama_cpp_timeout > 0):
         raise UsageError(f"--llama-cpp-timeout must be a positive number of seconds, got {llama_cpp_timeout!r}")
-    if parallel:
-        from .sweep import check_parallel_levels
-
-        parallel = check_parallel_levels(parallel)
-        if llama_server is None:
-            raise UsageError("--parallel starts llama-server with -np N for each level: pass --llama-server BIN_DIR "
-                             "(a server at --server-url keeps the slots it was started with)")
-    if llama_server is not None and server_url is not None:
-        raise UsageError("--llama-server starts its own servers, --server-url asks a running one: give one of them")
-    if baseline_url is not None and server_url is None:
-        raise UsageError("--baseline-url is the target alone beside --server-url URL: pass --server-url too")
-    if llama_server is not None or server_url is not None:
-        if temperature > 0:
+    plan = None
+    if llama_server is not None or server_url is not None or baseline_url is not None or parallel:
+        if temperature > 0 and (llama_server is None) != (server_url is None):
             raise UsageError("--llama-server / --server-url measure greedy decoding: use them with --temperature 0")
-        check_serving_options(llama_server, server_url, draft_n_max, draft_cache_types, max_new_tokens)
-        check_n_max_fits([(str(d), None, _block_size(d)) for d in drafters], draft_n_max)
-        if llama_server is not None:
-            find_server(llama_server)
-        else:
-            assert server_url is not None
-            if extra_args:
-                raise UsageError("--llama-cpp-arg goes to the llama.cpp processes dflashkit starts; --server-url "
-                                 "asks a running server (pass the arguments where you start it)")
-            if baseline_url is not None and same_server(server_url, baseline_url):
-                raise UsageError(f"--baseline-url {baseline_url} is the server of --server-url {server_url}: the "
-                                 "target alone must be a second server, started without -md")
-            # before minutes of reference runs: a typo'd URL is said now
-            RemoteServer(server_url, request_timeout=float(llama_cpp_timeout))
-            if baseline_url is not None:
-                RemoteServer(baseline_url, label=f"target alone {baseline_url}",
-                             request_timeout=float(llama_cpp_timeout))
+        # every serving option checked once, before the target loads: the plan the measurement runs
+        plan = plan_serving([(str(d), _block_size(d)) for d in drafters], llama_server=llama_server,
+                            server_url=server_url, baseline_url=baseline_url, target_ggufs=target_ggufs,
+                            draft_n_max=draft_n_max, draft_cache_types=draft_cache_types,
+                            max_new_tokens=max_new_tokens, seed=seed, threads=threads, llama_cpp_args=extra_args,
+                            timeout=float(llama_cpp_timeout), parallel=parallel or (), target_ggufs_later=True)
     if llama_cpp is not None and temperature > 0:
         raise UsageError("--llama-cpp measures greedy τ: use it with --temperature 0")
     if llama_cpp is not None or llama_server is not None:
@@ -243,14 +224,12 @@ def run_acceptance(
     level_kw = dict(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, dtype=dtype,
                     keep_quantized=keep_quantized, ignore_eos=ignore_eos, warmup=warmup, say=say, reasoning=reasoning,
                     llama_binary=llama_binary, target_ggufs=target_ggufs, converter_src=converter_src,
-                    threads=threads, extra_args=extra_args, llama_server=llama_server, server_url=server_url,
-                    baseline_url=baseline_url, draft_n_max=draft_n_max, draft_cache_types=draft_cache_types,
-                    llama_cpp_timeout=float(llama_cpp_timeout), parallel=tuple(parallel or ()))
+                    threads=threads, extra_args=extra_args, plan=plan, llama_cpp_timeout=float(llama_cpp_timeout))
     if context is not None:
         return sweep_context(runner, prompt_list, context, context_file, notes,
                              lambda prompts, level_notes, prefills, first: _measure_level(
                                  runner, prompts, source, drafters, level_notes, template_kwargs, prefills,
-                                 **{**level_kw, "parallel": level_kw["parallel"] if first else ()}),
+                                 **{**level_kw, "plan": plan if first or plan is None else replace(plan, parallel=())}),
                              max_new_tokens=max_new_tokens, template_kwargs=template_kwargs, say=say,
                              target_context=target_context(runner), drafters=drafters, llama_cpp_args=extra_args)
     return _measure_level(runner, prompt_list, source, drafters, notes, template_kwargs, None, **level_kw)
@@ -261,9 +240,7 @@ def _measure_level(runner: HFTarget, prompt_list: list[Prompt], source: str, dra
                    max_new_tokens: int, temperature: float, seed: int, dtype: str, keep_quantized: bool,
                    ignore_eos: bool, warmup: bool, say: Callable[[str], None], reasoning: str | None,
                    llama_binary: Path | None, target_ggufs: list[Any], converter_src: Path | None, threads: int,
-                   extra_args: list[str], llama_server: Any, server_url: str | None, baseline_url: str | None,
-                   draft_n_max: Sequence[int | None], draft_cache_types: Sequence[str | None],
-                   llama_cpp_timeout: float, parallel: tuple[int, ...]) -> AcceptResult:
+                   extra_args: list[str], plan: ServingPlan | None, llama_cpp_timeout: float) -> AcceptResult:
     """Every drafter on every prompt of one prompt set (one context level), in every runtime asked for."""
     prompt_ids, texts, plain = encode_prompts(runner, prompt_list, max_new_tokens, template_kwargs)
     vocab = _vocab_rows(runner)
@@ -302,13 +279,10 @@ def _measure_level(runner: HFTarget, prompt_list: list[Prompt], source: str, dra
     for run, label in zip(runs, distinct_labels([r.path for r in runs])):
         run.label = label
     llama_runs, gguf_used, serving = None, None, None
-    if llama_binary is not None or llama_server is not None or server_url is not None:
+    if llama_binary is not None or plan is not None:
         llama_runs, gguf_used, serving = _run_llama_cpp(
             llama_binary, runs, texts, prompt_ids, prompt_list, runner, target_ggufs, converter_src, max_new_tokens,
-            threads, notes, say, ignore_eos, extra_args,
-            dict(llama_server=llama_server, server_url=server_url, baseline_url=baseline_url,
-                 draft_n_max=list(draft_n_max), draft_cache_types=list(draft_cache_types), seed=seed,
-                 timeout=float(llama_cpp_timeout), vocab=vocab, parallel=tuple(parallel)))
+            threads, notes, say, ignore_eos, extra_args, plan, llama_cpp_timeout, vocab)
     return AcceptResult(
         target=str(runner.path), prompts=prompt_list, prompt_source=source, prompt_ids=prompt_ids, drafters=runs,
         max_new_tokens=max_new_tokens, temperature=float(temperature), seed=seed, device=str(runner.device),
@@ -355,8 +329,8 @@ def encode_prompts(runner: HFTarget, prompt_list: Sequence[Prompt], max_new_toke
 def _run_llama_cpp(binary: Path | None, runs: list[DrafterRun], texts: list[str], prompt_ids: list[list[int]],
                    prompt_list: list[Prompt], runner: HFTarget, target_ggufs: list[str | os.PathLike],
                    converter_src: Path | None, max_new_tokens: int, threads: int, notes: list[str],
-                   say: Callable[[str], None], ignore_eos: bool, extra_args: list[str], serving_options: dict[str, Any],
-                   ) -> tuple[list[LlamaCppDrafterRun] | None, str | None, ServingResult | None]:
+                   say: Callable[[str], None], ignore_eos: bool, extra_args: list[str], plan: ServingPlan | None,
+                   timeout: float, vocab: int | None) -> tuple[list[LlamaCppDrafterRun] | None, str | None, ServingResult | None]:
     """Every drafter through llama-speculative-simple (the first target GGUF) and / or llama-server (every target
     GGUF), HF dirs converted to bf16 GGUFs in a temp folder that is gone when this returns."""
     out: list[LlamaCppDrafterRun] | None = None
@@ -384,8 +358,7 @@ def _run_llama_cpp(binary: Path | None, runs: list[DrafterRun], texts: list[str]
             out = [runner_fn(dir_or_binary, ggufs[0], d.path, gguf_path, texts, n_predict=max_new_tokens,
                              draft_max=d.block_size - 1, threads=threads, progress=say,
                              prompt_tokens=[len(ids) for ids in prompt_ids], ignore_eos=ignore_eos,
-                             extra_args=extra_args, timeout=serving_options["timeout"],
-                             **({"vocab": serving_options["vocab"]} if via_server else {}))
+                             extra_args=extra_args, timeout=timeout, **({"vocab": vocab} if via_server else {}))
                    for d, gguf_path in zip(runs, drafter_ggufs)]
             notes.append("llama.cpp τ measured with " + ("llama-server (counts from its JSON timings)"
                                                          if via_server else
@@ -399,23 +372,23 @@ def _run_llama_cpp(binary: Path | None, runs: list[DrafterRun], texts: list[str]
             if mismatched:
                 notes.append(f"llama.cpp tokenized {len(mismatched)} prompt(s) to another length than the HF tokenizer "
                              f"(prompt indices {mismatched[:10]}): those τ pairs compare different token streams")
-        parallel = serving_options.pop("parallel", ())
-        if serving_options["llama_server"] is not None or serving_options["server_url"] is not None:
+        if plan is not None:
+            plan = plan.on_targets(ggufs)
             serving = measure_serving(
                 [(d.path, g, d.block_size) for d, g in zip(runs, drafter_ggufs)], texts, [p.id for p in prompt_list],
-                target_ggufs=ggufs, max_new_tokens=max_new_tokens, prompt_tokens=[len(ids) for ids in prompt_ids],
-                threads=threads, extra_args=extra_args, ignore_eos=ignore_eos, progress=say, **serving_options)
-            if parallel:  # the first target GGUF, each drafter at its block's n-max, under N concurrent requests
+                plan, prompt_tokens=[len(ids) for ids in prompt_ids], ignore_eos=ignore_eos, progress=say, vocab=vocab)
+            if plan.parallel:  # the first target GGUF, each drafter at its block's n-max, under N concurrent requests
+                assert plan.llama_server is not None
                 ctx = max(len(ids) for ids in prompt_ids) + 2 * (max_new_tokens + max(d.block_size for d in runs)) + 64
                 for d, g in zip(runs, drafter_ggufs):
                     alone = next((r.taus for r in serving.runs if r.drafter == d.path and r.draft_cache_type is None
                                   and r.target_gguf == str(ggufs[0]) and r.on
                                   and r.draft_n_max in (None, d.block_size - 1)), ())
                     serving.parallel += measure_parallel(
-                        serving_options["llama_server"], ggufs[0], (d.path, g, d.block_size), texts, parallel,
+                        plan.llama_server, ggufs[0], (d.path, g, d.block_size), texts, plan.parallel,
                         max_new_tokens=max_new_tokens, ctx_per_request=ctx, threads=threads, extra_args=extra_args,
-                        timeout=serving_options["timeout"], vocab=serving_options["vocab"],
-                        seed=serving_options["seed"], ignore_eos=ignore_eos, progress=say, alone_taus=alone)
+                        timeout=plan.timeout, vocab=vocab, seed=plan.seed, ignore_eos=ignore_eos, progress=say,
+                        alone_taus=alone)
         kept = str(ggufs[0]) if ggufs else None
     return out, kept, serving
 

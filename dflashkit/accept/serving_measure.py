@@ -36,13 +36,13 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..errors import DFlashError, UsageError
+from ..errors import DFlashError
 from ..llama_cpp.process import NO_REPACK_NOTE, LlamaCppCrashed
-from ..llama_cpp.http import same_server
-from ..llama_cpp.server import REQUEST_TIMEOUT_S, Completion, LlamaServer, RemoteServer
+from ..llama_cpp.server import Completion, LlamaServer, RemoteServer
 from ..llama_cpp.speculative_simple import CountedRuns, LlamaCppRefused
 from ..reporting import distinct_labels
 from ..stats import CONFIDENCE, paired_bootstrap_ci
+from .serving_plan import ServingPlan, plan_serving
 
 #: verdicts of a serving combination: stable strings, the JSON report's ``verdict``
 VERDICT_GAIN = "net gain"
@@ -278,79 +278,35 @@ def cache_type_value(v: str) -> str:
     return v.lower()
 
 
-def check_serving_options(llama_server: Any, server_url: str | None, draft_n_max: Sequence[int | None],
-                          draft_cache_types: Sequence[str | None], max_new_tokens: int) -> None:
-    """The serving options that are wrong whatever the servers say: usage errors, checked before any work."""
-    if (llama_server is None) == (server_url is None):
-        raise UsageError("give one of --llama-server BIN_DIR (dflashkit starts the servers) or --server-url URL")
-    if server_url is not None and (len(draft_n_max) > 1 or draft_n_max[0] is not None
-                                   or len(draft_cache_types) > 1 or draft_cache_types[0] is not None):
-        raise UsageError("--draft-n-max / --draft-cache-type are set where the server starts: with --server-url they "
-                         "are the running server's own")
-    if max_new_tokens < 3:
-        raise UsageError(f"--max-new-tokens {max_new_tokens}: llama-server drafts only with 2 tokens still to "
-                         "generate after the first — give at least 3")
-
-
-def check_target_ggufs(target_ggufs: Sequence[Any], needed_by: str | None = "--llama-server",
-                       alternative: str = "repeat it to sweep quantized targets") -> None:
-    """The target GGUFs a llama.cpp measurement runs on, each a file; ``needed_by`` (an option) needs at least one,
-    unless None (the caller has another way to a target GGUF: say it as ``alternative``)."""
-    for g in target_ggufs:
-        if not Path(g).is_file():
-            raise UsageError(f"--target-gguf {g}: no such file")
-    if not target_ggufs and needed_by is not None:
-        raise UsageError(f"{needed_by} needs the target as a GGUF: pass --target-gguf FILE ({alternative})")
-
-
-def check_n_max_fits(drafters: Sequence[tuple[str, Any, int]], draft_n_max: Sequence[int | None]) -> None:
-    """An n-max above what a drafter drafts a round (its block − 1) is a usage error: llama.cpp clamps it there, so
-    the figure would be labelled with an n-max that never ran."""
-    for n in draft_n_max:
-        for path, _, block in drafters:
-            if n is not None and n > block - 1:
-                raise UsageError(f"--draft-n-max {n}: {Path(path).name} drafts at most {block - 1} tokens a round "
-                                 f"(block size {block}; llama.cpp clamps n-max there) — give at most {block - 1}")
-
-
 def measure_serving(
     drafters: Sequence[tuple[str, str | os.PathLike, int]],
     texts: Sequence[str],
     prompt_names: Sequence[str],
+    plan: ServingPlan | None = None,
     *,
-    llama_server: str | os.PathLike | None = None,
-    target_ggufs: Sequence[str | os.PathLike] = (),
-    server_url: str | None = None,
-    baseline_url: str | None = None,
-    draft_n_max: Sequence[int | None] = (None,),
-    draft_cache_types: Sequence[str | None] = (None,),
-    max_new_tokens: int = 128,
     prompt_tokens: Sequence[int] | None = None,
-    seed: int = 0,
-    threads: int = 1,
-    extra_args: Sequence[str] = (),
     ignore_eos: bool = False,
     progress: Callable[[str], None] | None = None,
-    timeout: float = REQUEST_TIMEOUT_S,
     vocab: int | None = None,
+    **options: Any,
 ) -> ServingResult:
     """Every combination through llama-server (module doc). ``drafters``: (path as given, GGUF path, block size).
 
-    With ``llama_server`` (a build's bin/ folder) dflashkit starts and stops the servers, one per combination and
-    one target alone per target GGUF; with ``server_url`` it asks a running server (its drafter, cache and n-max
-    are the server's own) and ``baseline_url`` for the target alone. Every reply is checked against what its
-    request allows (``max_new_tokens``, the n-max set — or, for a running server, the drafter's block − 1, where
-    llama.cpp clamps it —, token ids below ``vocab``, its own wall time): an impossible one is refused."""
+    ``plan`` (`serving_plan.plan_serving`: the options checked once by the caller) says where and how: with
+    ``plan.llama_server`` (a build's bin/ folder) dflashkit starts and stops the servers, one per combination and
+    one target alone per target GGUF; with ``plan.server_url`` it asks a running server (its drafter, cache and n-max
+    are the server's own) and ``plan.baseline_url`` for the target alone. Without a plan, ``options`` are
+    `plan_serving`'s keywords and are checked here. Every reply is checked against what its request allows (the
+    plan's ``max_new_tokens``, the n-max set — or, for a running server, the drafter's block − 1, where llama.cpp
+    clamps it —, token ids below ``vocab``, its own wall time): an impossible one is refused."""
     say = progress or (lambda message: None)
-    check_serving_options(llama_server, server_url, draft_n_max, draft_cache_types, max_new_tokens)
-    if not drafters:
-        raise UsageError("give at least one drafter to measure through llama-server")
-    check_n_max_fits(drafters, draft_n_max)
-    if server_url is not None and baseline_url is not None and same_server(server_url, baseline_url):
-        raise UsageError(f"--baseline-url {baseline_url} is the server of --server-url {server_url}: the target "
-                         "alone must be a second server, started without -md")
-    if llama_server is not None:
-        check_target_ggufs(target_ggufs)
+    if plan is None:
+        plan = plan_serving([(path, block) for path, _, block in drafters], **options)
+    elif options:
+        raise TypeError(f"measure_serving: pass the options in the plan, not as {', '.join(sorted(options))}")
+    llama_server, server_url, baseline_url = plan.llama_server, plan.server_url, plan.baseline_url
+    max_new_tokens, seed, threads, timeout = plan.max_new_tokens, plan.seed, plan.threads, plan.timeout
+    extra_args = plan.extra_args
     longest = max(prompt_tokens) if prompt_tokens else 512
     pairs = list(zip(texts, prompt_names))
     runs: list[ServingRun] = []
@@ -389,7 +345,7 @@ def measure_serving(
     else:
         assert llama_server is not None
         source = f"llama-server from {llama_server} (started by dflashkit on 127.0.0.1)"
-        for target in target_ggufs:
+        for target in plan.target_ggufs:
             blocks = [b for _, _, b in drafters]
             ctx = longest + 2 * (max_new_tokens + max(blocks)) + 64
 
@@ -411,8 +367,8 @@ def measure_serving(
                     args, note = [*args, "--no-repack"], NO_REPACK_NOTE
                     base_server = stack.enter_context(server(args=args))
                 for path, gguf, block in drafters:
-                    for cache in draft_cache_types:
-                        for n_max in draft_n_max:
+                    for cache in plan.draft_cache_types:
+                        for n_max in plan.draft_n_max:
                             n = n_max if n_max is not None else block - 1
                             run = ServingRun(str(target), path, str(gguf), n, cache, seed=seed, block_size=block,
                                              note=note)

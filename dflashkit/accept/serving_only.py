@@ -12,12 +12,12 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from ..llama_cpp import check_extra_args
-from ..llama_cpp.server import REQUEST_TIMEOUT_S, find_server
+from ..llama_cpp.server import REQUEST_TIMEOUT_S
 from ..runtime import HFTarget
 from .prompts import Prompt, load_prompts, template_kwargs_for
 from .run import _block_size, _vocab_rows, encode_prompts
-from .serving_measure import ServingResult, check_n_max_fits, check_serving_options, check_target_ggufs, measure_serving
+from .serving_measure import ServingResult, measure_serving
+from .serving_plan import ServingPlan, plan_serving
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,9 @@ def serve_files(
     drafters: Sequence[str | os.PathLike],
     prompts: str | os.PathLike | Sequence[Prompt] | PreparedPrompts | None = None,
     *,
-    llama_server: str | os.PathLike,
-    target_gguf: str | os.PathLike | Sequence[str | os.PathLike],
+    plan: ServingPlan | None = None,
+    llama_server: str | os.PathLike | None = None,
+    target_gguf: str | os.PathLike | Sequence[str | os.PathLike] = (),
     max_new_tokens: int = 128,
     seed: int = 0,
     max_prompts: int | None = None,
@@ -65,26 +66,26 @@ def serve_files(
     chat_template_kwargs: Mapping[str, Any] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> ServingResult:
-    """Every drafter GGUF × target GGUF × draft cache type × n-max through ``llama_server`` (`measure_serving`),
-    the target (an HF dir, or an `HFTarget` already loaded) giving the prompts' text and the vocabulary bound —
-    unless ``prompts`` were prepared for it already (`prepare_prompts`; the other prompt settings are theirs)."""
+    """Every drafter GGUF × target GGUF × draft cache type × n-max through llama-server (`measure_serving`), the
+    target (an HF dir, or an `HFTarget` already loaded) giving the prompts' text and the vocabulary bound — unless
+    ``prompts`` were prepared for it already (`prepare_prompts`; the other prompt settings are theirs).
+
+    ``plan``: the serving options checked once by the caller (`plan_serving`: a release makes one per build when it
+    reads its arguments); without one, the keywords from ``llama_server`` to ``llama_cpp_timeout`` are checked here."""
     say = progress or (lambda message: None)
-    ggufs = [target_gguf] if isinstance(target_gguf, (str, os.PathLike)) else list(target_gguf)
-    check_target_ggufs(ggufs)
-    extra_args = check_extra_args(llama_cpp_args)
-    check_serving_options(llama_server, None, draft_n_max, draft_cache_types, max_new_tokens)
     blocks = [_block_size(d) for d in drafters]
-    check_n_max_fits([(str(d), None, b) for d, b in zip(drafters, blocks)], draft_n_max)
-    find_server(llama_server)
+    if plan is None:
+        ggufs = [target_gguf] if isinstance(target_gguf, (str, os.PathLike)) else list(target_gguf)
+        plan = plan_serving([(str(d), b) for d, b in zip(drafters, blocks)], llama_server=llama_server,
+                            target_ggufs=ggufs, draft_n_max=draft_n_max, draft_cache_types=draft_cache_types,
+                            max_new_tokens=max_new_tokens, seed=seed, threads=threads, llama_cpp_args=llama_cpp_args,
+                            timeout=float(llama_cpp_timeout))
     if isinstance(prompts, PreparedPrompts):  # rendered once for the target by the caller (a release's builds)
         prepared = prompts
     else:
         runner = target if isinstance(target, HFTarget) else HFTarget(target)
-        prepared = prepare_prompts(runner, prompts, max_prompts=max_prompts, max_new_tokens=max_new_tokens,
+        prepared = prepare_prompts(runner, prompts, max_prompts=max_prompts, max_new_tokens=plan.max_new_tokens,
                                    reasoning=reasoning, chat_template_kwargs=chat_template_kwargs)
     return measure_serving([(str(d), str(d), b) for d, b in zip(drafters, blocks)], prepared.texts,
-                           [p.id for p in prepared.prompts], llama_server=llama_server, target_ggufs=ggufs,
-                           draft_n_max=draft_n_max, draft_cache_types=draft_cache_types,
-                           max_new_tokens=max_new_tokens, prompt_tokens=[len(ids) for ids in prepared.ids],
-                           seed=seed, threads=threads, extra_args=extra_args, progress=say,
-                           timeout=float(llama_cpp_timeout), vocab=prepared.vocab)
+                           [p.id for p in prepared.prompts], plan, prompt_tokens=[len(ids) for ids in prepared.ids],
+                           progress=say, vocab=prepared.vocab)

@@ -49,21 +49,23 @@ def _check_arguments(seed: int, workers: int | None, max_prompts: int | None, ra
         raise UsageError(f"--ray-timeout {ray_timeout!r}: give a positive number of seconds")
 
 
-def _servers(llama_servers: Sequence[str | os.PathLike], target_ggufs: Sequence[str], draft_n_max: Sequence[int],
-             draft_cache_types: Sequence[str], src: Any) -> tuple[str, ...]:
-    """The ``--llama-server`` builds as a tuple, their options checked before any work: a target GGUF, a
-    llama-server in each folder, builds the card can tell apart, an n-max the drafter can draft."""
+def serving_plans(llama_servers: Sequence[str | os.PathLike], target_ggufs: Sequence[str],
+                  draft_n_max: Sequence[int], draft_cache_types: Sequence[str], src: Any, *, max_new_tokens: int,
+                  seed: int, threads: int, extra_args: Sequence[str], timeout: float) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+    """The ``--llama-server`` builds as a tuple and each build's serving plan (`accept.serving_plan.plan_serving`:
+    a target GGUF, a llama-server in the folder, an n-max the drafter can draft, …), checked before any work; and
+    builds the card can tell apart."""
     servers = tuple(str(b) for b in llama_servers)
     if not servers:
         if draft_n_max or draft_cache_types:
             raise UsageError("--draft-n-max / --draft-cache-type are how llama-server serves the files: give "
                              "--llama-server BIN_DIR too")
-        return servers
-    from ..accept.serving_measure import check_target_ggufs
+        return servers, ()
+    from ..accept.run import _block_size
+    from ..accept.serving_plan import check_target_ggufs, plan_serving
     from ..llama_cpp.server import find_server
 
     check_target_ggufs(target_ggufs)
-
     names: dict[str, str] = {}
     binaries: dict[str, str] = {}
     for b in servers:
@@ -77,9 +79,8 @@ def _servers(llama_servers: Sequence[str | os.PathLike], target_ggufs: Sequence[
             raise UsageError(f"--llama-server {b}: the card would name it {n}, as it names {names[n]} — give the "
                              "builds folders of different names")
         names[n] = b
-    if draft_n_max:
-        from ..accept.run import _block_size
-        from ..accept.serving_measure import check_n_max_fits
-
-        check_n_max_fits([(str(src), None, _block_size(src))], list(draft_n_max))
-    return servers
+    drafter = [(str(src), _block_size(src))]  # every file of the release drafts as its source does
+    plans = tuple(plan_serving(drafter, llama_server=b, target_ggufs=target_ggufs, draft_n_max=draft_n_max,
+                               draft_cache_types=draft_cache_types, max_new_tokens=max_new_tokens, seed=seed,
+                               threads=threads, llama_cpp_args=extra_args, timeout=timeout) for b in servers)
+    return servers, plans

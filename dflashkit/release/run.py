@@ -40,7 +40,7 @@ from .outdir import Claim, claim, foreign_entry, read_pending, remove_unrecorded
 from .runners import DEFAULT_RAY_TIMEOUT_S, connect_ray, disconnect_ray, run_in_process, run_pool, run_ray
 from .schema import FORMAT, RecordError, validate_record
 from .seal import machine_key, seal, verify
-from .arguments import MAX_SEED, _check_arguments, _servers, parse_types, release_types  # noqa: F401 (re-exported)
+from .arguments import MAX_SEED, _check_arguments, parse_types, release_types, serving_plans  # noqa: F401 (re-exported)
 from .serving_record import build_name, host_description, run_serving
 from .sweeps import PICTURE, measure_sweeps, picture
 
@@ -97,6 +97,7 @@ class Options:
     context_levels: tuple[int, ...] = ()  # --context: the sweep step's levels (after every job and serving)
     context_file: str | os.PathLike | None = None
     parallel: tuple[int, ...] = ()  # --parallel: -np levels through the first --llama-server
+    serving_plans: tuple[Any, ...] = ()  # each --llama-server build's checked plan (`accept.serving_plan`)
 
 
 def _load_previous(out: Path, digest: str) -> dict[str, Any] | None:
@@ -181,7 +182,9 @@ def release(
     if not out.parent.is_dir():
         raise DFlashError(f"{out}: the folder {out.parent} does not exist")
     check_outside_inputs(out, [src, target])
-    servers = _servers(ll.llama_servers, target_ggufs, ll.draft_n_max, ll.draft_cache_types, src)
+    servers, plans = serving_plans(ll.llama_servers, target_ggufs, ll.draft_n_max, ll.draft_cache_types, src,
+                                   max_new_tokens=max_new_tokens, seed=seed, threads=threads,
+                                   extra_args=extra_args, timeout=float(llama_cpp_timeout))
     if parallel and not servers:
         raise UsageError("--parallel starts llama-server with -np N for each level: pass --llama-server BIN_DIR")
     if context.levels:  # every level's context built now (tokenizer only): a short source is said before any work
@@ -230,7 +233,7 @@ def release(
                       llama_cpp, servers, target_gguf, source_repo, source_revision, target_repo, workers, ray,
                       ray_gpus_per_job, ray_timeout, imatrix, n_max, caches, target_ggufs, extra_args, threads,
                       llama_cpp_timeout, reasoning, tuple(sorted((chat_template_kwargs or {}).items())),
-                      llama_cpp_src, tuple(context.levels), context.file, tuple(parallel))
+                      llama_cpp_src, tuple(context.levels), context.file, tuple(parallel), plans)
     naming_record = {"naming": naming, "file_prefix": prefix, "target_name": short_target}
     with signals_unwind():  # TERM / HUP unwind like Ctrl-C: workers killed, OUTDIR left as its record says
         claimed = claim(out)
@@ -406,15 +409,14 @@ def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str],
 
         prepared: list[Any] = []  # the prompts rendered once for every type and build
 
-        def measure(runner: Any, drafters: list[Path], **kw: Any) -> Any:
+        plan_of = dict(zip(o.llama_servers, o.serving_plans))
+
+        def measure(runner: Any, drafters: list[Path], llama_server: str, progress: Callable[[str], None]) -> Any:
             if not prepared:
                 prepared.append(prepare_prompts(runner, o.prompts, max_prompts=o.max_prompts,
                                                 max_new_tokens=o.max_new_tokens, reasoning=o.reasoning,
                                                 chat_template_kwargs=dict(o.chat_template_kwargs)))
-            return serve_files(runner, drafters, prepared[0], target_gguf=list(o.target_ggufs),
-                               llama_cpp_args=o.llama_cpp_args, threads=o.threads,
-                               llama_cpp_timeout=o.llama_cpp_timeout, max_new_tokens=o.max_new_tokens, seed=o.seed,
-                               draft_n_max=o.draft_n_max, draft_cache_types=o.draft_cache_types, **kw)
+            return serve_files(runner, drafters, prepared[0], plan=plan_of[str(llama_server)], progress=progress)
 
         run_serving(record["jobs"], type_names, {t: out / f for t, f in files.items()}, target, o.llama_servers,
                     measure, timings["serving"], served, say)
