@@ -19,14 +19,13 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..bounds import dumps
 from ..errors import DFlashError, UsageError
-from ..accept.options import (DEFAULT_LLAMA_CPP_TIMEOUT_S, ContextOptions, LlamaCppOptions,
-                              PromptOptions)
+from ..accept.options import ContextOptions, LlamaCppOptions, PromptOptions
 from ..files import (MAX_JSON_CONTAINERS, check_output, check_outside_inputs, json_container_count, read_json,
                      signals_unwind, write_bytes_atomic, write_text_atomic)
 from ..filetypes import NEEDS_IMATRIX
@@ -64,19 +63,17 @@ class ReleaseResult:
 
 @dataclass(frozen=True)
 class Options:
-    """How the jobs measure and where they run: `release`'s keyword arguments, as one value."""
+    """How the jobs measure and where they run: the measuring settings as ``dflash-accept`` takes them (checked by
+    `release`: the serving options of each build as its plan), and what only a release has."""
 
-    prompts: str | os.PathLike | None
-    max_prompts: int | None
-    max_new_tokens: int
-    seed: int
+    prompt: PromptOptions
+    llama: LlamaCppOptions  # target GGUFs, extra arguments and --parallel levels checked; llama_servers: the builds
+    context: ContextOptions
+    serving_plans: tuple[Any, ...]  # each --llama-server build's checked plan (`accept.serving_plan`)
     parity_rounds: int
     min_top1: float
     min_tau: float | None
     allow_failures: bool
-    llama_cpp: str | os.PathLike | None
-    llama_servers: tuple[str, ...]  # --llama-server builds, measured side by side
-    target_gguf: str | os.PathLike | None
     source_repo: str | None
     source_revision: str | None
     target_repo: str | None
@@ -85,19 +82,11 @@ class Options:
     ray_gpus_per_job: float
     ray_timeout: float
     imatrix: str | os.PathLike | None = None
-    draft_n_max: tuple[int | None, ...] = (None,)
-    draft_cache_types: tuple[str | None, ...] = (None,)
-    target_ggufs: tuple[str, ...] = ()  # every --target-gguf: served side by side (τ in llama.cpp: the first)
-    llama_cpp_args: tuple[str, ...] = ()
-    threads: int = 1
-    llama_cpp_timeout: float = DEFAULT_LLAMA_CPP_TIMEOUT_S
-    reasoning: str | None = None
-    chat_template_kwargs: tuple[tuple[str, Any], ...] = ()
-    llama_cpp_src: str | os.PathLike | None = None
-    context_levels: tuple[int, ...] = ()  # --context: the sweep step's levels (after every job and serving)
-    context_file: str | os.PathLike | None = None
-    parallel: tuple[int, ...] = ()  # --parallel: -np levels through the first --llama-server
-    serving_plans: tuple[Any, ...] = ()  # each --llama-server build's checked plan (`accept.serving_plan`)
+
+    @property
+    def target_gguf(self) -> str | None:
+        """The first --target-gguf: the τ step's target (every one is served side by side)."""
+        return self.llama.target_ggufs[0] if self.llama.target_ggufs else None
 
 
 def _load_previous(out: Path, digest: str) -> dict[str, Any] | None:
@@ -164,7 +153,7 @@ def release(
         po.reasoning
     chat_template_kwargs = dict(po.chat_template_kwargs)
     ll = llama or LlamaCppOptions()
-    llama_cpp, llama_cpp_src, threads, llama_cpp_timeout = ll.llama_cpp, ll.llama_cpp_src, ll.threads, ll.timeout
+    llama_cpp, threads = ll.llama_cpp, ll.threads
     context = context or ContextOptions()
     from ..accept.sweep import check_context_levels, check_parallel_levels
 
@@ -184,7 +173,7 @@ def release(
     check_outside_inputs(out, [src, target])
     servers, plans = serving_plans(ll.llama_servers, target_ggufs, ll.draft_n_max, ll.draft_cache_types, src,
                                    max_new_tokens=max_new_tokens, seed=seed, threads=threads,
-                                   extra_args=extra_args, timeout=float(llama_cpp_timeout))
+                                   extra_args=extra_args, timeout=float(ll.timeout))
     if parallel and not servers:
         raise UsageError("--parallel starts llama-server with -np N for each level: pass --llama-server BIN_DIR")
     if context.levels:  # every level's context built now (tokenizer only): a short source is said before any work
@@ -229,11 +218,11 @@ def release(
                                                         "chat_template_kwargs": chat_template_kwargs or {},
                                                         "context": list(context.levels), "parallel": list(parallel),
                                                         "context_file": context.file})
-    options = Options(prompts, max_prompts, max_new_tokens, seed, parity_rounds, min_top1, min_tau, allow_failures,
-                      llama_cpp, servers, target_gguf, source_repo, source_revision, target_repo, workers, ray,
-                      ray_gpus_per_job, ray_timeout, imatrix, n_max, caches, target_ggufs, extra_args, threads,
-                      llama_cpp_timeout, reasoning, tuple(sorted((chat_template_kwargs or {}).items())),
-                      llama_cpp_src, tuple(context.levels), context.file, tuple(parallel), plans)
+    options = Options(replace(po, chat_template_kwargs=chat_template_kwargs),
+                      replace(ll, llama_servers=servers, target_ggufs=target_ggufs, extra_args=extra_args,
+                              parallel=tuple(parallel)), context, plans, parity_rounds, min_top1, min_tau,
+                      allow_failures, source_repo, source_revision, target_repo, workers, ray, ray_gpus_per_job,
+                      ray_timeout, imatrix)
     naming_record = {"naming": naming, "file_prefix": prefix, "target_name": short_target}
     with signals_unwind():  # TERM / HUP unwind like Ctrl-C: workers killed, OUTDIR left as its record says
         claimed = claim(out)
@@ -279,7 +268,7 @@ def _run(claimed: Claim, src: Any, target: Any, type_names: list[str], files: di
         raise UsageError(f"{out / foreign}: not a file of this release — dflash-release writes only into an empty "
                          "folder or a release of the same inputs; give another OUTDIR")
     claimed.owned = True  # from here on, what OUTDIR holds is this release's
-    inputs = [p for p in (src, target, o.prompts, *o.target_ggufs, o.imatrix) if p is not None and Path(p).exists()]
+    inputs = [p for p in (src, target, o.prompt.prompts, *o.llama.target_ggufs, o.imatrix) if p is not None and Path(p).exists()]
     for f in [*files.values(), CARD, SUMS, RECORD, TIMINGS, PICTURE]:
         check_output(out / f, inputs=inputs, force=True)
     # Ray first: an address that does not answer or a cluster that cannot run a job is said before minutes of work
@@ -331,10 +320,11 @@ def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str],
         "target": public_name(target, o.target_repo),
         "target_gguf_name": Path(o.target_gguf).name if o.target_gguf else
         f"{public_name(target, o.target_repo).split('/')[-1]}.gguf", "dflashkit_version": __version__,
-        "llama_cpp": build_name(o.llama_cpp), **naming,
-        "serving": {"builds": [build_name(b) for b in o.llama_servers], "host": host_description(),
-                    "draft_n_max": list(o.draft_n_max), "draft_cache_types": list(o.draft_cache_types)}
-        if o.llama_servers else None,
+        "llama_cpp": build_name(o.llama.llama_cpp), **naming,
+        "serving": {"builds": [build_name(b) for b in o.llama.llama_servers], "host": host_description(),
+                    "draft_n_max": list(o.llama.draft_n_max or (None,)),
+                    "draft_cache_types": list(o.llama.draft_cache_types or (None,))}
+        if o.llama.llama_servers else None,
         "settings": settings, "base_sha256": base_sha256, "jobs": {}, "complete": False,
     }
     if o.imatrix is not None:  # provenance: which matrix every quantized type was made with
@@ -350,19 +340,19 @@ def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str],
             skipped.append(t)
             say(f"{t}: kept ({files[t]} unchanged since the last run)")
     specs = [JobSpec(t, str(base), str(out / files[t]), str(src), str(target),
-                     str(o.prompts) if o.prompts else None, o.max_prompts, o.max_new_tokens, o.seed,
+                     str(o.prompt.prompts) if o.prompt.prompts else None, o.prompt.max_prompts, o.prompt.max_new_tokens, o.prompt.seed,
                      o.parity_rounds, o.min_top1, o.min_tau,
-                     str(o.llama_cpp) if o.llama_cpp else None,
-                     str(o.target_gguf) if o.target_gguf and o.llama_cpp else None,  # the τ step's; serving: below
-                     o.llama_cpp_args if o.llama_cpp else (), imatrix=str(o.imatrix) if o.imatrix else None,
-                     imatrix_name=Path(o.imatrix).name if o.imatrix else None, threads=o.threads,
-                     llama_cpp_timeout=o.llama_cpp_timeout, reasoning=o.reasoning,
-                     chat_template_kwargs=o.chat_template_kwargs,
-                     llama_cpp_src=str(o.llama_cpp_src) if o.llama_cpp_src else None)
+                     str(o.llama.llama_cpp) if o.llama.llama_cpp else None,
+                     str(o.target_gguf) if o.target_gguf and o.llama.llama_cpp else None,  # the τ step's; serving: below
+                     o.llama.extra_args if o.llama.llama_cpp else (), imatrix=str(o.imatrix) if o.imatrix else None,
+                     imatrix_name=Path(o.imatrix).name if o.imatrix else None, threads=o.llama.threads,
+                     llama_cpp_timeout=o.llama.timeout, reasoning=o.prompt.reasoning,
+                     chat_template_kwargs=tuple(sorted(o.prompt.chat_template_kwargs.items())),
+                     llama_cpp_src=str(o.llama.llama_cpp_src) if o.llama.llama_cpp_src else None)
              for t in type_names if t not in record["jobs"]]
     errors: list[str] = []
-    private = [out, claimed.work, src, target, o.prompts, *o.target_ggufs, o.imatrix, o.llama_cpp, *o.llama_servers,
-               o.llama_cpp_src, os.path.expanduser("~")]
+    private = [out, claimed.work, src, target, o.prompt.prompts, *o.llama.target_ggufs, o.imatrix, o.llama.llama_cpp, *o.llama.llama_servers,
+               o.llama.llama_cpp_src, os.path.expanduser("~")]
 
     def save() -> None:
         record["jobs"] = {t: record["jobs"][t] for t in type_names if t in record["jobs"]}  # not completion order
@@ -395,7 +385,7 @@ def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str],
         run_pool(specs, n, done, say)
     if errors:
         raise DFlashError(errors[0] + (f" (and {len(errors) - 1} more job(s) failed)" if len(errors) > 1 else ""))
-    if o.llama_servers:  # every job has finished: the timings run alone, one combination at a time
+    if o.llama.llama_servers:  # every job has finished: the timings run alone, one combination at a time
         from ..accept.serving_only import prepare_prompts, serve_files
 
         timings["host"] = record["serving"]["host"]
@@ -409,16 +399,16 @@ def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str],
 
         prepared: list[Any] = []  # the prompts rendered once for every type and build
 
-        plan_of = dict(zip(o.llama_servers, o.serving_plans))
+        plan_of = dict(zip(o.llama.llama_servers, o.serving_plans))
 
         def measure(runner: Any, drafters: list[Path], llama_server: str, progress: Callable[[str], None]) -> Any:
             if not prepared:
-                prepared.append(prepare_prompts(runner, o.prompts, max_prompts=o.max_prompts,
-                                                max_new_tokens=o.max_new_tokens, reasoning=o.reasoning,
-                                                chat_template_kwargs=dict(o.chat_template_kwargs)))
+                prepared.append(prepare_prompts(runner, o.prompt.prompts, max_prompts=o.prompt.max_prompts,
+                                                max_new_tokens=o.prompt.max_new_tokens, reasoning=o.prompt.reasoning,
+                                                chat_template_kwargs=o.prompt.chat_template_kwargs))
             return serve_files(runner, drafters, prepared[0], plan=plan_of[str(llama_server)], progress=progress)
 
-        run_serving(record["jobs"], type_names, {t: out / f for t, f in files.items()}, target, o.llama_servers,
+        run_serving(record["jobs"], type_names, {t: out / f for t, f in files.items()}, target, o.llama.llama_servers,
                     measure, timings["serving"], served, say)
     timings["total_seconds"] = round(time.time() - started, 3)
     timings["runner"] = "ray" if o.ray is not None else "in-process" if n == 1 else f"process pool of {n}"
@@ -427,15 +417,14 @@ def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str],
         t, g = failed[0]
         raise DFlashError(f"{t}: the {g['gate']} gate failed: {g['why']} — no card written (--allow-failures writes "
                           "it with the row marked)")
-    if o.context_levels or o.parallel:  # alone too: after every job and every serving pair
+    if o.context.levels or o.llama.parallel:  # alone too: after every job and every serving pair
+        first = o.llama.llama_servers[:1]  # the sweeps run through the first build, on the first target GGUF
         record.update(measure_sweeps(
-            {t: out / files[t] for t in type_names}, target, prompts=o.prompts, max_prompts=o.max_prompts,
-            max_new_tokens=o.max_new_tokens, seed=o.seed, reasoning=o.reasoning,
-            chat_template_kwargs=dict(o.chat_template_kwargs), levels=o.context_levels, context_file=o.context_file,
-            parallel=o.parallel, llama_server=o.llama_servers[0] if o.llama_servers else None,
-            build=build_name(o.llama_servers[0]) if o.llama_servers else None,
-            target_gguf=o.target_ggufs[0] if o.target_ggufs else None, threads=o.threads,
-            extra_args=o.llama_cpp_args, timeout=o.llama_cpp_timeout, say=say,
+            {t: out / files[t] for t in type_names}, target, prompt=o.prompt, context=o.context,
+            llama=LlamaCppOptions(llama_servers=first, target_ggufs=o.llama.target_ggufs[:1] if first else (),
+                                  threads=o.llama.threads, extra_args=o.llama.extra_args, timeout=o.llama.timeout,
+                                  parallel=o.llama.parallel),
+            build=build_name(first[0]) if first else None, say=say,
             scrub=lambda m: scrub_paths(m, private)))
     record["recommended"] = recommended(record)
     record["recommended_by"] = "speed-up" if recommended_by_speed(record) is not None else "τ"

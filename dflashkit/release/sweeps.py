@@ -12,10 +12,10 @@ drawn from them too: deterministic bytes, so ``--check`` draws it again and comp
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
+from ..accept.options import ContextOptions, LlamaCppOptions, PromptOptions
 from ..accept.serving_measure import log_speed_ratio, speedup_ci_of_logs, speedup_of_logs
 from ..llama_cpp.speculative_simple import mean_tau
 from ..reporting.markdown import markdown_text
@@ -30,26 +30,20 @@ def _finite(x: float) -> float | None:
     return float(x) if x is not None and math.isfinite(x) else None
 
 
-def measure_sweeps(files: dict[str, Path], target: Any, *, prompts: Any, max_prompts: int | None, max_new_tokens: int,
-                   seed: int, reasoning: str | None, chat_template_kwargs: dict[str, Any], levels: Sequence[int],
-                   context_file: str | os.PathLike | None, parallel: Sequence[int], llama_server: str | None,
-                   build: str | None, target_gguf: str | None, threads: int, extra_args: Sequence[str],
-                   timeout: float, say: Callable[[str], None], scrub: Callable[[str], str]) -> dict[str, Any]:
+def measure_sweeps(files: dict[str, Path], target: Any, *, prompt: PromptOptions, context: ContextOptions,
+                   llama: LlamaCppOptions, build: str | None, say: Callable[[str], None],
+                   scrub: Callable[[str], str]) -> dict[str, Any]:
     """Every type's file by context and by concurrency: the record's ``by_context`` / ``by_parallel`` parts (every
-    message through ``scrub``: nothing of the machine is published)."""
-    from ..accept.options import LlamaCppOptions
+    message through ``scrub``: nothing of the machine is published). ``prompt``, ``context`` and ``llama`` (its
+    one build and target GGUF, its ``parallel`` levels) are dflash-accept's values, passed to `run_acceptance`."""
     from ..accept.run import run_acceptance
 
     types = list(files)
-    llama = LlamaCppOptions(llama_servers=(llama_server,) if llama_server else (),
-                            target_ggufs=(target_gguf,) if target_gguf and llama_server else (), threads=threads,
-                            extra_args=tuple(extra_args), timeout=timeout, parallel=tuple(parallel))
+    levels, parallel, llama_server = context.levels, llama.parallel, next(iter(llama.llama_servers), None)
     say(f"release: {', '.join(types)} by context length {', '.join(map(level_label, levels or [0]))}"
         + (f" and under {', '.join(map(str, parallel))} concurrent requests" if parallel else ""))
-    result = run_acceptance(target, [files[t] for t in types], prompts, max_prompts=max_prompts,
-                            max_new_tokens=max_new_tokens, seed=seed, reasoning=reasoning,
-                            chat_template_kwargs=chat_template_kwargs or None, llama=llama,
-                            context=tuple(levels) if levels else None, context_file=context_file,
+    result = run_acceptance(target, [files[t] for t in types], prompt_options=prompt, llama=llama,
+                            context=tuple(levels) if levels else None, context_file=context.file,
                             progress=lambda m: say(f"release sweep: {m}"))
     out: dict[str, Any] = {}
     if levels:
