@@ -65,6 +65,20 @@ def check_n_max_fits(drafters: Sequence[tuple[str, int]], draft_n_max: Sequence[
                                  f"(block size {block}; llama.cpp clamps n-max there) — give at most {block - 1}")
 
 
+def check_parallel_served(parallel: Sequence[int], llama_server: Any, server_url: str | None = None) -> tuple[int, ...]:
+    """The ``--parallel`` levels, bounded (`sweep.check_parallel_levels`); they need servers dflashkit starts
+    (``-np`` is set where a server starts)."""
+    if not parallel:
+        return ()
+    from .sweep import check_parallel_levels
+
+    levels = tuple(check_parallel_levels(parallel))
+    if not llama_server:
+        raise UsageError("--parallel starts llama-server with -np N for each level: pass --llama-server BIN_DIR"
+                         + (" (a server at --server-url keeps the slots it was started with)" if server_url else ""))
+    return levels
+
+
 def plan_serving(
     drafters: Sequence[tuple[str, int]],
     *,
@@ -92,13 +106,7 @@ def plan_serving(
     if baseline_url is not None and server_url is None:
         raise UsageError("--baseline-url is the target alone beside --server-url URL: pass --server-url too")
     draft_n_max, draft_cache_types = tuple(draft_n_max) or (None,), tuple(draft_cache_types) or (None,)
-    if parallel:
-        from .sweep import check_parallel_levels
-
-        parallel = check_parallel_levels(parallel)
-        if llama_server is None:
-            raise UsageError("--parallel starts llama-server with -np N for each level: pass --llama-server BIN_DIR "
-                             "(a server at --server-url keeps the slots it was started with)")
+    parallel = check_parallel_served(parallel, llama_server, server_url)
     if llama_server is None and server_url is None:
         raise UsageError("give one of --llama-server BIN_DIR (dflashkit starts the servers) or --server-url URL")
     if server_url is not None and draft_n_max + draft_cache_types != (None, None):

@@ -411,9 +411,7 @@ def _llama_cpp_options(llama_cpp: str | None, llama_server: tuple[str, ...], tar
 
         n_max = parse_list(draft_n_max, "--draft-n-max", draft_n_max_value) if draft_n_max is not None else []
         caches = parse_list(draft_cache_type, "--draft-cache-type", cache_type_value) if draft_cache_type else []
-    levels = parse_parallel_levels(parallel) if parallel is not None else ()
-    if levels and not llama_server:
-        raise UsageError("--parallel starts llama-server with -np N for each level: pass --llama-server BIN_DIR")
+    levels = parse_parallel_levels(parallel) if parallel is not None else ()  # checked with the servers (plan_serving)
     return LlamaCppOptions(llama_cpp, tuple(llama_server), tuple(target_gguf), llama_cpp_src, tuple(n_max),
                            tuple(caches), tuple(check_extra_args(llama_cpp_args)), llama_cpp_timeout, threads, levels)
 

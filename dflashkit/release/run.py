@@ -39,6 +39,7 @@ from .outdir import Claim, claim, foreign_entry, read_pending, remove_unrecorded
 from .runners import DEFAULT_RAY_TIMEOUT_S, connect_ray, disconnect_ray, run_in_process, run_pool, run_ray
 from .schema import FORMAT, RecordError, validate_record
 from .seal import machine_key, seal, verify
+from ..accept.serving_plan import check_parallel_served
 from .arguments import MAX_SEED, _check_arguments, parse_types, release_types, serving_plans  # noqa: F401 (re-exported)
 from .serving_record import build_name, host_description, run_serving
 from .sweeps import PICTURE, measure_sweeps, picture
@@ -155,11 +156,11 @@ def release(
     ll = llama or LlamaCppOptions()
     llama_cpp, threads = ll.llama_cpp, ll.threads
     context = context or ContextOptions()
-    from ..accept.sweep import check_context_levels, check_parallel_levels
+    from ..accept.sweep import check_context_levels
 
     if context.levels:  # a Python caller's values bounded as the command line's are, before any work
         context = ContextOptions(check_context_levels(context.levels), context.file)
-    parallel = check_parallel_levels(ll.parallel) if ll.parallel else ()
+    parallel = tuple(ll.parallel)  # bounded with the servers it needs (check_parallel_served)
     extra_args = tuple(check_extra_args(ll.extra_args))
     target_ggufs = tuple(str(g) for g in ll.target_ggufs)
     target_gguf = target_ggufs[0] if target_ggufs else None
@@ -174,8 +175,7 @@ def release(
     servers, plans = serving_plans(ll.llama_servers, target_ggufs, ll.draft_n_max, ll.draft_cache_types, src,
                                    max_new_tokens=max_new_tokens, seed=seed, threads=threads,
                                    extra_args=extra_args, timeout=float(ll.timeout))
-    if parallel and not servers:
-        raise UsageError("--parallel starts llama-server with -np N for each level: pass --llama-server BIN_DIR")
+    parallel = check_parallel_served(parallel, servers)
     if context.levels:  # every level's context built now (tokenizer only): a short source is said before any work
         from ..accept.sweep import check_context_plan
 
