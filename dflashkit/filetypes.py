@@ -14,9 +14,15 @@ from .quant_types import FileType
 __all__ = ["FileType", "ALL_FILE_TYPES", "FILE_TYPE_ALIASES", "QUANTIZE_FILE_TYPES", "NEEDS_IMATRIX", "CONVERT_OUTTYPES",
            "CONVERT_POLICY_OUTTYPES", "OUTTYPE_CHOICES", "outtype_file_type"]
 
+_DECLARED = [ft for qt in QUANT_TYPES.values() for ft in qt.file_types]
+for _what, _values in (("name", [ft.name for ft in _DECLARED]), ("rank", [ft.rank for ft in _DECLARED]),
+                       ("alias", [a for ft in _DECLARED for a in ft.aliases])):
+    _twice = sorted({str(v) for v in _values if _values.count(v) > 1})
+    if _twice:  # two types' modules claim one file type, place or spelling: the lists would be ambiguous
+        raise RuntimeError(f"file type {_what} declared twice in dflashkit/codecs/types: {', '.join(_twice)}")
+
 #: Every file type dflashkit writes, by llama.cpp name, as listed (larger `FileType.rank` first).
-ALL_FILE_TYPES: dict[str, FileType] = {
-    ft.name: ft for ft in sorted((ft for qt in QUANT_TYPES.values() for ft in qt.file_types), key=lambda ft: -ft.rank)}
+ALL_FILE_TYPES: dict[str, FileType] = {ft.name: ft for ft in sorted(_DECLARED, key=lambda ft: -ft.rank)}
 
 #: llama-quantize's aliases (its QUANT_OPTIONS): a TYPE given so means the file type named here
 FILE_TYPE_ALIASES: dict[str, str] = {alias: ft.name for ft in ALL_FILE_TYPES.values() for alias in ft.aliases}

@@ -5,8 +5,9 @@ identical output through llama-server.
 - `result` — what it measured, the verdicts and the gates (`AcceptMeasurement`, `DrafterRun`);
 - `report` — the report built from a result, and the PNG chart;
 - `prompts` — the prompts file, the built-in set and the chat-template switches;
-- `serving_measure` — τ, speed-up and identical output through llama-server (`measure_serving`);
-  `serving_only` — that alone on finished files (the release's serving step).
+- `serving_plan` — every llama-server option checked once (`plan_serving` → `ServingPlan`);
+- `serving_measure` — τ, speed-up and identical output through llama-server (`measure_serving`, on a plan);
+  `serving_only` — that alone on finished files (the release's serving step), on prompts prepared once.
 
 The names a user imports from ``dflashkit.accept`` are re-exported here, each imported on first use.
 """

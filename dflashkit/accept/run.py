@@ -35,7 +35,7 @@ from ..reporting import Report
 from ..runtime import HFTarget, load_drafter
 from ..runtime.speculative import check_pair, default_stop_ids, speculative_generate
 from .serving_measure import ServingResult, measure_serving
-from .serving_plan import ServingPlan, check_target_ggufs, plan_serving
+from .serving_plan import ServingPlan, check_parallel_served, check_target_ggufs, plan_serving
 from . import context as _context_module
 from .parallel import measure_parallel
 from .sweep import check_context_levels, sweep_context
@@ -141,6 +141,7 @@ def run_acceptance(
         draft_cache_types = llama.draft_cache_types or (None,)
         llama_cpp_args, llama_cpp_timeout = llama.extra_args, llama.timeout
         parallel = llama.parallel or parallel
+    parallel = check_parallel_served(parallel or (), llama_server, server_url)  # a usage error before any work
     if not drafters:
         raise UsageError("give at least one drafter")
     if max_new_tokens < 2:

@@ -12,7 +12,6 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from ..llama_cpp.server import REQUEST_TIMEOUT_S
 from ..runtime import HFTarget
 from .prompts import Prompt, load_prompts, template_kwargs_for
 from .run import _block_size, _vocab_rows, encode_prompts
@@ -50,36 +49,27 @@ def serve_files(
     target: str | os.PathLike | HFTarget,
     drafters: Sequence[str | os.PathLike],
     prompts: str | os.PathLike | Sequence[Prompt] | PreparedPrompts | None = None,
-    *,
     plan: ServingPlan | None = None,
-    llama_server: str | os.PathLike | None = None,
-    target_gguf: str | os.PathLike | Sequence[str | os.PathLike] = (),
-    max_new_tokens: int = 128,
-    seed: int = 0,
+    *,
     max_prompts: int | None = None,
-    draft_n_max: Sequence[int | None] = (None,),
-    draft_cache_types: Sequence[str | None] = (None,),
-    threads: int = 1,
-    llama_cpp_args: Sequence[str] = (),
-    llama_cpp_timeout: float = REQUEST_TIMEOUT_S,
     reasoning: str | None = None,
     chat_template_kwargs: Mapping[str, Any] | None = None,
     progress: Callable[[str], None] | None = None,
+    **serving: Any,
 ) -> ServingResult:
     """Every drafter GGUF × target GGUF × draft cache type × n-max through llama-server (`measure_serving`), the
     target (an HF dir, or an `HFTarget` already loaded) giving the prompts' text and the vocabulary bound — unless
     ``prompts`` were prepared for it already (`prepare_prompts`; the other prompt settings are theirs).
 
     ``plan``: the serving options checked once by the caller (`plan_serving`: a release makes one per build when it
-    reads its arguments); without one, the keywords from ``llama_server`` to ``llama_cpp_timeout`` are checked here."""
+    reads its arguments); without one, ``serving`` holds `plan_serving`'s keywords (``llama_server``,
+    ``target_ggufs``, ``draft_n_max`` …) and they are checked here."""
     say = progress or (lambda message: None)
     blocks = [_block_size(d) for d in drafters]
     if plan is None:
-        ggufs = [target_gguf] if isinstance(target_gguf, (str, os.PathLike)) else list(target_gguf)
-        plan = plan_serving([(str(d), b) for d, b in zip(drafters, blocks)], llama_server=llama_server,
-                            target_ggufs=ggufs, draft_n_max=draft_n_max, draft_cache_types=draft_cache_types,
-                            max_new_tokens=max_new_tokens, seed=seed, threads=threads, llama_cpp_args=llama_cpp_args,
-                            timeout=float(llama_cpp_timeout))
+        plan = plan_serving([(str(d), b) for d, b in zip(drafters, blocks)], **serving)
+    elif serving:
+        raise TypeError(f"serve_files: pass the serving options in the plan, not as {', '.join(sorted(serving))}")
     if isinstance(prompts, PreparedPrompts):  # rendered once for the target by the caller (a release's builds)
         prepared = prompts
     else:

@@ -49,7 +49,9 @@ _BLOCK_SCALES: dict[str, tuple[tuple[int, str], ...]] = {
     "TQ1_0": ((52, "F16"),), "TQ2_0": ((64, "F16"),),
 }
 _BLOCK_SCALES.update((qt.name, tuple((at, "F16") for at in qt.fp16_fields))
-                     for qt in QUANT_TYPES.values() if qt.fp16_fields)
+                     for qt in QUANT_TYPES.values() if qt.block_size > 1)
+assert all(_BLOCK_SCALES[qt.name] for qt in QUANT_TYPES.values() if qt.block_size > 1), \
+    "a block type's module names its fp16 scales (fp16_fields): the values scan reads them"
 assert all(kind == "F16" for scales in _BLOCK_SCALES.values() for _, kind in scales)  # `_nonfinite_units` reads them so
 SCANNED_TYPES = frozenset(_FLOAT_BITS) | frozenset(_BLOCK_SCALES)
 CHUNK_BYTES = 32 << 20

@@ -62,10 +62,9 @@ def serving_plans(llama_servers: Sequence[str | os.PathLike], target_ggufs: Sequ
                              "--llama-server BIN_DIR too")
         return servers, ()
     from ..accept.run import _block_size
-    from ..accept.serving_plan import check_target_ggufs, plan_serving
+    from ..accept.serving_plan import plan_serving
     from ..llama_cpp.server import find_server
 
-    check_target_ggufs(target_ggufs)
     names: dict[str, str] = {}
     binaries: dict[str, str] = {}
     for b in servers:
@@ -79,7 +78,8 @@ def serving_plans(llama_servers: Sequence[str | os.PathLike], target_ggufs: Sequ
             raise UsageError(f"--llama-server {b}: the card would name it {n}, as it names {names[n]} — give the "
                              "builds folders of different names")
         names[n] = b
-    drafter = [(str(src), _block_size(src))]  # every file of the release drafts as its source does
+    # every file of the release drafts as its source does: its block size bounds an n-max (opened only for one)
+    drafter = [(str(src), _block_size(src) if draft_n_max else 0)]
     plans = tuple(plan_serving(drafter, llama_server=b, target_ggufs=target_ggufs, draft_n_max=draft_n_max,
                                draft_cache_types=draft_cache_types, max_new_tokens=max_new_tokens, seed=seed,
                                threads=threads, llama_cpp_args=extra_args, timeout=timeout) for b in servers)

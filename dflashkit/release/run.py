@@ -39,7 +39,7 @@ from .outdir import Claim, claim, foreign_entry, read_pending, remove_unrecorded
 from .runners import DEFAULT_RAY_TIMEOUT_S, connect_ray, disconnect_ray, run_in_process, run_pool, run_ray
 from .schema import FORMAT, RecordError, validate_record
 from .seal import machine_key, seal, verify
-from ..accept.serving_plan import check_parallel_served
+from ..accept.serving_plan import ServingPlan, check_parallel_served
 from .arguments import MAX_SEED, _check_arguments, parse_types, release_types, serving_plans  # noqa: F401 (re-exported)
 from .serving_record import build_name, host_description, run_serving
 from .sweeps import PICTURE, measure_sweeps, picture
@@ -70,7 +70,7 @@ class Options:
     prompt: PromptOptions
     llama: LlamaCppOptions  # target GGUFs, extra arguments and --parallel levels checked; llama_servers: the builds
     context: ContextOptions
-    serving_plans: tuple[Any, ...]  # each --llama-server build's checked plan (`accept.serving_plan`)
+    serving_plans: tuple[ServingPlan, ...]  # each --llama-server build's checked plan
     parity_rounds: int
     min_top1: float
     min_tau: float | None
@@ -160,7 +160,7 @@ def release(
 
     if context.levels:  # a Python caller's values bounded as the command line's are, before any work
         context = ContextOptions(check_context_levels(context.levels), context.file)
-    parallel = tuple(ll.parallel)  # bounded with the servers it needs (check_parallel_served)
+    parallel = check_parallel_served(ll.parallel, ll.llama_servers)  # before any other work, as the CLI's
     extra_args = tuple(check_extra_args(ll.extra_args))
     target_ggufs = tuple(str(g) for g in ll.target_ggufs)
     target_gguf = target_ggufs[0] if target_ggufs else None
@@ -175,7 +175,6 @@ def release(
     servers, plans = serving_plans(ll.llama_servers, target_ggufs, ll.draft_n_max, ll.draft_cache_types, src,
                                    max_new_tokens=max_new_tokens, seed=seed, threads=threads,
                                    extra_args=extra_args, timeout=float(ll.timeout))
-    parallel = check_parallel_served(parallel, servers)
     if context.levels:  # every level's context built now (tokenizer only): a short source is said before any work
         from ..accept.sweep import check_context_plan
 
@@ -406,7 +405,7 @@ def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str],
                 prepared.append(prepare_prompts(runner, o.prompt.prompts, max_prompts=o.prompt.max_prompts,
                                                 max_new_tokens=o.prompt.max_new_tokens, reasoning=o.prompt.reasoning,
                                                 chat_template_kwargs=o.prompt.chat_template_kwargs))
-            return serve_files(runner, drafters, prepared[0], plan=plan_of[str(llama_server)], progress=progress)
+            return serve_files(runner, drafters, prepared[0], plan_of[str(llama_server)], progress=progress)
 
         run_serving(record["jobs"], type_names, {t: out / f for t, f in files.items()}, target, o.llama.llama_servers,
                     measure, timings["serving"], served, say)

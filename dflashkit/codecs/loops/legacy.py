@@ -4,7 +4,7 @@ Each is a statement-by-statement transcription of ggml's ``quantize_row_q8_0_ref
 / ``q5_0_ref`` / ``q5_1_ref``: a block's scale from its signed absmax (or its min and max), stored as fp16, then one C
 rounding per value and the type's packing. Kernels take ``x[n_blocks, 32]`` float32 and write
 ``out[n_blocks, type_size]`` uint8. Q8_0's codec runs numpy and calls `legacy_kernel` only for the passes
-holding blocks whose C behaviour numpy cannot reproduce (see ``legacy.q8_0_numpy``).
+holding blocks whose C behaviour numpy cannot reproduce (see ``codecs/types/q8_0.py``: ``q8_0_numpy``).
 """
 
 from __future__ import annotations

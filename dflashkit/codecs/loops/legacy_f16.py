@@ -33,7 +33,7 @@ from .legacy import BLOCK_BYTES, legacy_kernel
 
 #: sha256 of the files whose helpers these kernels inline: numba's cache is keyed on this file's text only, so a
 #: change there has to change this line (`require_inlined`; python tools/rehash_kernels.py sets them)
-INLINED_SHA256 = {"c_ops": "d0fe70f014628680", "floats": "faa0a59eac10e009", "legacy": "8efd9df4bd784b29"}
+INLINED_SHA256 = {"c_ops": "d0fe70f014628680", "floats": "faa0a59eac10e009", "legacy": "7f2ab094f00e47eb"}
 require_inlined(__name__, INLINED_SHA256)
 
 _LANES = 32

@@ -20,7 +20,7 @@ from .make import k_scratch, make_qkx3_quants, make_qp_quants, make_qx_quants, q
 
 #: sha256 of the files whose helpers these kernels inline: numba's cache is keyed on this file's text only, so a
 #: change there has to change this line (`require_inlined`; python tools/rehash_kernels.py sets them)
-INLINED_SHA256 = {"c_ops": "d0fe70f014628680", "make": "876b8b417226f1d1", "lowbit": "412c81c01bfeb8be", "legacy": "8efd9df4bd784b29"}
+INLINED_SHA256 = {"c_ops": "d0fe70f014628680", "make": "876b8b417226f1d1", "lowbit": "412c81c01bfeb8be", "legacy": "7f2ab094f00e47eb"}
 require_inlined(__name__, INLINED_SHA256)
 
 _F_M09 = np.float32(-0.9)
