@@ -11,8 +11,8 @@ from __future__ import annotations
 from .codecs import QUANT_TYPES
 from .quant_types import FileType
 
-__all__ = ["FileType", "ALL_FILE_TYPES", "FILE_TYPE_ALIASES", "QUANTIZE_FILE_TYPES", "NEEDS_IMATRIX", "CONVERT_OUTTYPES",
-           "CONVERT_POLICY_OUTTYPES", "OUTTYPE_CHOICES", "outtype_file_type"]
+__all__ = ["FileType", "ALL_FILE_TYPES", "FILE_TYPE_ALIASES", "QUANTIZE_FILE_TYPES", "NEEDS_IMATRIX",
+           "CONVERT_OUTTYPES", "CONVERT_POLICY_OUTTYPES", "OUTTYPE_CHOICES", "outtype_file_type"]
 
 _DECLARED = [ft for qt in QUANT_TYPES.values() for ft in qt.file_types]
 for _what, _values in (("name", [ft.name for ft in _DECLARED]), ("rank", [ft.rank for ft in _DECLARED]),

@@ -55,9 +55,9 @@ def test_each_serving_check_is_written_once(phrase: str) -> None:
     assert _files_saying(phrase) == ["accept/serving_plan.py"]
 
 
-def test_the_scan_sees_a_repeated_message(tmp_path: Path) -> None:
-    # the scan above reads f-strings and plain strings alike: a copy of a message elsewhere would be found
-    assert "accept/serving_plan.py" in _files_saying("drafts at most {} tokens a round")
+def test_the_scan_reads_f_strings() -> None:
+    # a message built as an f-string is found by its literal parts, the fields read as {}: a copy elsewhere would be
+    assert _files_saying("drafts at most {} tokens a round (block size {}") == ["accept/serving_plan.py"]
 
 
 def test_a_plan_is_checked_once_and_run_as_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

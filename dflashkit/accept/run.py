@@ -331,7 +331,8 @@ def _run_llama_cpp(binary: Path | None, runs: list[DrafterRun], texts: list[str]
                    prompt_list: list[Prompt], runner: HFTarget, target_ggufs: list[str | os.PathLike],
                    converter_src: Path | None, max_new_tokens: int, threads: int, notes: list[str],
                    say: Callable[[str], None], ignore_eos: bool, extra_args: list[str], plan: ServingPlan | None,
-                   timeout: float, vocab: int | None) -> tuple[list[LlamaCppDrafterRun] | None, str | None, ServingResult | None]:
+                   timeout: float, vocab: int | None,
+                   ) -> tuple[list[LlamaCppDrafterRun] | None, str | None, ServingResult | None]:
     """Every drafter through llama-speculative-simple (the first target GGUF) and / or llama-server (every target
     GGUF), HF dirs converted to bf16 GGUFs in a temp folder that is gone when this returns."""
     out: list[LlamaCppDrafterRun] | None = None

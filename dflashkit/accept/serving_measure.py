@@ -302,8 +302,8 @@ def measure_serving(
     say = progress or (lambda message: None)
     if plan is None:
         if "parallel" in options or "target_ggufs_later" in options:
-            raise TypeError("measure_serving: --parallel levels are measure_parallel's, and the target GGUFs are needed "
-                            "now: pass neither parallel nor target_ggufs_later")
+            raise TypeError("measure_serving: --parallel levels are measure_parallel's, and the target GGUFs are "
+                            "needed now: pass neither parallel nor target_ggufs_later")
         plan = plan_serving([(path, block) for path, _, block in drafters], **options)
     elif options:
         raise TypeError(f"measure_serving: pass the options in the plan, not as {', '.join(sorted(options))}")

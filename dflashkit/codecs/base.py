@@ -322,7 +322,8 @@ K = _LazyKernels()
 class KernelQuantType(QuantType):
     """A type whose quantize_blocks is one kernel ``(x [n_blocks, block_size], out [n_blocks, type_size])`` run
     on row chunks across threads: ``_kernel`` (set by the subclass) is a numba kernel's name in ``loops``, that name
-    with the extra arguments it takes after ``x`` and ``out`` (``("qk_kernel", (15, …))``), or a function (one that calls kernels itself, or Q8_0's numpy quantizer: ``needs_numba = False``)."""
+    with the extra arguments it takes after ``x`` and ``out`` (``("qk_kernel", (15, …))``), or a function (one that
+    calls kernels itself, or Q8_0's numpy quantizer: ``needs_numba = False``)."""
 
     _kernel: ClassVar[str | tuple[str, tuple[Any, ...]] | Callable[[np.ndarray, np.ndarray], None]]
     #: the importance-weighted row kernel, ``(name in loops or a function, extra arguments)``: ``kernel(x[rows,

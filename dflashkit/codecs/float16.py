@@ -1,4 +1,5 @@
-"""The float32 <-> half-bits conversions the F16 / BF16 types (``types/f16.py``, ``types/bf16.py``) and the converter use.
+"""The float32 <-> half-bits conversions the F16 / BF16 types (``types/f16.py``, ``types/bf16.py``) and the
+converter use.
 
 F16 follows ggml_fp32_to_fp16_row (ggml_compute_fp32_to_fp16: round-to-nearest-even, overflow -> inf,
 NaN -> 0x7E00 | sign). BF16 follows ggml_fp32_to_bf16_row_ref (ggml_compute_fp32_to_bf16: NaN -> (u >> 16) | 64,

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import UsageError
 from ..filetypes import ALL_FILE_TYPES
 from .schema import MAX_RELEASE_PROMPTS
 from .serving_record import build_name
+
+if TYPE_CHECKING:
+    from ..accept.serving_plan import ServingPlan
 
 MAX_SEED = 2**63 - 1
 
@@ -51,7 +54,8 @@ def _check_arguments(seed: int, workers: int | None, max_prompts: int | None, ra
 
 def serving_plans(llama_servers: Sequence[str | os.PathLike], target_ggufs: Sequence[str],
                   draft_n_max: Sequence[int], draft_cache_types: Sequence[str], src: Any, *, max_new_tokens: int,
-                  seed: int, threads: int, extra_args: Sequence[str], timeout: float) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+                  seed: int, threads: int, extra_args: Sequence[str],
+                  timeout: float) -> tuple[tuple[str, ...], tuple[ServingPlan, ...]]:
     """The ``--llama-server`` builds as a tuple and each build's serving plan (`accept.serving_plan.plan_serving`:
     a target GGUF, a llama-server in the folder, an n-max the drafter can draft, …), checked before any work; and
     builds the card can tell apart."""

@@ -267,7 +267,8 @@ def _run(claimed: Claim, src: Any, target: Any, type_names: list[str], files: di
         raise UsageError(f"{out / foreign}: not a file of this release — dflash-release writes only into an empty "
                          "folder or a release of the same inputs; give another OUTDIR")
     claimed.owned = True  # from here on, what OUTDIR holds is this release's
-    inputs = [p for p in (src, target, o.prompt.prompts, *o.llama.target_ggufs, o.imatrix) if p is not None and Path(p).exists()]
+    inputs = [p for p in (src, target, o.prompt.prompts, *o.llama.target_ggufs, o.imatrix)
+              if p is not None and Path(p).exists()]
     for f in [*files.values(), CARD, SUMS, RECORD, TIMINGS, PICTURE]:
         check_output(out / f, inputs=inputs, force=True)
     # Ray first: an address that does not answer or a cluster that cannot run a job is said before minutes of work
@@ -339,7 +340,8 @@ def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str],
             skipped.append(t)
             say(f"{t}: kept ({files[t]} unchanged since the last run)")
     specs = [JobSpec(t, str(base), str(out / files[t]), str(src), str(target),
-                     str(o.prompt.prompts) if o.prompt.prompts else None, o.prompt.max_prompts, o.prompt.max_new_tokens, o.prompt.seed,
+                     str(o.prompt.prompts) if o.prompt.prompts else None, o.prompt.max_prompts,
+                     o.prompt.max_new_tokens, o.prompt.seed,
                      o.parity_rounds, o.min_top1, o.min_tau,
                      str(o.llama.llama_cpp) if o.llama.llama_cpp else None,
                      str(o.target_gguf) if o.target_gguf and o.llama.llama_cpp else None,  # the τ step's; serving: below
@@ -350,8 +352,8 @@ def _run_connected(claimed: Claim, src: Any, target: Any, type_names: list[str],
                      llama_cpp_src=str(o.llama.llama_cpp_src) if o.llama.llama_cpp_src else None)
              for t in type_names if t not in record["jobs"]]
     errors: list[str] = []
-    private = [out, claimed.work, src, target, o.prompt.prompts, *o.llama.target_ggufs, o.imatrix, o.llama.llama_cpp, *o.llama.llama_servers,
-               o.llama.llama_cpp_src, os.path.expanduser("~")]
+    private = [out, claimed.work, src, target, o.prompt.prompts, *o.llama.target_ggufs, o.imatrix, o.llama.llama_cpp,
+               *o.llama.llama_servers, o.llama.llama_cpp_src, os.path.expanduser("~")]
 
     def save() -> None:
         record["jobs"] = {t: record["jobs"][t] for t in type_names if t in record["jobs"]}  # not completion order

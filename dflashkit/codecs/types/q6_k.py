@@ -39,6 +39,7 @@ class Q6_K(KernelQuantType, ggml_type=Q.Q6_K, rank=60, fallback=Q.Q8_0, fp16_fie
         return (d * levels.reshape(n, 16, 16).astype(np.float32)).reshape(n, QK_K)
 
     def dequantize_torch(self, ops: Any, blocks: Any, out: Any) -> None:
-        levels = ops.nibbles(blocks[:, :128], 64).bitwise_or_(ops.bits(blocks[:, 128:192], 2, 32).bitwise_left_shift_(4))
+        high = ops.bits(blocks[:, 128:192], 2, 32).bitwise_left_shift_(4)
+        levels = ops.nibbles(blocks[:, :128], 64).bitwise_or_(high)
         d = (ops.fp16_field(blocks, 208) * blocks[:, 192:208].view(ops.torch.int8).float()).unsqueeze(-1)  # [n, 16, 1]
         ops.scaled(out, levels.view(ops.torch.int8).sub_(32), d)

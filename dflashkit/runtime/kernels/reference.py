@@ -3,9 +3,9 @@
 Each type's dequantizer is the ``dequantize_torch`` of its module in ``dflashkit.codecs.types`` (one module per
 type), registered here in ``TORCH_DEQUANT`` for every type that has one; it turns raw blocks (uint8
 ``[n_blocks, type_size]``) into float32 ``[n_blocks, block_size]`` with whole-tensor ops (no Python loop per block),
-calling the byte helpers of this module (passed in as ``ops``: the codecs never import torch). Every float32 operation is done
-in the same order as gguf-py / ggml's ``dequantize_row_*`` (one rounding per op, no fused multiply-add), so
-the results are equal bit for bit; integer unpacking is exact whatever the order.
+calling the byte helpers of this module (passed in as ``ops``: the codecs never import torch). Every float32
+operation is done in the same order as gguf-py / ggml's ``dequantize_row_*`` (one rounding per op, no fused
+multiply-add), so the results are equal bit for bit; integer unpacking is exact whatever the order.
 """
 
 from __future__ import annotations
@@ -112,7 +112,8 @@ class TorchDequant(BlockFormat):
 
     def __init__(self, quant_type: QuantType) -> None:
         self.quant_type = quant_type
-        self.ggml_type, self.block_size, self.type_size = quant_type.ggml_type, quant_type.block_size, quant_type.type_size
+        self.ggml_type, self.block_size = quant_type.ggml_type, quant_type.block_size
+        self.type_size = quant_type.type_size
         self.fp16_fields = quant_type.fp16_fields
 
     def dequantize_blocks(self, blocks: torch.Tensor, out: torch.Tensor) -> None:
