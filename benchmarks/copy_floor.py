@@ -3,7 +3,12 @@ beside ``cp -r`` and ``dflash-convert``): interpreter start plus the checkpoint'
 kernel (``copy_file_range``) into one preallocated file at GGUF's 32-byte alignment. No numpy, no GGUF header,
 no tokenizer: less than any converter can do.
 
-    python benchmarks/copy_floor.py CHECKPOINT_DIR OUT
+``--import-gguf-py`` first imports what a converter that writes its GGUF header with gguf-py must import before
+its first tensor byte — gguf-py (numpy, yaml: ``gguf.Metadata`` and ``GGUFWriter`` give the ``general.*`` keys and
+the header) and click — and nothing of dflashkit: the floor of a converter built as the standards ask
+(``benchmarks/bf16_floor.py`` times both beside ``dflash-convert``).
+
+    python benchmarks/copy_floor.py [--import-gguf-py] CHECKPOINT_DIR OUT
 """
 
 import ctypes
@@ -33,4 +38,10 @@ def main(src: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    argv = sys.argv[1:]
+    if argv[:1] == ["--import-gguf-py"]:
+        import click  # noqa: F401
+        import gguf  # noqa: F401
+
+        argv = argv[1:]
+    main(argv[0], argv[1])

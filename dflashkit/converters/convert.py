@@ -178,12 +178,16 @@ def _chunk_producer(t: SafetensorsTensor, out_type: GGMLQuantizationType, fast_f
                 return _convert_chunk(_read_rows(t, fd, *rows, row_elems, dtype), t.dtype, out_type, row_elems, fast_f16,
                                       counts, t.name)
 
+            ranges = list(iter_row_chunks(n_rows, row_elems * dtype.itemsize, CHUNK_BYTES))
+            if len(ranges) == 1:  # a norm, a bias: nothing to overlap, and a pool's thread costs ~1 ms to start
+                yield work(ranges[0])
+                return
             # Read + convert the next chunks on worker threads (numpy releases the GIL) while the
             # caller writes the current one; in-order, at most PREFETCH chunks in flight.
             with ThreadPoolExecutor(max_workers=WORKERS) as pool:
                 pending: deque[Future[np.ndarray]] = deque()
                 try:
-                    for rows in iter_row_chunks(n_rows, row_elems * dtype.itemsize, CHUNK_BYTES):
+                    for rows in ranges:
                         with signals_deferred():  # see files.signals_deferred: submit must not be split
                             pending.append(pool.submit(work, rows))
                         if len(pending) > PREFETCH:
