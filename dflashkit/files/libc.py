@@ -7,7 +7,6 @@ writer falls back.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import functools
 import os
@@ -61,7 +60,9 @@ def _libc() -> Any:
         lib.linkat
         return lib
     except (OSError, AttributeError):
-        return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        from ctypes.util import find_library  # only here: it imports subprocess (5 ms of every command's start-up)
+
+        return ctypes.CDLL(find_library("c") or None, use_errno=True)
 
 
 def preallocate(fd: int, length: int) -> bool:

@@ -24,7 +24,7 @@ from gguf.gguf_writer import WriterState
 from ..codecs import tensor_nbytes
 from ..errors import DFlashError, UsageError
 from ..files import atomic_output, check_output, preallocate, signals_deferred
-from .gguf_reader import NumericArray
+from .gguf_bounds import NumericArray
 from .kv_pack import pack_typed_array
 
 #: Key for the quantization format version llama.cpp writes with quantized files.
