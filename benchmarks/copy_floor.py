@@ -39,9 +39,10 @@ def main(src: str, out: str) -> None:
 
 if __name__ == "__main__":
     argv = sys.argv[1:]
-    if argv[:1] == ["--import-gguf-py"]:
+    if "--import-gguf-py" in argv:
+        argv.remove("--import-gguf-py")
         import click  # noqa: F401
         import gguf  # noqa: F401
-
-        argv = argv[1:]
+    if len(argv) != 2:
+        sys.exit("usage: python benchmarks/copy_floor.py [--import-gguf-py] CHECKPOINT_DIR OUT")
     main(argv[0], argv[1])
