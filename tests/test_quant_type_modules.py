@@ -64,7 +64,6 @@ def _tq2_0_blocks(x: np.ndarray, out: np.ndarray) -> None:
 class TQ2_0(KernelQuantType, ggml_type=Q.TQ2_0):
     _kernel = _tq2_0_blocks
     needs_numba = False
-    rank = 21
     fallback = Q.Q4_0
     fp16_fields = (64,)
     file_types = (FileType("TQ2_0", F.MOSTLY_TQ2_0, Q.TQ2_0, rank=21),)

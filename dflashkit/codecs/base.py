@@ -192,8 +192,6 @@ class QuantType(BlockFormat):
     registry = QUANT_TYPES
     #: quantizing runs numba code (`preload_quantizers` loads numba early only for these types)
     needs_numba: ClassVar[bool] = False
-    #: where the type stands in the lists a user reads (larger first: about ten times its bits per weight)
-    rank: ClassVar[int] = 0
     #: the llama.cpp file types whose default type this is (`dflashkit.filetypes` gathers every type's)
     file_types: ClassVar[tuple[FileType, ...]] = ()
     #: tensor_type_fallback: the type a tensor takes whose row length does not fit this block (None: no fallback)
@@ -210,11 +208,17 @@ class QuantType(BlockFormat):
         raise NotImplementedError(f"{self.name} has no torch dequantizer")
 
     def __init_subclass__(cls, **kw: Any) -> None:
-        # the facts a type states in its class line: ``class Q4_K(KernelQuantType, ggml_type=..., rank=45, ...)``
-        for fact in ("rank", "fallback", "fp16_fields", "kind"):
+        # the facts a type states in its class line: ``class Q4_K(KernelQuantType, ggml_type=..., fallback=...)``
+        for fact in ("fallback", "fp16_fields", "kind"):
             if fact in kw:
                 setattr(cls, fact, kw.pop(fact))
         super().__init_subclass__(**kw)
+
+    @property
+    def rank(self) -> int:
+        """Where the type stands in the lists a user reads (larger first): its highest file type's (`FileType.rank`,
+        about ten times its bits per weight); 0 for a type no file type defaults to."""
+        return max((ft.rank for ft in self.file_types), default=0)
 
     @property
     def has_torch_dequantizer(self) -> bool:

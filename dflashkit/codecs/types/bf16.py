@@ -12,7 +12,7 @@ from ..blocks import FloatType
 from ..float16 import bf16_bits_to_f32, f32_to_bf16_bits
 
 
-class BF16(FloatType, ggml_type=Q.BF16, rank=159):
+class BF16(FloatType, ggml_type=Q.BF16):
     encode, decode = f32_to_bf16_bits, bf16_bits_to_f32
     needs_numba = True  # the conversion is a numba kernel
     torch_view = "bfloat16"

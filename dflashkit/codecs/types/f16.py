@@ -13,7 +13,7 @@ from ..blocks import FloatType
 from ..float16 import f32_to_f16_bits
 
 
-class F16(FloatType, ggml_type=Q.F16, rank=160):
+class F16(FloatType, ggml_type=Q.F16):
     encode, decode = f32_to_f16_bits, lambda q: q.view(np.float16).astype(np.float32)  # exact widening
     needs_numba = True  # the conversion is a numba kernel
     torch_view = "float16"

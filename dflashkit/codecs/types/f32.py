@@ -16,7 +16,7 @@ def _as_f32(x: np.ndarray, threads: int | None = None) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
-class F32(FloatType, ggml_type=Q.F32, rank=320):
+class F32(FloatType, ggml_type=Q.F32):
     encode, decode = _as_f32, lambda q: q.view(np.float32)
     torch_view = "float32"
     file_types = (FileType("F32", F.ALL_F32, Q.F32, rank=320, converter_writes=True, quantize_target=False),)

@@ -17,7 +17,7 @@ from dflashkit.quant_types import FileType
 from ..blocks import IQ4NL_VALUES, GgufDequantized
 
 
-class IQ4_NL(GgufDequantized, ggml_type=Q.IQ4_NL, rank=41, fp16_fields=(0,)):
+class IQ4_NL(GgufDequantized, ggml_type=Q.IQ4_NL, fp16_fields=(0,)):
     """Layout: d (fp16), qs[16]: 4-bit indices into the 16 non-linear levels kvalues_iq4nl."""
 
     _kernel = "iq4_kernel"

@@ -17,7 +17,7 @@ from dflashkit.quant_types import FileType
 from ..blocks import IQ4NL_VALUES, GgufDequantized
 
 
-class IQ4_XS(GgufDequantized, ggml_type=Q.IQ4_XS, rank=40, fallback=Q.IQ4_NL, fp16_fields=(0,)):
+class IQ4_XS(GgufDequantized, ggml_type=Q.IQ4_XS, fallback=Q.IQ4_NL, fp16_fields=(0,)):
     """Layout: d (fp16), scales_h (uint16), scales_l[4], qs[128]: 6-bit sub-block scales, 4-bit level indices."""
 
     _kernel = "iq4_kernel"

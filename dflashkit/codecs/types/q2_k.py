@@ -17,7 +17,7 @@ from dflashkit.quant_types import FileType
 from ..blocks import GgufDequantized
 
 
-class Q2_K(GgufDequantized, ggml_type=Q.Q2_K, rank=25, fallback=Q.Q4_0, fp16_fields=(80, 82)):
+class Q2_K(GgufDequantized, ggml_type=Q.Q2_K, fallback=Q.Q4_0, fp16_fields=(80, 82)):
     """Layout: scales[16] (4-bit scale | 4-bit min), qs[64] (2-bit levels), d, dmin (fp16)."""
 
     _kernel = "q2_k_kernel"

@@ -17,7 +17,7 @@ from dflashkit.quant_types import FileType
 from ..blocks import GgufDequantized
 
 
-class Q3_K(GgufDequantized, ggml_type=Q.Q3_K, rank=35, fallback=Q.Q4_0, fp16_fields=(108,)):
+class Q3_K(GgufDequantized, ggml_type=Q.Q3_K, fallback=Q.Q4_0, fp16_fields=(108,)):
     """Layout: hmask[32] (3rd bits), qs[64] (low 2 bits), 12 bytes of 6-bit signed scales, d (fp16)."""
 
     _kernel = "q3_k_kernel"

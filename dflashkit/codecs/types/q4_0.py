@@ -16,7 +16,7 @@ from ..base import fp16_col, unpack_nibbles
 from ..blocks import Block32
 
 
-class Q4_0(Block32, ggml_type=Q.Q4_0, kind=1, rank=42, fp16_fields=(0,)):
+class Q4_0(Block32, ggml_type=Q.Q4_0, kind=1, fp16_fields=(0,)):
     """d (fp16) = max / -8; 4-bit levels with offset 8."""
 
     file_types = (FileType("Q4_0", F.MOSTLY_Q4_0, Q.Q4_0, rank=42),)

@@ -16,7 +16,7 @@ from ..base import fp16_col, unpack_nibbles
 from ..blocks import Block32
 
 
-class Q4_1(Block32, ggml_type=Q.Q4_1, kind=2, rank=43, fp16_fields=(0, 2)):
+class Q4_1(Block32, ggml_type=Q.Q4_1, kind=2, fp16_fields=(0, 2)):
     """d (fp16) = (max - min) / 15, m (fp16) = min; unsigned 4-bit levels; x = d * q + m."""
 
     file_types = (FileType("Q4_1", F.MOSTLY_Q4_1, Q.Q4_1, rank=43),)

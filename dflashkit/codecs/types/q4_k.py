@@ -19,7 +19,7 @@ from ..base import KernelQuantType, unpack_nibbles
 from ..blocks import dequant_qkx, dequant_qkx_torch
 
 
-class Q4_K(KernelQuantType, ggml_type=Q.Q4_K, rank=45, fallback=Q.Q5_0, fp16_fields=(0, 2)):
+class Q4_K(KernelQuantType, ggml_type=Q.Q4_K, fallback=Q.Q5_0, fp16_fields=(0, 2)):
     """Layout: d, dmin (fp16), 12 bytes of 6-bit scales/mins, 128 bytes of 4-bit levels."""
 
     # quantize_row_q4_K_ref: make_qkx2_quants(32, 15, x, w, L, &min, Laux, -1.f, 0.1f, 20, false)

@@ -16,7 +16,7 @@ from ..base import fp16_col, unpack_nibbles
 from ..blocks import Block32, fifth_bits, q5_levels_torch
 
 
-class Q5_0(Block32, ggml_type=Q.Q5_0, kind=3, rank=52, fp16_fields=(0,)):
+class Q5_0(Block32, ggml_type=Q.Q5_0, kind=3, fp16_fields=(0,)):
     """d (fp16) = max / -16; 5-bit levels with offset 16 (low nibbles in qs, 5th bits in qh)."""
 
     file_types = (FileType("Q5_0", F.MOSTLY_Q5_0, Q.Q5_0, rank=52),)

@@ -16,7 +16,7 @@ from ..base import fp16_col, unpack_nibbles
 from ..blocks import Block32, fifth_bits, q5_levels_torch
 
 
-class Q5_1(Block32, ggml_type=Q.Q5_1, kind=4, rank=53, fp16_fields=(0, 2)):
+class Q5_1(Block32, ggml_type=Q.Q5_1, kind=4, fp16_fields=(0, 2)):
     """d (fp16) = (max - min) / 31, m (fp16) = min; unsigned 5-bit levels; x = d * q + m."""
 
     file_types = (FileType("Q5_1", F.MOSTLY_Q5_1, Q.Q5_1, rank=53),)

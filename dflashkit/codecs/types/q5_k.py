@@ -19,7 +19,7 @@ from ..base import KernelQuantType, unpack_nibbles
 from ..blocks import QK_K, dequant_qkx, dequant_qkx_torch
 
 
-class Q5_K(KernelQuantType, ggml_type=Q.Q5_K, rank=55, fallback=Q.Q5_1, fp16_fields=(0, 2)):
+class Q5_K(KernelQuantType, ggml_type=Q.Q5_K, fallback=Q.Q5_1, fp16_fields=(0, 2)):
     """Layout: d, dmin, 12 scale bytes, qh[32] (bit i of qh[j] = 5th bit of value 32*i + j), qs[128]."""
 
     # quantize_row_q5_K_ref: make_qkx2_quants(32, 31, x, w, L, &min, Laux, -0.5f, 0.1f, 15, false)

@@ -22,7 +22,7 @@ from ..blocks import QK_K
 _Q6_SHIFT = np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 4, 1)
 
 
-class Q6_K(KernelQuantType, ggml_type=Q.Q6_K, rank=60, fallback=Q.Q8_0, fp16_fields=(208,)):
+class Q6_K(KernelQuantType, ggml_type=Q.Q6_K, fallback=Q.Q8_0, fp16_fields=(208,)):
     """Layout: ql[128] (low 4 bits), qh[64] (high 2 bits), int8 scales[16], d (fp16); levels offset 32."""
 
     _kernel = "q6_k_kernel"

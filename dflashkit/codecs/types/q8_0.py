@@ -79,7 +79,7 @@ def q8_0_numpy(x: np.ndarray, out: np.ndarray) -> None:
             np.copyto(out[lo:hi, 2:].view(np.int8), vs, casting="unsafe")  # |vs| < 128: truncation toward 0
 
 
-class Q8_0(Block32, ggml_type=Q.Q8_0, kind=0, rank=80, fp16_fields=(0,)):
+class Q8_0(Block32, ggml_type=Q.Q8_0, kind=0, fp16_fields=(0,)):
     """d (fp16) = absmax / 127; qs = roundf(x / d) as int8."""
 
     _kernel = q8_0_numpy
