@@ -1,5 +1,7 @@
 """Numbers that would change silently: NaN / inf weights and values an F16 file cannot hold are counted per tensor by
-dflash-convert and dflash-quantize, named in warnings, and refused under --strict (exit 1, nothing written)."""
+dflash-convert and dflash-quantize; dflash-convert names them in warnings and refuses them under --strict (exit 1,
+nothing written); dflash-quantize refuses them as llama-quantize does, and writes them with warnings under
+--allow-nonfinite."""
 
 from __future__ import annotations
 
@@ -82,7 +84,7 @@ def test_convert_to_f16_names_them(poisoned: Path, tmp_path: Path, fast: bool, m
     assert r.output.strip().splitlines()[-1].startswith(f"error: {poisoned}: tensor '")
 
 
-def test_quantize_names_them_and_strict_refuses(poisoned: Path, tmp_path: Path) -> None:
+def test_quantize_refuses_them_and_allow_nonfinite_names_them(poisoned: Path, tmp_path: Path) -> None:
     src = tmp_path / "bf16.gguf"  # bf16 → bf16: a kernel copy of the bytes, scanned beside it (bf16 holds 1e6)
     args = [str(poisoned), str(src), "--outtype", "bf16", "--target", str(TRAINED / "target")]
     r = CliRunner().invoke(convert_command, [*args, "--strict"])
@@ -93,25 +95,27 @@ def test_quantize_names_them_and_strict_refuses(poisoned: Path, tmp_path: Path) 
     assert r.exit_code == 0 and _warnings(r.output) == [
         f"warning: {DOWN}: 2 NaN or infinite value(s), written as they are (a runtime computes NaN from them)"], r.output
     out = tmp_path / "q.gguf"
-    r = CliRunner().invoke(quantize_command, [str(src), str(out), "Q8_0"])
+    refusal = (f"error: {src}: tensor 'blk.1.ffn_down.weight' has 2 NaN or infinite value(s) — llama-quantize refuses "
+               'it too ("has invalid data"): fix the source, or pass --allow-nonfinite to write it with a warning')
+    for strict in ([], ["--strict"]):  # refusing is the default; --strict is accepted
+        r = CliRunner().invoke(quantize_command, [str(src), str(out), "Q8_0", *strict])
+        assert r.exit_code == 1 and not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["bf16.gguf"]
+        assert r.output.strip() == refusal
+    r = CliRunner().invoke(quantize_command, [str(src), str(out), "Q8_0", "--allow-nonfinite"])
     assert r.exit_code == 0 and out.is_file(), r.output
     assert _warnings(r.output) == [
         "warning: blk.1.ffn_down.weight: 2 NaN or infinite value(s), written as they are (a runtime computes NaN "
         "from them)"]
-    out.unlink()
-    r = CliRunner().invoke(quantize_command, [str(src), str(out), "Q8_0", "--strict"])
-    assert r.exit_code == 1 and not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["bf16.gguf"]
-    assert r.output.strip() == (f"error: {src}: tensor 'blk.1.ffn_down.weight' has 2 NaN or infinite value(s) — "
-                                "refusing under --strict (without it: written, with a warning)")
     # BF16 → BF16 copies every tensor in the kernel: the scan beside the copy finds the same two
-    r = CliRunner().invoke(quantize_command, [str(src), str(out), "BF16"])
+    out.unlink()
+    r = CliRunner().invoke(quantize_command, [str(src), str(out), "BF16", "--allow-nonfinite"])
     assert r.exit_code == 0 and out.is_file(), r.output
     assert _warnings(r.output) == [
         "warning: blk.1.ffn_down.weight: 2 NaN or infinite value(s), written as they are (a runtime computes NaN "
         "from them)"]
-    r = CliRunner().invoke(quantize_command, [str(src), str(out), "BF16", "--strict", "--force"])
+    r = CliRunner().invoke(quantize_command, [str(src), str(out), "BF16", "--force"])
     assert r.exit_code == 1 and out.is_file(), r.output  # the old OUT is kept: a failed --force run changes nothing
-    assert r.output.strip().splitlines()[-1].startswith(f"error: {src}: tensor 'blk.1.ffn_down.weight' has 2 NaN")
+    assert r.output.strip().splitlines()[-1] == refusal
 
 
 def test_inspect_names_non_finite_weights(poisoned: Path, tmp_path: Path) -> None:

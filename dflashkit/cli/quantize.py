@@ -50,13 +50,16 @@ TYPE: {_type_list()}, or the drafter-aware preset Q4_K_M_DRAFT: Q4_K_M with fc a
               help="Do not use the imatrix for tensors whose name contains NAME (repeatable), as llama-quantize.")
 @click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar, warnings or summary.")
-@values_strict_option
+@click.option("--allow-nonfinite", is_flag=True, help="Write tensors with NaN / inf values, or values the new type "
+              "turns into ±inf, with a warning — llama-quantize refuses them, and so does dflash-quantize without this.")
+@click.option("--strict", is_flag=True, help="Refuse NaN / inf values (exit 1, nothing written): the default, as "
+              "llama-quantize; accepted for scripts that pass it.")
 @format_option(("text", "json"), from_suffix=False)
 @user_errors
 def quantize_command(src: str, out: str, file_type: str, pure: bool, tensor_types: tuple[str, ...], no_fallback: bool,
                      allow_requantize: bool, imatrix: str | None, include_weights: tuple[str, ...],
-                     exclude_weights: tuple[str, ...], force: bool, quiet: bool, strict: bool, fmt: str | None,
-                     legacy_fmt: str | None) -> None:
+                     exclude_weights: tuple[str, ...], force: bool, quiet: bool, allow_nonfinite: bool, strict: bool,
+                     fmt: str | None, legacy_fmt: str | None) -> None:
     """Quantize the GGUF SRC to OUT with llama-quantize's per-tensor rules (the TYPE list: `HELP`)."""
     from ..quantize.gguf_file import quantize_gguf
 
@@ -70,6 +73,7 @@ def quantize_command(src: str, out: str, file_type: str, pure: bool, tensor_type
         allow_fallback=not no_fallback,
         allow_requantize=allow_requantize,
         force=force, progress=not quiet, warn=_warnings(quiet), strict=strict,
+        allow_nonfinite=allow_nonfinite,
         imatrix=imatrix, include_weights=include_weights, exclude_weights=exclude_weights,
     )
     _echo_written(result, as_json, quiet, lambda summary: (

@@ -2,9 +2,10 @@
 turns into ±inf (|x| ≥ 65520 rounds past 65504, F16's largest finite value).
 
 `dflash-convert` and `dflash-quantize` count them on the rows they convert, and count NaN / ±inf in the tensors they
-copy byte for byte (`StoredScan`: from the stored bits, on a thread beside the kernel copy); they warn with the
-tensor names, and under ``--strict`` refuse — before the output file is published. `dflash-inspect` counts every
-tensor of a file with the same `nonfinite_count`.
+copy byte for byte (`StoredScan`: from the stored bits, on a thread beside the kernel copy). `dflash-convert` warns
+with the tensor names, and under ``--strict`` refuses at the first; `dflash-quantize` refuses, as llama-quantize does,
+naming the first such tensor in the file's order (`ValueCounts.first_problem`) — before the output file is published.
+`dflash-inspect` counts every tensor of a file with the same `nonfinite_count`.
 
 Stored float bits are counted in windows that stay in the CPU cache (`SCAN_BYTES`): the magnitude (sign bit
 cleared) of a NaN or ±inf is at least its exponent mask, so one ``bitwise_and`` and one ``max`` per window clear a
@@ -141,6 +142,15 @@ def _count(x: np.ndarray, to_f16: bool, to_bf16: bool = False) -> tuple[int, int
     return nonfinite, beyond - int(np.count_nonzero(np.isinf(x)))
 
 
+def _problem(kind: str, n: int, type_name: str = "") -> str:
+    """What a count of ``kind`` (a `ValueCounts` field) says of its tensor, after ``tensor 'NAME'``."""
+    return {"nonfinite": f" has {n} NaN or infinite value(s)",
+            "f16_overflow": f" has {n} value(s) beyond ±65504",
+            "bf16_overflow": f" has {n} value(s) beyond BF16's ±3.39e38 (they become ±inf)",
+            "scale_overflow": f": {n} {type_name} block(s) whose scale overflows F16 (±inf: its values are too large "
+                              "for the type)"}[kind]
+
+
 @dataclass
 class ValueCounts:
     """Per-tensor counts, shared by the threads that convert a file's chunks."""
@@ -150,6 +160,7 @@ class ValueCounts:
     nonfinite: dict[str, int] = field(default_factory=dict)
     f16_overflow: dict[str, int] = field(default_factory=dict)
     scale_overflow: dict[str, int] = field(default_factory=dict)  # quantized blocks whose F16 scale became ±inf
+    scale_type: dict[str, str] = field(default_factory=dict)  # the type of those blocks
     bf16_overflow: dict[str, int] = field(default_factory=dict)  # finite values a BF16 output turned into ±inf
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -166,8 +177,8 @@ class ValueCounts:
 
     def record_bf16(self, name: str, overflow: int) -> None:
         if self.strict:
-            raise DFlashError(f"{self.source}: tensor '{name}' has {overflow} value(s) beyond BF16's ±3.39e38 (they "
-                              "become ±inf) — refusing under --strict (without it: written, with a warning)")
+            raise DFlashError(f"{self.source}: tensor '{name}'{_problem('bf16_overflow', overflow)} — refusing under "
+                              "--strict (without it: written, with a warning)")
         with self._lock:
             self.bf16_overflow[name] = self.bf16_overflow.get(name, 0) + overflow
 
@@ -181,11 +192,11 @@ class ValueCounts:
         if not bad:
             return
         if self.strict:
-            raise DFlashError(f"{self.source}: tensor '{name}': {bad} {type_name} block(s) whose scale overflows F16 "
-                              "(±inf: its values are too large for the type) — refusing under --strict; keep this "
-                              "tensor in bf16 or f32 (--tensor-type)")
+            raise DFlashError(f"{self.source}: tensor '{name}'{_problem('scale_overflow', bad, type_name)} — refusing "
+                              "under --strict; keep this tensor in bf16 or f32 (--tensor-type)")
         with self._lock:
             self.scale_overflow[name] = self.scale_overflow.get(name, 0) + bad
+            self.scale_type[name] = type_name
 
     def add_bf16_to_f16(self, name: str, bits: np.ndarray) -> None:
         """Count a BF16 chunk (uint16 bits) bound for F16 from its bits alone, in one pass over half the bytes of
@@ -201,14 +212,28 @@ class ValueCounts:
         if not (nonfinite or overflow):
             return
         if self.strict:
-            what = f"{nonfinite} NaN or infinite value(s)" if nonfinite else f"{overflow} value(s) beyond ±65504"
-            raise DFlashError(f"{self.source}: tensor '{name}' has {what} — refusing under --strict (without it: "
+            what = _problem("nonfinite", nonfinite) if nonfinite else _problem("f16_overflow", overflow)
+            raise DFlashError(f"{self.source}: tensor '{name}'{what} — refusing under --strict (without it: "
                               "written, with a warning)")
         with self._lock:
             if nonfinite:
                 self.nonfinite[name] = self.nonfinite.get(name, 0) + nonfinite
             if overflow:
                 self.f16_overflow[name] = self.f16_overflow.get(name, 0) + overflow
+
+    def first_problem(self, order: Sequence[str]) -> tuple[str, str, str] | None:
+        """The first tensor of ``order`` (the order the file is processed in) with a count, as (its `ValueCounts`
+        field, its name, ``"SOURCE: tensor 'NAME' has …"`` with how many other tensors have one); None if none.
+        Its NaN / ±inf inputs come first: they are read (and refused by llama-quantize) before they are converted."""
+        kinds = ("nonfinite", "f16_overflow", "bf16_overflow", "scale_overflow")
+        named = {name for kind in kinds for name in getattr(self, kind)}
+        first = next((name for name in order if name in named), None)
+        if first is None:
+            return None
+        kind = next(k for k in kinds if first in getattr(self, k))
+        more = f" (and {len(named) - 1} more tensor(s))" if len(named) > 1 else ""
+        return kind, first, (f"{self.source}: tensor '{first}'"
+                      f"{_problem(kind, getattr(self, kind)[first], self.scale_type.get(first, ''))}{more}")
 
     def warnings(self, order: Sequence[str] = ()) -> list[str]:
         """One line per tensor with a count; tensors named in ``order`` (the file's order) first, in that order."""

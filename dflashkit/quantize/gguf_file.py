@@ -4,7 +4,7 @@ Flow (as llama_model_quantize_impl): read the header with the hardened reader, c
 with :mod:`dflashkit.quantize.policy`, refuse what cannot be done (requantizing without permission, a
 fallback under ``--no-fallback``) before anything is written, then stream each tensor in row chunks through
 the bit-exact quantizers (:mod:`dflashkit.codecs`) into an atomic output (:mod:`dflashkit.files`). A tensor whose type does not
-change is copied byte for byte. Metadata is copied in order with ``general.file_type`` (and
+change is copied byte for byte. Data llama-quantize refuses (NaN / ±inf read or made) is refused before publishing. Metadata is copied in order with ``general.file_type`` (and
 ``general.quantization_version``) updated.
 """
 
@@ -41,6 +41,16 @@ Q = GGMLQuantizationType
 _FLOAT_TYPES = (Q.F32, Q.F16, Q.BF16)
 # llama_model_quantize_impl drops these (a quantized file is always written as one file)
 _SPLIT_KEYS = ("split.no", "split.count", "split.tensors.count")
+#: why each count of `ValueCounts` is refused, in llama-quantize's words: it validates every tensor it reads
+#: (ggml_validate_row_data on the input type: F32/F16/BF16 values, block scales) and every row it converts
+_REFUSED = {
+    "nonfinite": 'llama-quantize refuses it too ("has invalid data"): fix the source',
+    "f16_overflow": 'they become ±inf in F16, which llama-quantize refuses ("quantized data validation failed"): '
+                    "quantize to bf16",
+    "bf16_overflow": 'llama-quantize refuses it too ("quantized data validation failed"): fix the source',
+    "scale_overflow": 'llama-quantize refuses it too ("quantized data validation failed"): keep this tensor in '
+                      "bf16 (--tensor-type '{name}=bf16')",
+}
 
 
 @dataclass
@@ -267,6 +277,7 @@ def quantize_gguf(
     progress: bool = True,
     warn: Callable[[str], None] | None = None,
     strict: bool = False,
+    allow_nonfinite: bool = False,
     imatrix: str | os.PathLike[str] | ImportanceMatrix | None = None,
     include_weights: Sequence[str] = (),
     exclude_weights: Sequence[str] = (),
@@ -275,8 +286,10 @@ def quantize_gguf(
     """Quantize the GGUF ``src`` to ``out`` with llama-quantize's per-tensor policy for ``file_type``.
 
     ``overrides``: ``"REGEX=TYPE"`` strings or (pattern, type) pairs, first match wins (``--tensor-type``).
-    NaN / inf values and values beyond F16 in the tensors it converts are warned about with their names
-    (`codecs.values`); ``strict`` refuses them instead (nothing is written). ``imatrix``: an importance matrix
+    NaN / inf values in any tensor, and values a conversion turns into ±inf (past F16 / BF16, or an F16 block
+    scale), are refused as llama-quantize refuses them, naming the first such tensor (`codecs.values`; nothing is
+    written); ``allow_nonfinite`` writes them with a warning instead. ``strict`` is that default, kept for callers
+    that ask for it. ``imatrix``: an importance matrix
     (``--imatrix``; `imatrix.load_imatrix` with ``include_weights`` / ``exclude_weights``), applied as
     llama-quantize applies it, its ``quantize.imatrix.*`` keys recorded (``imatrix_name``: what
     ``quantize.imatrix.file`` records instead of the path as given, and the dataset then by its last path part —
@@ -284,6 +297,9 @@ def quantize_gguf(
     Raises DFlashError / UsageError (one line) before writing anything; ``out`` appears only when complete.
     """
     warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
+    if strict and allow_nonfinite:
+        raise UsageError("--strict and --allow-nonfinite contradict each other: refusing is the default, "
+                         "--allow-nonfinite writes them with a warning — give one")
     preset = get_preset(file_type) if isinstance(file_type, str) else None
     if preset is not None:  # a recipe: its file type, the user's overrides first (first match wins), then its own
         file_type, overrides = preset.file_type, (*overrides, *preset.overrides)
@@ -356,17 +372,26 @@ def quantize_gguf(
 
         # ggml_n_dims_shape only drops leading 1-dims from the header (same bytes), so a same-type tensor
         # is still a kernel copy of the source's bytes
-        counts = ValueCounts(str(src_path), strict)
+        counts = ValueCounts(str(src_path))  # every tensor counted: the first in the file's order is named
         plan = [TensorToWrite(t.name, ggml_n_dims_shape(t.shape), c.new_type,
                               _producer(gf, t, c.new_type, counts, weights.get(t.name), fused),
                               (src_path, t.offset) if t.ggml_type == c.new_type and t.nbytes else None)  # kernel copy
                 for t, c in zip(infos, choices)]
         copied = StoredScan(counts, [(t.name, src_path, t.offset, t.nbytes, t.ggml_type.name)
                                      for t, p in zip(infos, plan) if p.source is not None])
+
+        def refuse_what_llama_quantize_refuses() -> None:
+            copied.finish()
+            problem = None if allow_nonfinite else counts.first_problem([t.name for t in infos])
+            if problem is not None:
+                kind, name, what = problem
+                raise DFlashError(f"{what} — {_REFUSED[kind].format(name=name)}, or pass --allow-nonfinite to write "
+                                  "it with a warning")
+
         try:
             size = write_gguf(out_path, arch, _metadata(gf, ft, matrix if has_imatrix else None), plan, force=force,
-                              progress=progress,
-                              alignment=gf.alignment, before_publish=copied.finish)
+                              progress=progress, alignment=gf.alignment,
+                              before_publish=refuse_what_llama_quantize_refuses)
         finally:
             copied.cancel()
         for w in counts.warnings([t.name for t in infos]):

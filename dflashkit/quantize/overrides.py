@@ -5,14 +5,19 @@ with the types an override may name and a refusal of patterns that can backtrack
 The pattern is C++ ``std::regex``'s (ECMAScript grammar with POSIX bracket classes), so `translate_std_regex` turns
 it into Python's dialect construct by construct — ``[[:digit:]]`` and the other classes, ``$`` as the end of the name,
 ASCII ``\\d \\w \\s``, every literal in a bracket escaped (Python would warn about a nested set) — and refuses, naming
-the construct, what std::regex reads otherwise or not at all (lookbehind, named groups, inline flags, possessive
-quantifiers, ``[[.x.]]`` / ``[[=x=]]``, an empty ``[]``, an escape it does not define).
+the construct, what std::regex reads otherwise or not at all (lookbehind, named groups, inline flags,
+``[[.x.]]`` / ``[[=x=]]``, an empty ``[]``, an escape it does not define, a quantifier after an assertion).
+
+Repetition is std::regex's too (`_Automaton`): libstdc++ copies a sub-automaton once per count of ``{m,n}`` and
+refuses a pattern past 100000 states, and reads a count as a C ``int`` (``{0,4294967296}`` is ``{0,0}``); the
+states are counted as libstdc++ 12 inserts them, so a pattern is refused exactly where llama-quantize refuses it.
 """
 
 from __future__ import annotations
 
 import re
 import warnings
+from dataclasses import dataclass, field
 from typing import Sequence
 
 from gguf import GGMLQuantizationType
@@ -176,6 +181,117 @@ def _bracket(p: str, i: int) -> tuple[str, int]:
     return "".join(out) + "]", i + 1
 
 
+#: libstdc++'s _GLIBCXX_REGEX_STATE_LIMIT: std::regex throws error_space past this many automaton states
+REGEX_STATE_LIMIT = 100_000
+
+
+@dataclass
+class _Piece:
+    """One term of an alternative, as libstdc++'s compiler builds it (bits/regex_compiler.tcc)."""
+
+    states: int  # the states its compilation inserted
+    clone: int  # the states one copy of it inserts (`_M_clone` copies those reachable from its start)
+    at: int  # its first item in the translator's output
+    atom: bool = True  # std::regex quantifies atoms and groups, not assertions (^ $ \b (?= (?!)
+    quantified: bool = False
+
+
+@dataclass
+class _Level:
+    """An open group (or the whole pattern): its finished alternatives' (states, clone) and the current one's terms."""
+
+    opener: str
+    at: int
+    alternatives: list[tuple[int, int]] = field(default_factory=list)
+    terms: list[_Piece] = field(default_factory=list)
+
+    def close_alternative(self) -> None:
+        # every alternative ends in a dummy state (_M_alternative's empty tail)
+        self.alternatives.append((sum(t.states for t in self.terms) + 1, sum(t.clone for t in self.terms) + 1))
+        self.terms = []
+
+    def disjunction(self) -> tuple[int, int]:
+        self.close_alternative()
+        states, clone = self.alternatives[0]
+        for more_states, more_clone in self.alternatives[1:]:  # each '|': an alternative state and a dummy end
+            states, clone = states + more_states + 2, clone + more_clone + 2
+        return states, clone
+
+
+def _int32(digits: str) -> int:
+    """A repetition count as libstdc++ 12 reads it: accumulated in a long, returned as an int (modulo 2^32)."""
+    return (int(digits) + 2**31) % 2**32 - 2**31
+
+
+class _Automaton:
+    """The states libstdc++ 12's std::regex compiler inserts for the pattern being translated (checked state for
+    state against the compiled NFA of g++ 12 and against llama-quantize): a refusal past `REGEX_STATE_LIMIT`, the
+    counts of ``{m,n}`` as it reads them, and the quantifier rules it has and Python's ``re`` has not."""
+
+    def __init__(self) -> None:
+        self.levels = [_Level("", 0)]
+
+    def term(self, at: int, atom: bool = True) -> None:
+        self.levels[-1].terms.append(_Piece(1, 1, at, atom))
+
+    def open(self, opener: str, at: int) -> None:
+        self.levels.append(_Level(opener, at))
+
+    def alternation(self) -> None:
+        self.levels[-1].close_alternative()
+
+    def close(self) -> None:
+        if len(self.levels) < 2:
+            return  # an unmatched ')': Python's re names it
+        level = self.levels.pop()
+        states, clone = level.disjunction()
+        extra = {"(": 2, "(?:": 1}.get(level.opener, 2)  # begin / end of a capture; a dummy; lookahead and accept
+        self.levels[-1].terms.append(_Piece(states + extra, clone + extra, level.at, level.opener in ("(", "(?:")))
+
+    def quantify(self, text: str, out: list[str]) -> str:
+        """The quantifier ``text`` (``*``, ``+``, ``?`` or a brace) on the last term: Python's spelling of what
+        std::regex repeats (a count as it reads it; a quantified term grouped, as std::regex quantifies it again)."""
+        terms = self.levels[-1].terms
+        if not terms:
+            return text  # nothing to repeat: Python's re names it
+        piece = terms[-1]
+        if not piece.atom:
+            raise _refuse(f"the quantifier '{text}' after an assertion", "which std::regex refuses (^, $, \\b and "
+                          "lookaheads match a position, nothing to repeat)")
+        if piece.quantified:  # a** and a{2}{3}: std::regex repeats the repetition; Python's re needs a group
+            out[piece.at] = "(?:" + out[piece.at]
+            out.append(")")
+        added = {"*": 1, "+": 1, "?": 2}.get(text)
+        if added is not None:
+            piece.states, piece.clone = piece.states + added, piece.clone + added
+        else:
+            low_digits, comma, high_digits = text[1:-1].partition(",")
+            low = _int32(low_digits)
+            mandatory = max(low, 0)
+            if comma and not high_digits:  # {m,}: m copies, then one copy under a repeat
+                tail, text = piece.clone + 1, f"{{{mandatory},}}"
+            else:
+                optional = _int32(high_digits) - low if comma else 0
+                if optional < 0:
+                    raise _refuse(f"the repetition '{text}'", f"std::regex reads its bounds as C ints ({low} and "
+                                  f"{_int32(high_digits)}) and refuses a maximum below the minimum")
+                tail, text = 1 + optional * (piece.clone + 1), f"{{{mandatory},{mandatory + optional}}}"
+            piece.clone = 1 + mandatory * piece.clone + tail  # a dummy start, then the copies: the original is left
+            piece.states += piece.clone
+        piece.quantified = True
+        return text
+
+    def check(self) -> None:
+        """Refuse a pattern std::regex refuses for its size (`REGEX_STATE_LIMIT`)."""
+        while len(self.levels) > 1:
+            self.close()  # an unclosed '(': Python's re names it; count what there is
+        states = self.levels[0].disjunction()[0] + 3  # the pattern's begin, end and accept states
+        if states > REGEX_STATE_LIMIT:
+            raise _refuse(f"the repetition makes {states} automaton states", f"C++ std::regex (llama-quantize) "
+                          f"refuses a pattern of more than {REGEX_STATE_LIMIT} (Number of NFA states exceeds limit); "
+                          "use + or * or a smaller count")
+
+
 def translate_std_regex(pattern: str) -> str:
     """The ECMAScript ``std::regex`` ``pattern`` as a Python pattern (compile it with ``re.ASCII``), or ValueError
     naming the construct that has no faithful translation (module doc)."""
@@ -183,41 +299,53 @@ def translate_std_regex(pattern: str) -> str:
         raise _refuse(f"the character {next(c for c in pattern if not c.isascii())!r}", "past ASCII: std::regex "
                       "matches bytes (a quantifier after it repeats its last byte), Python characters")
     out: list[str] = []
+    nfa = _Automaton()
     i = 0
     while i < len(pattern):
         c = pattern[i]
+        at = len(out)
+        quantifier = None
         if c == "\\":
             text, i, _ = _escape(pattern, i, False)
             out.append(text)
+            nfa.term(at, atom=text != "\\b")
         elif c == "[":
             text, i = _bracket(pattern, i)
             out.append(text)
+            nfa.term(at)
         elif c == "(":
             if pattern.startswith("(?", i) and not pattern.startswith(_GROUP_OPENERS, i):
                 raise _refuse(f"the group '{pattern[i:i + 4]}…'", "not ECMAScript (std::regex has (?:, (?= and (?! "
                               "only: no lookbehind, named groups or inline flags)")
             opener = next((g for g in _GROUP_OPENERS if pattern.startswith(g, i)), "(")
             out.append(opener)
+            nfa.open(opener, at)
             i += len(opener)
         elif c == "{":
             m = re.match(r"\{(\d+)(,(\d*))?\}", pattern[i:])
             if m is None:
                 raise _refuse(f"the brace at '{pattern[i:i + 8]}'", "not a quantifier {n}, {n,} or {n,m} (std::regex "
                               "refuses it; Python would read it otherwise)")
-            out.append(m.group(0))
+            quantifier = m.group(0)
             i += m.end()
-        elif c == "$":
-            out.append("\\Z")  # the end of the name (Python's $ also matches before a final newline)
+        elif c in "*+?":
+            quantifier = c
             i += 1
         else:
-            out.append(c)  # ^ . | ) * + ? and literals: the same in both
+            out.append("\\Z" if c == "$" else c)  # $: the end of the name (Python's also matches before a final \n)
+            if c == "|":
+                nfa.alternation()
+            elif c == ")":
+                nfa.close()
+            else:
+                nfa.term(at, atom=c not in "^$")  # ^ . and literals: the same in both
             i += 1
-        if out[-1] in ("*", "+", "?") or out[-1][0] == "{":  # a quantifier: lazy is ECMAScript, possessive not
-            if pattern.startswith("?", i):
+        if quantifier is not None:
+            out.append(nfa.quantify(quantifier, out))
+            if pattern.startswith("?", i):  # lazy; a '+' after it is no possessive: std::regex repeats it again
                 out.append("?")
                 i += 1
-            if pattern.startswith("+", i):
-                raise _refuse(f"the possessive quantifier '{out[-1]}+'", "not ECMAScript")
+    nfa.check()
     return "".join(out)
 
 
