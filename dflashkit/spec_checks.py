@@ -133,4 +133,6 @@ def check_runnable(spec: DrafterSpec, tensors: Mapping[str, Any], path: str | os
         raise DFlashError(f"{path}: {problems[0]} — refusing to {action} (dflash-inspect lists every problem)")
     if spec.n_layers > len(tensors):  # each layer has several tensors: bounded before building the name table
         raise DFlashError(f"{path}: the metadata claims {spec.n_layers} layers but the file holds {len(tensors)} tensors")
-    check_tensor_set(spec, {k: tuple(t.shape) for k, t in tensors.items()}, source=str(path))
+    # a tensor is named as the file stores it (blk.0.ffn_up.weight in a GGUF), not by its canonical id
+    stored = {k: t.name for k, t in tensors.items() if isinstance(getattr(t, "name", None), str)}
+    check_tensor_set(spec, {k: tuple(t.shape) for k, t in tensors.items()}, source=str(path), display_names=stored)

@@ -2,8 +2,9 @@
 
 Both are lists ``N[,N…]`` given on the command line of ``dflash-accept``, ``dflash-parity`` and ``dflash-release``
 and parsed here, once, for all of them (no torch: the command lines import this at start-up). A context length is a
-token count, ``4k`` = 4096 (llama.cpp's ``-c`` reads it so too); every level is bounded before anything is
-allocated for it: by `MAX_CONTEXT_TOKENS` here, by the target's context when the target is loaded.
+token count, ``4k`` = 4096 (llama.cpp's ``-c`` reads it so too) and ``1M`` = 1048576, in ASCII digits (a regular
+expression's digit class and int() take '١٢٨' for 128); every level is bounded before anything is allocated for it:
+by `MAX_CONTEXT_TOKENS` here, by the target's context when the target is loaded.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import re
 
 from .errors import UsageError
 
-#: the longest context a level may ask for (1 Mi tokens: past every target's context in circulation)
+#: the longest context a level may ask for (1 Mi tokens, ``1M``: past every target's context in circulation)
 MAX_CONTEXT_TOKENS = 1 << 20
 #: the most context levels one run measures (each is a full pass over the prompts for every drafter)
 MAX_CONTEXT_LEVELS = 16
@@ -21,7 +22,8 @@ MAX_PARALLEL = 64
 #: the most parallel levels one run measures
 MAX_PARALLEL_LEVELS = 8
 
-_LEVEL = re.compile(r"(\d{1,9})([kK]?)")
+_LEVEL = re.compile(r"([0-9]{1,9})([kKmM]?)")
+_SCALE = {"": 1, "k": 1 << 10, "m": 1 << 20}
 
 
 def _levels(text: str, option: str, *, maximum: int, max_levels: int, minimum: int, suffix: bool) -> tuple[int, ...]:
@@ -35,7 +37,7 @@ def _levels(text: str, option: str, *, maximum: int, max_levels: int, minimum: i
             shown = item[:40] if item.isprintable() else ascii(item[:40])
             raise UsageError(f"{option} {shown!r}: not a count — give whole numbers"
                              + (" (4k = 4096)" if suffix else "") + " separated by commas")
-        value = int(match.group(1)) * (1024 if match.group(2) else 1)
+        value = int(match.group(1)) * _SCALE[match.group(2).lower()]
         if not minimum <= value <= maximum:
             raise UsageError(f"{option} {item}: must be {minimum}..{maximum:,}")
         if value in values:
@@ -47,7 +49,7 @@ def _levels(text: str, option: str, *, maximum: int, max_levels: int, minimum: i
 
 
 def parse_context_levels(text: str) -> tuple[int, ...]:
-    """``--context 0,512,4k`` → (0, 512, 4096): tokens of long context before each prompt, ascending."""
+    """``--context 0,512,4k,1M`` → (0, 512, 4096, 1048576): tokens of long context before each prompt, ascending."""
     return _levels(text, "--context", maximum=MAX_CONTEXT_TOKENS, max_levels=MAX_CONTEXT_LEVELS, minimum=0,
                    suffix=True)
 
@@ -59,5 +61,7 @@ def parse_parallel_levels(text: str) -> tuple[int, ...]:
 
 
 def level_label(tokens: int) -> str:
-    """4096 → ``4k``, 1536 → ``1536``: how a context level is shown (the way it may be given)."""
+    """4096 → ``4k``, 1048576 → ``1M``, 1536 → ``1536``: how a context level is shown (the way it may be given)."""
+    if tokens and tokens % (1 << 20) == 0:
+        return f"{tokens >> 20}M"
     return f"{tokens >> 10}k" if tokens and tokens % 1024 == 0 else str(tokens)

@@ -290,11 +290,13 @@ def test_parity_context_usage_errors(extra: list[str], message: str) -> None:
 def test_parity_random_context_is_bounded_before_it_is_allocated(monkeypatch: pytest.MonkeyPatch) -> None:
     import dflashkit.parity.sweep as sweep_module
 
-    monkeypatch.setattr(sweep_module, "MAX_RANDOM_CONTEXT_BYTES", 1 << 20)
+    monkeypatch.setattr(sweep_module, "MAX_CONTEXT_STATE_BYTES", 1 << 20)
     with pytest.raises(UsageError) as exc:
-        sweep_module.run_parity_by_context(TRAINED / "drafter", TRAINED / "drafter", levels=(0, 4096))
-    assert str(exc.value) == ("--context 4k: 4,096 random context positions of 512 features are 0.0 GiB — without an "
-                              "HF --target the context is held whole; give levels up to 512 (or --target HF_DIR)")
+        sweep_module.run_parity_by_context(TRAINED / "drafter", TRAINED / "drafter", levels=(0, 1024))
+    # 2 taps × 256 + 2 drafters × (256 + 2 layers × K/V × 2 heads × 64): 2,048 floats a position
+    assert str(exc.value) == ("--context 1k: 1,041 context positions hold about 8.13 MiB of the run's state (8,192 "
+                              "bytes a position: the context's 512 features, each drafter's fc output and K/V of 2 "
+                              "layers), over the 1.00 MiB bound — give levels up to 111")
 
 
 def test_parity_by_context_with_random_hidden_states() -> None:

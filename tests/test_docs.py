@@ -43,3 +43,33 @@ def test_a_planted_bad_page_fails_both_checks(tmp_path: Path, options: dict[str,
         f"{page}:6: dflash-convert has no option --no-such-flag",
         f"{page}:9: dflash-convert has no option --made-up",
     ]
+
+
+def _outside_citations(root: Path) -> list[str]:
+    """Every line of the repository's code and text that cites a document the repository does not hold: a
+    workspace notes file (``zoo`` + ``.md``, or one of its numbered sections) or a folder beside the clone (``..`` + ``/shared``)."""
+    import re
+
+    cite = re.compile(r"\bzoo(\.md)?\s*§|\bzoo\.md\b|\.\./" + "shared\\b")
+    skip = {".git", "__pycache__", ".venv", "build", "dist"}
+    found = []
+    for path in sorted(root.rglob("*")):
+        if skip & set(path.relative_to(root).parts) or path.suffix not in {".py", ".md", ".toml", ".txt", ".sh", ""}:
+            continue
+        if not path.is_file() or path.stat().st_size > 2 << 20:
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        found += [f"{path.relative_to(root)}:{n}" for n, line in enumerate(text.splitlines(), 1) if cite.search(line)]
+    return found
+
+
+def test_the_repository_cites_nothing_outside_itself(tmp_path: Path) -> None:
+    assert _outside_citations(ROOT) == []
+    planted = tmp_path / "docs"
+    planted.mkdir()
+    zoo = "zoo"  # (spelt apart: this file must not cite them itself)
+    (planted / "page.md").write_text(f"fine\nas {zoo} §9 says\nsee {zoo}.md\nread ../" + "shared/dialects.md\n")
+    assert _outside_citations(tmp_path) == ["docs/page.md:2", "docs/page.md:3", "docs/page.md:4"]

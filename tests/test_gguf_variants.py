@@ -1,4 +1,4 @@
-"""llama.cpp ``dflash`` GGUF variants in circulation (zoo.md §3), crafted with gguf-py's GGUFWriter from a
+"""llama.cpp ``dflash`` GGUF variants in circulation (files written before llama.cpp settled its keys), crafted with gguf-py's GGUFWriter from a
 current file: Inspect names them with the fixing command, translation rewrites them to the current layout
 (byte-identical to converting the checkpoint directly), and older nested DFlash 2 tensor names are read."""
 

@@ -3,8 +3,10 @@
 Where the context comes from, in this order:
 
 * ``--context-file FILE``: UTF-8 text of the target's own domain (long documents, a book, a code base flattened).
-  Prompt *i* of *P* reads N tokens of it starting at token ``i · (M − N) // P`` (M: the file's tokens), so the
-  prompts see different stretches when the file is long enough and the same opening when it is just long enough;
+  Prompt *i* of *P* reads N tokens of it starting at token ``i · (M − N) // P`` (M: the tokens of the file's
+  opening that is encoded — as far as the longest level needs for every prompt a stretch of its own, and at least its
+  first MiB: `encode_window`), so the prompts see different stretches when the file is long enough and the same
+  opening when it is just long enough;
 * otherwise the prompts themselves: prompt *i* reads the *other* prompts' texts (message contents for chat
   prompts), from prompt *i + 1* on, wrapping, never its own — as a long conversation or a pile of documents would
   precede it. Where the others hold fewer than N tokens the run is refused (give ``--context-file``): repeating
@@ -19,6 +21,7 @@ prompt's tokens, give or take a merge at the seam: every figure states the *meas
 from __future__ import annotations
 
 import os
+from array import array
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -32,6 +35,12 @@ from .prompts import Prompt
 MAX_PROMPT_TOKENS_TOTAL = 8_000_000
 #: a context file larger than this is refused (64 MiB of text ≈ 16 M tokens: past every level)
 MAX_CONTEXT_FILE_BYTES = 64 << 20
+#: the characters one tokenizer call encodes: a fast tokenizer's encoding of a whole 16 MB file holds every token's
+#: string and offsets (2.6 GB); chunks of this size, cut at a line start, keep it to a few MB. A text of at most this
+#: many characters is encoded in one call, as it always was.
+ENCODE_CHUNK_CHARS = 1 << 20
+#: the least of a context file a run encodes (then on, chunk by chunk, only until the levels have their tokens)
+MIN_WINDOW_CHARS = 1 << 20
 RAW_SEPARATOR = " "
 CHAT_SEPARATOR = "\n\n"
 
@@ -62,6 +71,37 @@ def read_context_file(path: str | os.PathLike) -> str:
     return text
 
 
+def _chunk_end(text: str, start: int, size: int) -> int:
+    """Where a chunk of ``text`` from ``start`` ends: after the last line break within ``size`` characters that a
+    non-space follows (a pre-tokenizer boundary of the byte-level BPEs in circulation: a token never spans it), else
+    before the last space that follows a non-space, else at ``size`` characters."""
+    end = start + size
+    if end >= len(text):
+        return len(text)
+    cut = text.rfind("\n", start, end)
+    while cut > start and text[cut + 1].isspace():
+        cut = text.rfind("\n", start, cut)
+    if cut > start:
+        return cut + 1
+    cut = text.rfind(" ", start, end)
+    while cut > start and text[cut - 1].isspace():
+        cut = text.rfind(" ", start, cut - 1)
+    return cut if cut > start else end
+
+
+def encode_window(tokenizer: Any, text: str, tokens: int, *, min_chars: int = MIN_WINDOW_CHARS) -> array:
+    """The ids of ``text``'s opening, encoded chunk by chunk (`ENCODE_CHUNK_CHARS`, cut at a line start) until they
+    number at least ``tokens`` and at least ``min_chars`` characters are read (or the text ends): int32, 4 bytes a
+    token, never the whole of a long file's encoding at once."""
+    ids = array("i")
+    start = 0
+    while start < len(text) and (len(ids) < tokens or start < min_chars):
+        end = _chunk_end(text, start, ENCODE_CHUNK_CHARS)
+        ids.extend(tokenizer.encode(text[start:end], add_special_tokens=False))
+        start = end
+    return ids
+
+
 def _content(prompt: Prompt) -> str:
     if prompt.messages is not None:
         return CHAT_SEPARATOR.join(c for _, c in prompt.messages)
@@ -73,11 +113,14 @@ class LongContext:
     ``encode(text, add_special_tokens=False)`` / ``decode(ids)`` object)."""
 
     def __init__(self, tokenizer: Any, prompts: Sequence[Prompt], file_text: str | None = None,
-                 file_name: str | None = None) -> None:
+                 file_name: str | None = None, levels: Sequence[int] = ()) -> None:
         self.tokenizer, self.prompts = tokenizer, list(prompts)
         self.file_name = file_name
-        self._file_ids: list[int] | None = None
+        self._file_ids: array | None = None
         self._file_text = file_text
+        # a file is encoded as far as the longest level needs for every prompt its own stretch (and at least its
+        # opening MiB), not whole: memory and time follow what is measured, not the file's size
+        self._window_tokens = max(levels, default=0) * max(1, len(self.prompts))
         self._prompt_ids: dict[int, list[int]] = {}
 
     @property
@@ -95,13 +138,13 @@ class LongContext:
             return []
         if self._file_text is not None:
             if self._file_ids is None:
-                self._file_ids = self._encode(self._file_text)
+                self._file_ids = encode_window(self.tokenizer, self._file_text, max(tokens, self._window_tokens))
             ids = self._file_ids
             if len(ids) < tokens:
                 raise DFlashError(f"--context {level_label(tokens)}: {self.source} holds {len(ids):,} tokens of the "
                                   "target's tokenizer — give a longer file or a shorter level")
             start = index * (len(ids) - tokens) // max(1, len(self.prompts))
-            return ids[start: start + tokens]
+            return ids[start: start + tokens].tolist()
         texts: list[str] = []
         counted, n = 0, len(self.prompts)
         for step in range(1, n):

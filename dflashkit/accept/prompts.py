@@ -208,7 +208,7 @@ def _parse_prompt(line: str, src: Path, n: int) -> Prompt:
         obj = {"prompt": obj}
     if not isinstance(obj, dict):
         raise DFlashError(f"{where}: expected {_PROMPT_FORMS}, got a JSON {type(obj).__name__}")
-    pid, category = str(obj.get("id", f"{src.stem}:{n}")), str(obj.get("category", ""))
+    pid, category = _label(obj, "id", where) or f"{src.stem}:{n}", _label(obj, "category", where)
     given = [k for k in ("messages", "prompt", "text") if k in obj]
     if len(given) != 1:
         raise DFlashError(f"{where}: give exactly one of messages / prompt / text (found {given or 'none'})")
@@ -228,6 +228,27 @@ def _parse_prompt(line: str, src: Path, n: int) -> Prompt:
             raise DFlashError(f"{where}: messages[{i}] needs string 'role' and 'content'")
         out.append((m["role"], m["content"]))
     return Prompt(pid, category, messages=tuple(out))
+
+
+#: the longest prompt id or category: each is a cell of every report table (a 900 KB category padded every row)
+MAX_LABEL_CHARS = 128
+_JSON_KINDS = {bool: "boolean", list: "list", dict: "object", float: "number"}
+
+
+def _label(obj: dict[str, Any], key: str, where: str) -> str:
+    """A prompt's ``id`` or ``category``: a string (an id may be a whole number); absent or null is ''."""
+    value = obj.get(key)
+    if value is None:
+        return ""
+    if key == "id" and type(value) is int:
+        value = str(value)
+    if not isinstance(value, str):
+        kind = _JSON_KINDS.get(type(value), "number")
+        raise DFlashError(f"{where}: {key!r} must be a string{' or a whole number' if key == 'id' else ''}, got a "
+                          f"JSON {kind} — quote it")
+    if len(value) > MAX_LABEL_CHARS:
+        raise DFlashError(f"{where}: {key!r} is {len(value):,} characters, over {MAX_LABEL_CHARS} — shorten it")
+    return value
 
 
 def _has_lone_surrogate(value: Any, depth: int = 0) -> bool:

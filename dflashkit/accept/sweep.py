@@ -81,12 +81,12 @@ def check_context_plan(target: str | os.PathLike, prompts: Any, max_prompts: int
     from .prompts import load_prompts, template_kwargs_for
 
     tok = AutoTokenizer.from_pretrained(str(target))
-    tok.model_max_length = 1 << 62  # the context file is encoded whole: no "longer than the maximum" log line
+    tok.model_max_length = 1 << 62  # the context is encoded in long chunks: no "longer than the maximum" log line
     kwargs = template_kwargs_for(tok, reasoning, chat_template_kwargs)
     prompt_list = load_prompts(prompts, limit=max_prompts)
     runner = SimpleNamespace(tokenizer=tok, path=Path(target))
     text = read_context_file(context_file) if context_file is not None else None
-    long = LongContext(tok, prompt_list, text, Path(context_file).name if context_file else None)
+    long = LongContext(tok, prompt_list, text, Path(context_file).name if context_file else None, levels)
     lengths = [len(p.ids(runner, kwargs)[0]) for p in prompt_list]  # type: ignore[arg-type]
     longest = max(lengths)
     try:
@@ -164,7 +164,7 @@ def sweep_context(runner: HFTarget, prompt_list: list[Prompt], levels: Sequence[
                   drafters: Sequence[str | os.PathLike], llama_cpp_args: Sequence[str]) -> Any:
     """Measure at every level; the shortest level's result, carrying the sweep in ``by_context``."""
     text = read_context_file(context_file) if context_file is not None else None
-    long = LongContext(runner.tokenizer, prompt_list, text, Path(context_file).name if context_file else None)
+    long = LongContext(runner.tokenizer, prompt_list, text, Path(context_file).name if context_file else None, levels)
     lengths = [len(p.ids(runner, template_kwargs)[0]) for p in prompt_list]
     check_levels_fit(levels, target_context, max(lengths), max_new_tokens, f"target {runner.path}")
     check_levels_total(levels, lengths)

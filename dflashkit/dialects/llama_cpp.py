@@ -17,7 +17,8 @@ LLAMA_CPP = Dialect(
     names_conv_selector=True,
     needs_tokenizer=True,
     tensor_names={**_LLAMA_CPP_TENSORS, **_FAMILY_TENSORS},
-    # names written before llama.cpp settled them (zoo.md §2), per family: read, rewritten on translate
+    # names written before llama.cpp settled them (older DFlash 2 GGUFs' nested selector / conv names), per family:
+    # read, rewritten on translate
     tensor_aliases=family_llama_cpp_tensor_aliases(),
     file_type_after="{arch}.attention.value_length",
     keys=_hparams("block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",

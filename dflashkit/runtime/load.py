@@ -196,7 +196,8 @@ def _runtime_spec(f: DrafterFile, path: str | os.PathLike) -> tuple[DrafterSpec,
                           path=str(Path(path) / "config.json") if f.kind == "hf" else str(path))
     shapes = _loader_shapes(f, spec)
     # same rules as convert, and shapes before allocating (a d2t sets the own head's rows)
-    check_runnable(spec, {c: SimpleNamespace(shape=s) for c, s in shapes.items()}, f.path)
+    stored = {c: f.tensors[c].name for c in shapes if c in f.tensors}  # errors name a tensor as the file does
+    check_runnable(spec, {c: SimpleNamespace(shape=s, name=stored.get(c, c)) for c, s in shapes.items()}, f.path)
     return spec, used, shapes
 
 

@@ -37,7 +37,8 @@ class ZLabDFlash2(ZLabDFlash):
         "candidate_selector.successor_codebook.weight": "selector_successor.weight",
         "candidate_selector.hidden_projection.weight": "selector_hidden.weight",
     }
-    # DFlash 2 GGUFs written before llama.cpp settled its names (zoo.md §2)
+    # DFlash 2 GGUFs written before llama.cpp settled its names (the codebooks as
+    # candidate_selector.{predecessor,successor}_codebook.weight, conv tensors flat): the nested names they used
     llama_cpp_tensor_aliases = {
         "selector.hidden_proj.weight": "selector_hidden.weight",
         "selector.pred_codebook": "selector_predecessor.weight",
