@@ -12,7 +12,7 @@ from ..bounds import escape_name
 from ..errors import UsageError
 from ..files import check_output, write_text_atomic
 from ..accept.options import ContextOptions, LlamaCppOptions, PromptOptions
-from .common import (FiniteFloat, _emit, _parse_fraction, _resolve_format, dflash_command, format_option,
+from .common import (FiniteFloat, PathParam, _emit, _parse_fraction, _resolve_format, dflash_command, format_option,
                      context_options, llama_cpp_options, output_option, prompt_options, user_errors)
 
 
@@ -40,9 +40,9 @@ def _llama_cpp_inputs(*folders: str | None) -> list[str]:
 @click.option("--keep-quantized", is_flag=True,
               help="Keep quantized drafter weights quantized (fused dflashkit.runtime.kernels matmuls) instead of dequantizing.")
 @click.option("--ignore-eos", is_flag=True, help="Do not stop at the target's end-of-sequence tokens.")
-@click.option("--trace", type=click.Path(dir_okay=False), metavar="FILE.jsonl",
+@click.option("--trace", type=PathParam(dir_okay=False, expect="the trace's file name"), metavar="FILE.jsonl",
               help="Write the acceptance trace: one line per (drafter, prompt) (format: docs/formats.md).")
-@click.option("--plot", type=click.Path(dir_okay=False), metavar="FILE.html|FILE.png",
+@click.option("--plot", type=PathParam(dir_okay=False, expect="the plot's file name"), metavar="FILE.html|FILE.png",
               help="Write the τ-per-drafter plot: .html = the full report with charts, .png needs matplotlib.")
 @click.option("--max-drop", metavar="FRAC",
               help="Exit 1 when a drafter's τ is more than FRAC (0.05 or 5%) below the first drafter's, or it "

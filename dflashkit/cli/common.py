@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import atexit
-import errno
 import functools
-import math
 import os
 import sys
 import traceback
@@ -14,10 +12,12 @@ from typing import Any, Callable
 
 import click
 
-from ..bounds import MAX_LAYERS, dumps, escape_name
+from ..bounds import MAX_LAYERS, escape_name
 from ..errors import DFlashError, UsageError
-from ..files import write_text_atomic
 from ..files.tempdirs import remove_stale
+from .params import AsciiIntRange, FiniteFloat, LazyChoice, PathParam, ascii_float, ascii_int  # noqa: F401 (shared)
+from .stdout import echo_written as _echo_written, emit as _emit  # noqa: F401 (the commands' report output)
+from .stdout import guard_closed_stdout, is_stdout_error, stdout_lost
 
 MAX_PARITY_ROUNDS = 10_000  # each round keeps a block of logits for the report: 1e8 rounds asked for ~82 GB
 _REPORT_SUFFIXES = {".html": "html", ".htm": "html", ".json": "json", ".md": "markdown", ".markdown": "markdown"}
@@ -27,19 +27,6 @@ def _fail(message: str, code: int) -> None:
     # One line, whatever a file put into a name or value: control characters escaped, length cut.
     click.echo(f"error: {escape_name(message, limit=2000)}", err=True)
     sys.exit(code)
-
-
-_STDOUT_ERRNOS = (errno.ENOSPC, errno.EIO, errno.EBADF, errno.EPIPE)
-
-
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null: the interpreter's own flush at exit must not fail a second time."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, AttributeError, ValueError):
-        pass
 
 
 def _exit_interrupted() -> None:
@@ -69,9 +56,6 @@ def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
             finally:  # a write error on stdout surfaces here, as one line, not at interpreter exit
                 if sys.stdout is not None:
                     sys.stdout.flush()
-        except BrokenPipeError:
-            _silence_stdout()
-            _fail("stdout was closed before the output was written (broken pipe); write it with -o FILE", 1)
         except DFlashError as exc:
             if debug:
                 traceback.print_exc()
@@ -84,42 +68,13 @@ def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
         except Exception as exc:  # an unexpected failure is still one line, unless --debug
             if debug:
                 traceback.print_exc()
-            if isinstance(exc, OSError) and exc.errno in _STDOUT_ERRNOS:  # stdout on a full disk, a closed fd
-                _silence_stdout()
-                _fail(f"cannot write the output ({exc.strerror or exc}): is stdout a full device or closed? "
-                      "write it with -o FILE", 1)
             if isinstance(exc, OSError) and exc.filename is not None:  # a path the system refuses (too long, …)
                 _fail(f"{escape_name(str(exc.filename), limit=160)}: {exc.strerror or type(exc).__name__}", 1)
+            if is_stdout_error(exc):  # stdout closed, a full device, a closed pipe: "output" is the -o report option
+                _fail(stdout_lost(exc, report="output" in kwargs), 1)
             _fail(f"internal error: {type(exc).__name__}: {exc} (re-run with --debug for the traceback)", 1)
 
     return click.option("--debug", is_flag=True, help="Show tracebacks.")(wrapper)
-
-
-class FiniteFloat(click.FloatRange):
-    """A float option that refuses ``nan`` and ``inf`` (click's FloatRange compares, and NaN passes any comparison)."""
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
-        number = super().convert(value, param, ctx)
-        if not math.isfinite(number):
-            self.fail(f"{value!r} is not a finite number.", param, ctx)
-        return number
-
-
-class LazyChoice(click.Choice):
-    """A click.Choice whose choices are read from a table on first use. The report formats and the
-    provenance verdicts live in modules (the report model, the inspect checks) that the quantize and
-    convert commands never load; importing them at start-up would cost every command ~40 ms."""
-
-    def __init__(self, load: Callable[[], Any], case_sensitive: bool = True) -> None:  # noqa: D107
-        self._load = load
-        self._choices: tuple[str, ...] | None = None
-        self.case_sensitive = case_sensitive
-
-    @property  # type: ignore[override]
-    def choices(self) -> tuple[str, ...]:
-        if self._choices is None:
-            self._choices = tuple(self._load())
-        return self._choices
 
 
 def _expect_verdicts() -> list[str]:
@@ -132,7 +87,7 @@ def _layer_ids(value: str) -> list[int]:
     """``--target-layer-ids 1,9,17``: sorted, unique, non-negative integers."""
 
     try:
-        ids = [int(v) for v in value.replace(" ", "").split(",") if v != ""]
+        ids = [ascii_int(v) for v in value.replace(" ", "").split(",") if v != ""]
     except ValueError:
         raise UsageError(f"--target-layer-ids: expected integers separated by commas (e.g. 1,9,17,25,33), got {value!r}") from None
     if not ids or any(i < 0 or i >= MAX_LAYERS for i in ids) or ids != sorted(set(ids)):
@@ -159,18 +114,23 @@ class DFlashCommand(click.Command):
     stop its workers), and never for a caller that passes ``args`` (a test, a Python user)."""
 
     def main(self, args: Any = None, *rest: Any, standalone_mode: bool = True, **kw: Any) -> Any:
-        if args is not None or not standalone_mode or not os.path.basename(sys.argv[0]).startswith("dflash-"):
-            return super().main(args, *rest, standalone_mode=standalone_mode, **kw)
+        guard_closed_stdout()  # started with stdout closed (>&-): what is printed fails as on a full device
+        program = args is None and standalone_mode and os.path.basename(sys.argv[0]).startswith("dflash-")
         try:
-            return super().main(args, *rest, standalone_mode=True, **kw)
+            return super().main(args, *rest, standalone_mode=standalone_mode, **kw)
+        except OSError as exc:  # click's own output (--help, --version); a command's is one line in user_errors
+            if not standalone_mode or not is_stdout_error(exc):
+                raise
+            _fail(stdout_lost(exc, report=False, fix="redirect stdout to a file"), 1)
         except SystemExit as exc:
-            if "numba" in sys.modules and "ray" not in sys.modules and isinstance(exc.code, (int, type(None))):
+            if program and "numba" in sys.modules and "ray" not in sys.modules \
+                    and isinstance(exc.code, (int, type(None))):
                 atexit._run_exitfuncs()  # what registered itself for the exit still runs (0.001 s): not the teardown
                 for stream in (sys.stdout, sys.stderr):
                     try:
                         stream.flush()
-                    except (OSError, ValueError):  # a closed pipe: what could be said was said
-                        pass
+                    except (OSError, ValueError, AttributeError):  # a closed pipe, no stderr (2>&-): what could
+                        pass  # be said was said
                 os._exit(exc.code or 0)
             raise
 
@@ -233,44 +193,11 @@ def values_strict_option(func: Any) -> Any:
 
 
 def output_option(func: Any) -> Any:
-    return click.option("-o", "--output", type=click.Path(dir_okay=False, allow_dash=True), metavar="FILE",
+    return click.option("-o", "--output", metavar="FILE",
+                        type=PathParam(dir_okay=False, allow_dash=True, expect="the report's file name"),
                         callback=_stdout_as_stream,
                         help="Write the report to FILE (atomically; --force to replace it) instead of stdout; - or "
                              "/dev/stdout: stdout.")(func)
-
-
-def _emit(text: str, output: str | None, force: bool, quiet: bool, status: str, prog: str) -> None:
-    """The report on stdout, or into -o FILE with a 'wrote' line (unless -q)."""
-    if output is None:
-        if sys.stdout is None:  # started with stdout closed (>&-): the report would vanish
-            from ..errors import DFlashError as _Error
-
-            raise _Error("stdout is closed: the report has nowhere to go; write it with -o FILE")
-        click.echo(text, nl=not text.endswith("\n"))
-        return
-
-    write_text_atomic(output, text, force=force)
-    if not quiet:
-        click.echo(f"{prog}: wrote {output} — {status}", err=True)
-
-
-def _echo_written(result: Any, as_json: bool, quiet: bool, line: Callable[[dict[str, Any]], str]) -> None:
-    """A file-writing command's result: its JSON, or one line built from it (nothing with -q). OUT is complete
-    before this prints: when stdout cannot take the summary (a full device, a closed pipe), OUT is kept and the
-    error says so."""
-    summary = result.to_json()
-    text = dumps(summary, indent=2) if as_json else None if quiet else line(summary)
-    if text is None:
-        return
-    try:
-        click.echo(text)
-        sys.stdout.flush()
-    except OSError as exc:
-        if exc.errno not in _STDOUT_ERRNOS:
-            raise
-        _silence_stdout()
-        raise DFlashError(f"{result.out} is written and complete (kept), but its summary could not be printed "
-                          f"({exc.strerror or exc}): stdout is a full device or closed — redirect it, or use -q") from None
 
 
 def _warnings(quiet: bool) -> Callable[[str], None]:
@@ -288,7 +215,7 @@ def _parse_fraction(value: str | None, option: str) -> float | None:
         return None
     text = value.strip()
     try:
-        number = float(text.rstrip("%"))
+        number = ascii_float(text.rstrip("%"))
     except ValueError:
         raise UsageError(f"{option}: expected a fraction like 0.99 or a percentage like 99%, got {value!r}") from None
     if text.endswith("%") or number > 1:
@@ -339,13 +266,13 @@ def prompt_options(func: Any) -> Any:
     from ..accept.options import DEFAULT_MAX_NEW_TOKENS
 
     return _group([
-        click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False), metavar="FILE.jsonl",
-                     help='Prompts, one JSON per line: {"messages": [...]} (chat template), {"prompt": "..."} or '
+        click.option("--prompts", "prompts_file", type=PathParam(dir_okay=False, expect="a JSONL file"),
+                     metavar="FILE.jsonl", help='Prompts, one JSON per line: {"messages": [...]} (chat template), {"prompt": "..."} or '
                      '{"text": "..."} (raw). Default: the built-in chat / code / math / long-context set.'),
-        click.option("--max-prompts", type=click.IntRange(min=1), help="Use only the first N prompts."),
-        click.option("--max-new-tokens", type=click.IntRange(min=2), default=DEFAULT_MAX_NEW_TOKENS,
+        click.option("--max-prompts", type=AsciiIntRange(min=1), help="Use only the first N prompts."),
+        click.option("--max-new-tokens", type=AsciiIntRange(min=2), default=DEFAULT_MAX_NEW_TOKENS,
                      show_default=True, help="New tokens per prompt."),
-        click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True,
+        click.option("--seed", type=AsciiIntRange(0, 2**63 - 1), default=0, show_default=True,
                      help="Seed of sampling and of the bootstrap CI."),
         click.option("--reasoning", metavar="off|on|LEVEL",
                      help="Thinking switch of the chat template, as z-lab's `dflash benchmark --reasoning`: on/off "
@@ -370,9 +297,10 @@ def context_options(func: Any) -> Any:
     """--context, --context-file → ``context`` (a `ContextOptions`): dflash-accept, dflash-parity, dflash-release."""
     return _group([
         click.option("--context", metavar="N[,N…]",
-                     help="Measure each prompt after N tokens of long context, per level (token counts, 4k = 4096; "
-                     "e.g. 0,1k,4k): τ, speed-up and parity by context length, and where they fall."),
-        click.option("--context-file", type=click.Path(dir_okay=False), metavar="FILE.txt",
+                     help="Measure each prompt after N tokens of long context, per level (token counts, 4k = 4096, "
+                     "1M = 1048576, at most 1M; e.g. 0,1k,4k): τ, speed-up and parity by context length, and where "
+                     "they fall."),
+        click.option("--context-file", type=PathParam(dir_okay=False, expect="a UTF-8 text file"), metavar="FILE.txt",
                      help="The long context: UTF-8 text of the target's domain (default: the other prompts)."),
     ], ("context", "context_file"), "context", _context_options)(func)
 
@@ -409,7 +337,11 @@ def _llama_cpp_options(llama_cpp: str | None, llama_server: tuple[str, ...], tar
     if draft_n_max is not None or draft_cache_type is not None:  # (the serving module only when they are given)
         from ..accept.serving_measure import cache_type_value, draft_n_max_value
 
-        n_max = parse_list(draft_n_max, "--draft-n-max", draft_n_max_value) if draft_n_max is not None else []
+        def n_max_value(text: str) -> int:
+            ascii_int(text)  # (a ValueError says why)
+            return draft_n_max_value(text)
+
+        n_max = parse_list(draft_n_max, "--draft-n-max", n_max_value) if draft_n_max is not None else []
         caches = parse_list(draft_cache_type, "--draft-cache-type", cache_type_value) if draft_cache_type else []
     levels = parse_parallel_levels(parallel) if parallel is not None else ()  # checked with the servers (plan_serving)
     return LlamaCppOptions(llama_cpp, tuple(llama_server), tuple(target_gguf), llama_cpp_src, tuple(n_max),
@@ -422,20 +354,20 @@ def llama_cpp_options(func: Any) -> Any:
     from ..accept.options import DEFAULT_LLAMA_CPP_TIMEOUT_S
 
     return _group([
-        click.option("--llama-cpp", "llama_cpp", type=click.Path(file_okay=False), metavar="BIN_DIR",
-                     help="Also run every drafter in llama.cpp (BIN_DIR/llama-speculative-simple) on the same "
-                     "prompts, greedy: τ llama.cpp beside this runtime's τ."),
-        click.option("--llama-server", "llama_server", type=click.Path(file_okay=False), metavar="BIN_DIR",
-                     multiple=True, help="Measure every drafter where users run it: BIN_DIR/llama-server with and "
-                     "without the drafter on the same prompts (started on 127.0.0.1, stopped when done): τ, speed-up "
+        click.option("--llama-cpp", "llama_cpp", type=PathParam(file_okay=False, expect="llama.cpp's bin folder"),
+                     metavar="BIN_DIR", help="Also run every drafter in llama.cpp (BIN_DIR/llama-speculative-simple) "
+                     "on the same prompts, greedy: τ llama.cpp beside this runtime's τ."),
+        click.option("--llama-server", "llama_server", type=PathParam(file_okay=False, expect="llama.cpp's bin folder"),
+                     metavar="BIN_DIR", multiple=True, help="Measure every drafter where users run it: "
+                     "BIN_DIR/llama-server with and without the drafter on the same prompts (started on 127.0.0.1, stopped when done): τ, speed-up "
                      "with a paired CI, identical output, a verdict. dflash-release takes it repeated (builds side "
                      "by side)."),
-        click.option("--target-gguf", type=click.Path(dir_okay=False), metavar="FILE", multiple=True,
-                     help="The target as a GGUF for --llama-cpp / --llama-server (default: --target converted by "
+        click.option("--target-gguf", type=PathParam(dir_okay=False, expect="a GGUF file"), metavar="FILE",
+                     multiple=True, help="The target as a GGUF for --llama-cpp / --llama-server (default: --target converted by "
                      "llama.cpp's own converter from --llama-cpp-src). Repeat it to sweep quantized targets through "
                      "--llama-server (--llama-cpp uses the first)."),
-        click.option("--llama-cpp-src", type=click.Path(file_okay=False), metavar="DIR",
-                     help="llama.cpp's source tree (convert_hf_to_gguf.py), to make the target GGUF."),
+        click.option("--llama-cpp-src", type=PathParam(file_okay=False, expect="llama.cpp's source folder"),
+                     metavar="DIR", help="llama.cpp's source tree (convert_hf_to_gguf.py), to make the target GGUF."),
         click.option("--draft-n-max", metavar="N[,N...]",
                      help="With --llama-server: --spec-draft-n-max values to sweep, e.g. 4,8,15 (default: block "
                      "size − 1)."),
@@ -448,7 +380,7 @@ def llama_cpp_options(func: Any) -> Any:
         click.option("--llama-cpp-timeout", type=FiniteFloat(min=0.0, min_open=True, max=604800.0),
                      default=DEFAULT_LLAMA_CPP_TIMEOUT_S, show_default=True, metavar="SECONDS",
                      help="The longest one llama.cpp run, server start or request may take."),
-        click.option("--threads", type=click.IntRange(1, 512), default=1, show_default=True,
+        click.option("--threads", type=AsciiIntRange(1, 512), default=1, show_default=True,
                      help="llama.cpp threads (-t, target and drafter). ggml's threads spin while they wait: more "
                      "threads than idle cores makes a run many times slower."),
         click.option("--parallel", metavar="N[,N…]",

@@ -8,7 +8,7 @@ import click
 from ..bounds import MAX_LAYERS, U32_MAX
 from ..dialects import DEFAULT_DIALECT, DIALECTS
 from ..filetypes import OUTTYPE_CHOICES
-from .common import FiniteFloat, _echo_written, _layer_ids, _resolve_format, _warnings, dflash_command, format_option, user_errors, values_strict_option
+from .common import AsciiIntRange, FiniteFloat, PathParam, _echo_written, _layer_ids, _resolve_format, _warnings, dflash_command, format_option, user_errors, values_strict_option
 
 
 @dflash_command(
@@ -16,7 +16,7 @@ from .common import FiniteFloat, _echo_written, _layer_ids, _resolve_format, _wa
     "dflash-convert z-lab/Qwen3-8B-DFlash-b16 drafter-Q4_K_M.gguf --outtype q4_k_m --target Qwen3-8B.gguf --format json",
 )
 @click.argument("src")
-@click.argument("out", type=click.Path(dir_okay=False))
+@click.argument("out", type=PathParam(dir_okay=False, expect="the output file name"))
 @click.option(
     "--outtype",
     type=click.Choice(list(OUTTYPE_CHOICES), case_sensitive=False),
@@ -33,8 +33,8 @@ from .common import FiniteFloat, _echo_written, _layer_ids, _resolve_format, _wa
     show_default=True,
     help="GGUF dialect to write.",
 )
-@click.option("--num-target-layers", type=click.IntRange(min=1, max=MAX_LAYERS), help="Layer count of the target model, when neither the source nor --target gives it.")
-@click.option("--mask-token-id", type=click.IntRange(min=0, max=U32_MAX), help="Mask token id, when the source does not carry it.")
+@click.option("--num-target-layers", type=AsciiIntRange(min=1, max=MAX_LAYERS), help="Layer count of the target model, when neither the source nor --target gives it.")
+@click.option("--mask-token-id", type=AsciiIntRange(min=0, max=U32_MAX), help="Mask token id, when the source does not carry it.")
 @click.option(
     "--target-layer-ids",
     metavar="IDS",

@@ -8,6 +8,7 @@ import click
 
 from ..files import check_output, write_text_atomic
 from .common import FiniteFloat, _resolve_format, dflash_command, format_option, output_option, user_errors
+from .stdout import print_summary
 
 
 @dflash_command(
@@ -48,8 +49,8 @@ def diff_command(
     code = result.exit_code(threshold, allow_missing)
     if output is not None:
         write_text_atomic(output, text, force=force)
-        if not quiet:
-            click.echo(f"wrote {output} — {report.status}")
+        if not quiet:  # (on stdout, as convert's and quantize's summary)
+            print_summary(f"wrote {output} — {report.status}", f"{output} is written and complete (kept)")
     else:
         click.echo(text, nl=False)
         if fmt != "text" and code and not quiet:

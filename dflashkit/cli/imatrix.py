@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from ..bounds import escape_name
-from .common import dflash_command, user_errors
+from .common import AsciiIntRange, dflash_command, user_errors
+from .stdout import print_summary
 
 
 @dflash_command(
@@ -18,13 +19,13 @@ from .common import dflash_command, user_errors
               "the drafter's input.")
 @click.option("--prompts", "prompts_file", metavar="FILE.jsonl", help="Calibration prompts (default: the built-in "
               "set); use prompts like the ones the drafter will serve.")
-@click.option("--max-prompts", type=click.IntRange(min=1), help="Use only the first N prompts.")
-@click.option("--max-new-tokens", type=click.IntRange(min=2), default=64, show_default=True,
+@click.option("--max-prompts", type=AsciiIntRange(min=1), help="Use only the first N prompts.")
+@click.option("--max-new-tokens", type=AsciiIntRange(min=2), default=64, show_default=True,
               help="Tokens generated per prompt (draft rounds run until then).")
-@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True)
+@click.option("--seed", type=AsciiIntRange(0, 2**63 - 1), default=0, show_default=True)
 @click.option("-o", "--output", "out", required=True, metavar="FILE.gguf", help="The importance matrix to write.")
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr, no summary on stdout.")
 @user_errors
 def imatrix_command(drafter: str, target: str, prompts_file: str | None, max_prompts: int | None,
                     max_new_tokens: int, seed: int, out: str, force: bool, quiet: bool) -> None:
@@ -42,5 +43,5 @@ def imatrix_command(drafter: str, target: str, prompts_file: str | None, max_pro
                              seed=seed, progress=say)
     path = write_imatrix(result, out, force=force, inputs=tuple(inputs))
     if not quiet:
-        click.echo(f"wrote {path}: {len(result.sums)} tensors, {result.rounds} draft rounds over {result.prompts} "
-                   f"prompt(s) from {result.dataset}")
+        print_summary(f"wrote {path}: {len(result.sums)} tensors, {result.rounds} draft rounds over {result.prompts} "
+                      f"prompt(s) from {result.dataset}", f"{path} is written and complete (kept)")

@@ -10,7 +10,7 @@ import click
 
 from ..errors import UsageError
 from ..files import check_output
-from .common import context_options, FiniteFloat, MAX_PARITY_ROUNDS, _emit, _parse_fraction, _resolve_format, dflash_command, format_option, output_option, user_errors
+from .common import AsciiIntRange, PathParam, ascii_int, context_options, FiniteFloat, MAX_PARITY_ROUNDS, _emit, _parse_fraction, _resolve_format, dflash_command, format_option, output_option, user_errors
 
 
 def _parse_ids(value: str | None) -> list[int] | None:
@@ -19,7 +19,7 @@ def _parse_ids(value: str | None) -> list[int] | None:
         return None
     parts = [p for p in value.replace(",", " ").replace("[", " ").replace("]", " ").split() if p]
     try:
-        ids = [int(p) for p in parts]
+        ids = [ascii_int(p) for p in parts]
     except ValueError:
         raise UsageError(f"--prompt-ids: expected integers separated by commas or spaces, got {value!r}") from None
     if not ids or any(i < 0 for i in ids):
@@ -41,17 +41,17 @@ def _parse_ids(value: str | None) -> list[int] | None:
 )
 @click.option("--prompt", help="Prompt text for an HF --target (default: a fixed built-in prompt; chat template applied).")
 @click.option("--prompt-ids", metavar="IDS", help="Prompt token ids for an HF --target, e.g. '151644,872,198'.")
-@click.option("--rounds", type=click.IntRange(1, MAX_PARITY_ROUNDS), default=1, show_default=True,
+@click.option("--rounds", type=AsciiIntRange(1, MAX_PARITY_ROUNDS), default=1, show_default=True,
               help="Draft rounds, each from the cache of the previous ones (cropped as dflash_generate does).")
 @click.option("--device", type=click.Choice(["cpu", "cuda", "mps"], case_sensitive=False), default="cpu", show_default=True)
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"], case_sensitive=False), default="float32", show_default=True)
-@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True,
+@click.option("--seed", type=AsciiIntRange(0, 2**63 - 1), default=0, show_default=True,
               help="Seed of the random hidden states / embeddings.")
 @click.option("--threshold-top1", metavar="FRAC",
               help="Exit 1 when overall top-1 agreement is below FRAC (0.99 or 99%).")
 @click.option("--threshold-kl", type=FiniteFloat(min=0.0), metavar="NATS",
               help="Exit 1 when the mean KL(ref‖cand) exceeds NATS.")
-@click.option("--dump", type=click.Path(dir_okay=False), metavar="FILE.npz",
+@click.option("--dump", type=PathParam(dir_okay=False, expect="the dump's file name"), metavar="FILE.npz",
               help="Write the first round's exact inputs and both sides' outputs (format: docs/formats.md).")
 @click.option("--force", is_flag=True, help="Overwrite the --dump / -o files if they exist.")
 @format_option()

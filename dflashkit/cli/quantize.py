@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from ..filetypes import FILE_TYPE_ALIASES, NEEDS_IMATRIX, QUANTIZE_FILE_TYPES
-from .common import _echo_written, _resolve_format, _warnings, dflash_command, format_option, user_errors, values_strict_option
+from .common import PathParam, _echo_written, _resolve_format, _warnings, dflash_command, format_option, user_errors, values_strict_option
 
 
 def _type_list() -> str:
@@ -30,7 +30,7 @@ TYPE: {_type_list()}, or the drafter-aware preset Q4_K_M_DRAFT: Q4_K_M with fc a
     help=HELP,
 )
 @click.argument("src")
-@click.argument("out", type=click.Path(dir_okay=False))
+@click.argument("out", type=PathParam(dir_okay=False, expect="the output file name"))
 @click.argument("file_type", metavar="TYPE")
 @click.option("--pure", is_flag=True, help="One type for every quantizable tensor (no Q4_K_M/Q5_K_M mix), like llama-quantize --pure.")
 @click.option(

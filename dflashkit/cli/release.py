@@ -8,8 +8,9 @@ from ..bounds import escape_name
 from ..errors import UsageError
 from ..release.runners import DEFAULT_RAY_TIMEOUT_S
 from ..accept.options import ContextOptions, LlamaCppOptions, PromptOptions
-from .common import (FiniteFloat, _parse_fraction, context_options, dflash_command, llama_cpp_options,
+from .common import (AsciiIntRange, FiniteFloat, _parse_fraction, context_options, dflash_command, llama_cpp_options,
                      prompt_options, user_errors)
+from .stdout import print_summary
 
 
 @dflash_command(
@@ -27,11 +28,11 @@ from .common import (FiniteFloat, _parse_fraction, context_options, dflash_comma
               "needs --imatrix) and the Q4_K_M_DRAFT preset.")
 @click.option("--imatrix", "imatrix", metavar="FILE", help="Importance matrix every quantized type is made with "
               "(dflash-imatrix makes a drafter's; recorded in the card).")
-@click.option("--parity-rounds", type=click.IntRange(min=1, max=1000), default=4, show_default=True,
+@click.option("--parity-rounds", type=AsciiIntRange(min=1, max=1000), default=4, show_default=True,
               help="Draft rounds compared with the checkpoint per type.")
 @click.option("--min-top1", default="75%", show_default=True, metavar="FRAC",
               help="Parity gate: top-1 agreement with the checkpoint.")
-@click.option("--min-tau", type=click.FloatRange(min=0), metavar="TAU", help="τ gate, per type.")
+@click.option("--min-tau", type=FiniteFloat(min=0), metavar="TAU", help="τ gate, per type.")
 @click.option("--allow-failures", is_flag=True, help="Write the card even when a gate fails, with that row marked.")
 @click.option("--naming", type=click.Choice(["source", "target"]), default="source", show_default=True,
               help="File names: source — <drafter>-<TYPE>.gguf; target — dflash-<target>-<TYPE>.gguf, as "
@@ -42,7 +43,7 @@ from .common import (FiniteFloat, _parse_fraction, context_options, dflash_comma
 @click.option("--source-revision", metavar="REV", help="Its revision.")
 @click.option("--target-repo", metavar="ID", help="The hub repo of a local --target (how the card names it; "
               "default: its hub id when it is in the Hugging Face cache, else its folder's name).")
-@click.option("--jobs", "workers", type=click.IntRange(min=1), help="Local worker processes (default: one per CPU, "
+@click.option("--jobs", "workers", type=AsciiIntRange(min=1), help="Local worker processes (default: one per CPU, "
               "at most one per type; 1 runs in this process).")
 @click.option("--ray", "ray_address", is_flag=False, flag_value="local", default=None, metavar="[ADDRESS]",
               help="Run the jobs as Ray tasks (a local cluster, or ADDRESS); needs pip install 'dflashkit[ray]'.")
@@ -52,7 +53,8 @@ from .common import (FiniteFloat, _parse_fraction, context_options, dflash_comma
               "with the jobs' resources (an address that does not answer, a request the cluster cannot meet).")
 @click.option("--check", "check", is_flag=True, help="Verify a release folder (OUTDIR alone): checksums, files, "
               "and that the card's figures are release.json's.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr and no summary on stdout (the exit code "
+              "tells; the card and release.json hold the figures).")
 @user_errors
 @prompt_options
 @context_options
@@ -81,7 +83,9 @@ def release_command(paths: tuple[str, ...], target: str | None, types: str, prom
             for p in problems[:20]:
                 click.echo(f"error: {escape_name(p, limit=400)}", err=True)
             raise SystemExit(1)
-        click.echo(f"OK: {paths[0]} is the release its release.json records")
+        if not quiet:
+            print_summary(f"OK: {paths[0]} is the release its release.json records",
+                          f"{paths[0]} is the release its release.json records")
         return
     if len(paths) != 2:
         raise UsageError("give SRC and OUTDIR: dflash-release SRC OUTDIR --target DIR (or --check OUTDIR)")
@@ -98,6 +102,8 @@ def release_command(paths: tuple[str, ...], target: str | None, types: str, prom
     rec = result.record
     best = rec.get("recommended")
     marked = [f"{t} ({g['gate']})" for t, g in result.failures]
-    click.echo(f"OK: {len(rec['types'])} type(s) in {result.outdir}" + (f"; recommended {best}" if best else "")
-               + (f"; gates failed (marked in the card): {', '.join(marked)}" if marked else "")
-               + (f"; kept from the last run: {', '.join(result.skipped)}" if result.skipped else ""))
+    if not quiet:
+        print_summary(f"OK: {len(rec['types'])} type(s) in {result.outdir}" + (f"; recommended {best}" if best else "")
+                      + (f"; gates failed (marked in the card): {', '.join(marked)}" if marked else "")
+                      + (f"; kept from the last run: {', '.join(result.skipped)}" if result.skipped else ""),
+                      f"{result.outdir} is written and complete (kept)")
