@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -164,3 +165,48 @@ def test_a_bad_shape_in_a_gguf_is_named_as_the_file_names_it(tmp_path: Path) -> 
         run = run_contained(command, args, inputs=[bad, good], tmp=tmp_path / f"run{n}")
         check_contained(run, 1, message, bounded=True)
         assert run.lines()[0].endswith(message)
+
+
+# ---- no raw library warning ------------------------------------------------------------------------------------
+
+
+def test_the_target_takes_its_cache_by_the_name_its_transformers_gives_it() -> None:
+    """transformers 5.24 renamed the forward's ``past_key_values`` to ``cache`` (the old name prints a FutureWarning
+    and goes in 6.0): the keyword is read off the model's own signature."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from dflashkit.runtime.target import cache_argument
+
+    class Renamed(torch.nn.Module):  # the 5.24 signature
+        def forward(self, input_ids: Any = None, cache: Any = None, use_cache: bool = False) -> None:
+            return None
+
+    pinned = Qwen3ForCausalLM(Qwen3Config(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                          num_attention_heads=2, num_key_value_heads=1, head_dim=8, vocab_size=32))
+    assert cache_argument(Renamed(), "C") == {"cache": "C"}
+    assert cache_argument(pinned, "C") == {"past_key_values": "C"}
+
+
+def test_a_librarys_warning_is_one_line_and_its_deprecations_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    import warnings
+
+    from click.testing import CliRunner
+
+    import dflashkit.inspect as inspect_module
+    from dflashkit.cli import inspect_command
+
+    real = inspect_module.inspect_paths
+
+    def noisy(*args: Any, **kwargs: Any) -> Any:
+        warnings.warn("`past_key_values` is deprecated", FutureWarning)
+        warnings.warn("`x` is deprecated", DeprecationWarning)
+        warnings.warn("a note\nwith a second line", UserWarning)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(inspect_module, "inspect_paths", noisy)
+    res = CliRunner().invoke(inspect_command, [str(TRAINED / "drafter")])
+    assert res.exit_code == 0, res.output
+    assert res.stderr.splitlines() == ["warning: UserWarning: a note\\nwith a second line"]
+    with pytest.warns(FutureWarning, match="past_key_values"):  # --debug: left to Python's own handling
+        CliRunner().invoke(inspect_command, [str(TRAINED / "drafter"), "--debug"])

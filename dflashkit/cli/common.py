@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import os
 import sys
 import traceback
+import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import click
 
@@ -44,6 +46,28 @@ def _exit_interrupted() -> None:
     sys.exit(130)
 
 
+#: warnings about a library's own API (transformers ≥ 5.24: "`past_key_values` is deprecated"): nothing a user can
+#: act on, so not shown unless --debug
+_API_WARNINGS = (FutureWarning, DeprecationWarning, PendingDeprecationWarning)
+
+
+@contextlib.contextmanager
+def library_warnings(debug: bool) -> Iterator[None]:
+    """While a command runs, a Python warning from a library is one ``warning:`` line like ours (its category and
+    message, escaped), never the interpreter's two-line form with a source line; an API deprecation none at all."""
+
+    def show(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
+             line: str | None = None) -> None:
+        _warn(f"{category.__name__}: {message}")
+
+    with warnings.catch_warnings():
+        if not debug:
+            warnings.showwarning = show
+            for category in _API_WARNINGS:
+                warnings.simplefilter("ignore", category)
+        yield
+
+
 def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     """Turn library errors into one-line messages and exit codes (tracebacks only with --debug)."""
 
@@ -52,7 +76,8 @@ def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
         remove_stale()  # temp folders of dflashkit processes that were killed outright (files.tempdirs)
         try:
             try:
-                return func(*args, **kwargs)
+                with library_warnings(debug):
+                    return func(*args, **kwargs)
             finally:  # a write error on stdout surfaces here, as one line, not at interpreter exit
                 if sys.stdout is not None:
                     sys.stdout.flush()

@@ -30,7 +30,7 @@ import torch
 from ..errors import DFlashError, UsageError
 from ..target_rules import Target, check_runtime_fit
 from .dflash import DFlashDraftModel, TargetHead, sample_probs, sampling_probs
-from .target import HFTarget, extract_context_feature
+from .target import HFTarget, cache_argument, extract_context_feature
 
 # ---------------------------------------------------------------------------------------------
 # Acceptance rules
@@ -322,7 +322,7 @@ def _prefill(lm: Any, prompt: list[int], layers: list[int], device: torch.device
         return copy.deepcopy(kept.cache), kept.logits, kept.features, kept.seconds
     cache = _new_target_cache(lm)
     t0 = _sync(device)
-    out = lm(torch.tensor([prompt], device=device), past_key_values=cache, use_cache=True,
+    out = lm(torch.tensor([prompt], device=device), **cache_argument(lm, cache), use_cache=True,
              logits_to_keep=1, output_hidden_states=True)
     logits = out.logits[0, -1:]
     features = extract_context_feature(out.hidden_states, layers).to(dtype)
@@ -385,7 +385,7 @@ def _generate(model: DFlashDraftModel, target: HFTarget, head: TargetHead, promp
             nonfinite += int(bool(torch.isnan(checked).any() or torch.isposinf(checked).any()))
             block_ids[:, 1:] = draft
         out = lm(block_ids, position_ids=torch.arange(start, start + verify, device=device)[None],
-                 past_key_values=target_cache, use_cache=True, output_hidden_states=True)
+                 **cache_argument(lm, target_cache), use_cache=True, output_hidden_states=True)
         if temperature > 0:
             target_probs = sampling_probs(out.logits[0], temperature)
             if verify > 1:

@@ -8,6 +8,7 @@ The tap features are extracted exactly as z-lab's ``extract_context_feature``: t
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -52,6 +53,20 @@ def _quiet_transformers() -> Iterator[None]:
 TARGET_TEXT_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
                      "special_tokens_map.json", "chat_template.jinja", "chat_template.json", "added_tokens.json",
                      "vocab.json", "merges.txt", "tokenizer.model")
+
+
+def cache_argument(model: torch.nn.Module, cache: object) -> dict[str, object]:
+    """The keyword a transformers model takes its KV cache by: ``cache`` from transformers 5.24 on (where
+    ``past_key_values`` still works but prints a FutureWarning, and goes in 6.0), ``past_key_values`` before."""
+    kind = type(model)
+    name = _CACHE_KEYWORD.get(kind)
+    if name is None:
+        params = inspect.signature(model.forward).parameters
+        name = _CACHE_KEYWORD[kind] = "cache" if "cache" in params else "past_key_values"
+    return {name: cache}
+
+
+_CACHE_KEYWORD: dict[type, str] = {}
 
 
 class HFTarget:
@@ -166,7 +181,8 @@ class GreedyStream:
     def _step(self) -> None:
         """Feed every token not fed yet, keep their hidden states, append the next greedy token."""
         x = torch.tensor([self.tokens[self.fed :]], device=self.target.device)
-        out = self.target.model(x, past_key_values=self._cache, use_cache=True, output_hidden_states=True)
+        out = self.target.model(x, **cache_argument(self.target.model, self._cache), use_cache=True,
+                                output_hidden_states=True)
         for i in self.layers:
             self.hidden[i].append(out.hidden_states[i + 1][0].float())  # offset 1, as extract_context_feature
         self.fed = len(self.tokens)
