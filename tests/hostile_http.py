@@ -26,7 +26,7 @@ def completion_reply(n: int, *, draft: bool, n_max: int = 15, **timings: Any) ->
         rounds = -(-(n - 1) // (n_max + 1))
         t.update(draft_n=rounds * n_max, draft_n_accepted=(n - 1) - rounds)
     t.update(timings)
-    return {"content": "x", "tokens": [7 + (i % 5) for i in range(n)], "stop_type": "limit", "timings": t}
+    return {"content": "x", "tokens": [7 + (i % 5) for i in range(n)], "stop_type": "limit", "id_slot": 0, "timings": t}
 
 
 class HostileServer:

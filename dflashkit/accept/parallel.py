@@ -15,6 +15,10 @@ batch b, wrapping around the set so every batch is full). Per level:
   request sent to the last reply), and the speed-up: the geometric mean over batches of the paired ratio, with its
   bootstrap CI over batches and the verdict of `measured_verdict` (gain / no gain / loss).
 
+A server that dies during a level (killed, or aborting by itself at a large ``-np``) makes the level *crashed*, with
+its signal and last lines; one that refuses to run it, or replies what no request allows (an ``id_slot`` that is no
+slot of its ``-np``), makes it *refused*. Either way the level has no figure (`figures`: None), never a NaN.
+
 The order of the two arms alternates batch by batch, as the one-request measurement does.
 """
 
@@ -28,14 +32,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ..errors import DFlashError
+from ..llama_cpp.process import LlamaCppCrashed
 from ..llama_cpp.server import Completion, LlamaServer
 from ..llama_cpp.speculative_simple import mean_tau
-from .serving_measure import VERDICT_DIFFERS, PairedSpeeds, first_difference, measured_verdict
+from .serving_measure import VERDICT_CRASHED, VERDICT_DIFFERS, PairedSpeeds, first_difference, measured_verdict
 
 #: a slot drafts "much less" than slot 0 when its accepted tokens per round are under this share of slot 0's —
 #: each counted against the same prompts served one at a time where those are known, since which prompts a slot gets
 #: is the server's choice and τ differs by prompt far more than by slot
 SLOT_SHARE = 0.5
+#: the verdict of a level whose server refused to run it or replied what no request allows (a crash: VERDICT_CRASHED)
+VERDICT_REFUSED = "refused"
 
 
 @dataclass
@@ -58,14 +66,21 @@ class ParallelLevel(PairedSpeeds):
     n: int
     on: list[Batch] = field(default_factory=list)
     off: list[Batch] = field(default_factory=list)
-    refused: str | None = None
+    refused: str | None = None  # why the level has no figure: the server's refusal, or its crash (``crashed``)
+    crashed: bool = False  # the server died by a signal: ``refused`` is "… crashed (SIGNAL) while …: last lines"
     seed: int = 0
     alone_taus: list[float] = field(default_factory=list)  # prompt i's τ one request at a time (same build, -np 1)
 
-    def aggregate(self, batches: list[Batch]) -> float:
+    def aggregate(self, batches: list[Batch]) -> float | None:
+        """All batches' generated tokens over their wall time; None without a batch (a level with no figure)."""
         decoded = sum(c.decoded for b in batches for c in b.replies)
         wall = sum(b.wall_s for b in batches)
-        return decoded / wall if wall > 0 else math.nan
+        return decoded / wall if wall > 0 else None
+
+    @property
+    def measured(self) -> bool:
+        """The level has figures: the server ran every batch of both arms."""
+        return self.refused is None and bool(self.on) and bool(self.off)
 
     def differences(self, prompt_names: Sequence[str]) -> list[str]:
         """Requests whose output is not the target alone's for the same prompt (first differing token named)."""
@@ -102,11 +117,21 @@ class ParallelLevel(PairedSpeeds):
             return math.nan
         return mean_tau(known)
 
+    def silent_slots(self) -> list[int]:
+        """The slots of ``-np n`` no reply with a τ came from: nothing is known of how they draft."""
+        if not self.measured:
+            return []
+        return [s for s in range(self.n) if s not in self._slot_requests()]
+
     def slot_findings(self) -> list[str]:
         requests = self._slot_requests()
         taus = {s: mean_tau([t for _, t in r]) for s, r in requests.items()}
         first = taus.get(0)
         out = []
+        if silent := self.silent_slots():
+            replied = ", ".join(map(str, requests)) or "none"
+            out.append(f"slot(s) {', '.join(map(str, silent))} of -np {self.n} answered no request with a τ (slots "
+                       f"that did: {replied}): whether every slot drafts like slot 0 is not known")
         for s, tau in taus.items():
             if s == 0 or first is None or not first > 1.0:  # slot 0 drafting nothing too: the drafter, not a slot
                 continue
@@ -125,7 +150,7 @@ class ParallelLevel(PairedSpeeds):
 
     def verdict(self, prompt_names: Sequence[str]) -> str:
         if self.refused is not None:
-            return "refused"
+            return VERDICT_CRASHED if self.crashed else VERDICT_REFUSED
         if self.differences(prompt_names):
             return VERDICT_DIFFERS
         return measured_verdict(self.speedup, self.speedup_ci)
@@ -179,12 +204,8 @@ def measure_parallel(llama_server: str | os.PathLike, target_gguf: str | os.Path
                         into.append(send_batch(s, texts, prompts, max_new_tokens, seed, ignore_eos))
                     progress(f"llama-server -np {n}: batch {b + 1}: {level.on[-1].tokens_per_s:.1f} tok/s with the "
                              f"drafter, {level.off[-1].tokens_per_s:.1f} alone")
-        except Exception as exc:  # noqa: BLE001 - a server that refuses or dies is a finding of this level
-            from ..errors import DFlashError
-
-            if not isinstance(exc, DFlashError):
-                raise
-            level.refused = str(exc)
+        except DFlashError as exc:  # a server that refuses or dies is a finding of this level: no figure
+            level.refused, level.crashed = str(exc), isinstance(exc, LlamaCppCrashed)
             level.on, level.off = [], []
             progress(f"llama-server -np {n}: {exc}")
     return out

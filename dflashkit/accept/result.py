@@ -230,6 +230,13 @@ class AcceptMeasurement:
                                f"reference runtime's {d.tau:.2f} (--max-gap; {ci_text(c)})")
         if self.serving is not None:
             out += self.serving.failures(min_speedup)
+        if self.by_context is not None:  # a longer context level whose server refused or crashed has no figure
+            from ..sweeps import level_label
+
+            for level, res in zip(self.by_context.levels[1:], self.by_context.results[1:]):
+                if res.serving is not None:
+                    out += [f"at --context {level_label(level)}: {f}"
+                            for f in res.serving.failures(min_speedup, below=False)]
         return out
 
     def exit_code(self, max_drop: float | None = None, min_tau: float | None = None,

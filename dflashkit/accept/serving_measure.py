@@ -237,8 +237,10 @@ class ServingResult:
     def verdicts(self) -> list[str]:
         return [r.verdict(self.prompt_names) for r in self.runs]
 
-    def failures(self, min_speedup: float | None) -> list[str]:
-        """``--min-speedup X``: a combination below X, refused, crashed or not reproducing the target fails."""
+    def failures(self, min_speedup: float | None, *, below: bool = True) -> list[str]:
+        """``--min-speedup X``: a combination below X (``below``: the first context level only), refused, crashed
+        or not reproducing the target fails; so does a ``--parallel`` level that has no figure (its server refused
+        or crashed)."""
         if min_speedup is None:
             return []
         out = []
@@ -250,8 +252,12 @@ class ServingResult:
                 out.append(f"{where}: no speed-up measured (no target alone: pass --baseline-url)")
             elif v == VERDICT_DIFFERS:
                 out.append(f"{where}: output differs from the target alone — {r.differences(self.prompt_names)[0].text()}")
-            elif not r.speedup >= min_speedup:
+            elif below and not r.speedup >= min_speedup:
                 out.append(f"{where}: speed-up ×{r.speedup:.2f} below --min-speedup {min_speedup:g}")
+        for lv in self.parallel:  # a --parallel level without a figure (its server refused or died) fails too
+            if lv.refused is not None:
+                out.append(f"{Path(lv.drafter).name} at -np {lv.n}: no speed-up measured "
+                           f"({lv.verdict(self.prompt_names)}): {lv.refused}")
         return out
 
 

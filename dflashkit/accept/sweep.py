@@ -215,6 +215,13 @@ def series_by_runtime(sweep: ContextSweep, j: int) -> dict[str, list[list[float]
     return out
 
 
+def server_refusal(result: Any, drafter: str) -> str | None:
+    """Why llama-server gave drafter ``drafter`` no figure at this level (its refusal, or its crash with the signal
+    and last lines), None where it measured."""
+    runs = [s for s in (result.serving.runs if result.serving is not None else []) if s.drafter == drafter]
+    return runs[0].refused if runs else None
+
+
 def context_rows(sweep: ContextSweep, seed: int) -> list[dict[str, Any]]:
     """One row per drafter × level: mean prompt tokens, τ with its CI, Δτ against the shortest level (paired CI),
     llama.cpp's τ and llama-server's τ and speed-up where measured."""
@@ -237,9 +244,12 @@ def context_rows(sweep: ContextSweep, seed: int) -> list[dict[str, Any]]:
             if "llama-server speed-up" in series:
                 logs = [x for x in series["llama-server speed-up"][k] if math.isfinite(x)]
                 lci = _ci(logs, seed)
-                row["tau_server"] = mean_tau(series["llama-server τ"][k])
-                row["speedup"] = math.exp(sum(logs) / len(logs)) if logs else math.nan
+                tau_server = mean_tau(series["llama-server τ"][k])
+                # a level whose server refused or crashed has no figure: null beside its reason, never a NaN
+                row["tau_server"] = tau_server if math.isfinite(tau_server) else None
+                row["speedup"] = math.exp(sum(logs) / len(logs)) if logs else None
                 row["speedup_ci"] = [math.exp(lci[0]), math.exp(lci[1])] if lci else None
+                row["server_refused"] = server_refusal(res, d.path)
             rows.append(row)
     return rows
 

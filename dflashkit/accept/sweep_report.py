@@ -11,7 +11,7 @@ from ..reporting import Column, NotesSpec, TableSpec
 from ..stats import paired_bootstrap_ci
 from ..sweeps import level_label
 from .serving_measure import speedup_ci_of_logs, speedup_of_logs
-from .sweep import below_first, cliffs, context_rows, mean_prompt_tokens, series_by_runtime
+from .sweep import below_first, cliffs, context_rows, mean_prompt_tokens, series_by_runtime, server_refusal
 
 
 def _sweep(c: Any) -> Any:
@@ -55,6 +55,16 @@ def cliff_lines(r: Any) -> list[str]:
     if sweep is None:
         return []
     return [cl.text() for cl in cliffs(sweep, r.seed)] + below_first(sweep, r.seed)
+
+
+def server_failures(r: Any) -> list[str]:
+    """Per drafter, each context level whose llama-server refused or crashed: its message (the signal and last
+    lines) — that level's speed-up and τ through the server are null."""
+    sweep = r.by_context
+    if sweep is None:
+        return []
+    return [f"{d.name} at --context {level_label(level)}: {why}" for d in sweep.results[0].drafters
+            for level, res in zip(sweep.levels, sweep.results) if (why := server_refusal(res, d.path))]
 
 
 def _context_note(c: Any) -> str:
@@ -122,6 +132,8 @@ SECTIONS = (
               level=lambda c: "warning" if c.cliffs else "info",
               empty="no level significantly below the shortest (paired 95% CI, ≥ 10% lower)",
               when=lambda c: c.r.by_context is not None),
+    NotesSpec("llama-server by context length: no figure", lambda c: server_failures(c.r), id="context_server",
+              level="warning", when=lambda c: bool(server_failures(c.r))),
     TableSpec("τ by prompt category", _category_columns, lambda c: category_rows(c.r), id="by_category",
               note="τ per prompt category (the prompts file's 'category'), CI over the category's prompts",
               when=lambda c: len({p.category for p in c.r.prompts}) > 1),

@@ -110,16 +110,23 @@ ENDED_EARLY = ("eos", "word")
 class Limits:
     """What one request allows a reply to say: its ``n_predict``, the most draft tokens a round can carry (None:
     the server runs no drafter, so a reply with draft counts is impossible), the vocabulary (token ids below it)
-    and the wall time the exchange took (a reply cannot have generated for longer)."""
+    the wall time the exchange took (a reply cannot have generated for longer) and the slots the server was started
+    with (a reply's ``id_slot`` names one of them)."""
 
     n_predict: int
     draft_max: int | None
     vocab: int | None = None
     elapsed_ms: float | None = None
+    slots: int | None = None  # the server's -np: a reply's id_slot is one of 0 … slots − 1 (None: not known)
 
 
 def _impossible(where: str, what: str) -> DFlashError:
     return DFlashError(f"{where}: llama-server reported impossible figures ({what}) — refused, not reported")
+
+
+def _shown(value: Any) -> str:
+    """A value of a reply in a message: short, and nothing of it that could end the line."""
+    return escape_name(repr(value), limit=40)
 
 
 def parse_completion(body: bytes, where: str, limits: Limits) -> Completion:
@@ -138,13 +145,20 @@ def parse_completion(body: bytes, where: str, limits: Limits) -> Completion:
             or predicted_ms < 0:
         raise DFlashError(f"{where}: the server's reply has no finite timings.predicted_ms ({predicted_ms!r})")
     stop_type = doc.get("stop_type") if isinstance(doc.get("stop_type"), str) else None
+    slot = doc.get("id_slot")
+    # llama-server names the slot of every reply (both pinned builds' server-task.cpp): one it was not started with,
+    # or none at all, cannot be credited to a slot
+    if limits.slots is not None and (type(slot) is not int or not 0 <= slot < limits.slots):
+        shown = f"id_slot {_shown(slot)}" if "id_slot" in doc else "no id_slot"
+        raise _impossible(where, f"{shown} from a server of {limits.slots} slot(s) (-np {limits.slots}): its slots "
+                                 f"are 0 to {limits.slots - 1}")
     speculated = "draft_n" in t or "draft_n_accepted" in t
     c = Completion(tokens=list(tokens), predicted_n=_int(t.get("predicted_n"), "timings.predicted_n", where),
                    predicted_ms=float(predicted_ms), draft_n=_int(t.get("draft_n", 0), "timings.draft_n", where),
                    draft_accepted=_int(t.get("draft_n_accepted", 0), "timings.draft_n_accepted", where),
                    prompt_n=t.get("prompt_n") if isinstance(t.get("prompt_n"), int) else None,
                    speculated=speculated, stop_type=stop_type,
-                   slot=doc["id_slot"] if type(doc.get("id_slot")) is int and 0 <= doc["id_slot"] < 1 << 16 else None)
+                   slot=slot if type(slot) is int and 0 <= slot < 1 << 16 else None)
     check_completion(c, where, limits)
     return c
 
@@ -201,6 +215,7 @@ class _Client:
     url: str
     draft_max: int | None = None
     vocab: int | None = None
+    slots: int | None = None  # -np of a server dflashkit started (a server the user runs: not known)
     label: str = SERVER_BINARY
     #: the server runs a drafter: a reply without draft counts means it serves without one (`not_drafting`)
     expects_drafts: bool = False
@@ -231,7 +246,7 @@ class _Client:
         timeout = self.request_timeout if timeout is None else timeout
         reply = self._exchange("/completion", completion_request(prompt, n_predict, seed, ignore_eos), timeout)
         c = parse_completion(reply.body, self.label, Limits(n_predict, self.draft_max, self.vocab,
-                                                            reply.elapsed_s * 1e3))
+                                                            reply.elapsed_s * 1e3, self.slots))
         if self.expects_drafts and not c.speculated and c.decoded >= 2:  # one token leaves no room for a draft
             raise self.not_drafting()
         return c
@@ -298,7 +313,7 @@ class LlamaServer(_Client):
                  option: str = "--llama-server", spec_type: str | None = None,
                  request_timeout: float = REQUEST_TIMEOUT_S, vocab: int | None = None, parallel: int = 1) -> None:
         self.binary = executable(bin_dir, SERVER_BINARY, option, SERVER_BINARY)
-        self.parallel = parallel  # -np: the slots (ctx_size is all of them together, llama-server splits it)
+        self.parallel = self.slots = parallel  # -np (ctx_size is all of them together, llama-server splits it)
         self.target_gguf, self.drafter_gguf = str(target_gguf), None if drafter_gguf is None else str(drafter_gguf)
         if drafter_gguf is not None and draft_max is None:
             raise ValueError("a server with a drafter is started with its draft n-max (the bound of every reply)")

@@ -6,7 +6,7 @@ Checked, reading nothing outside OUTDIR (`inside`: base names, no links, regular
 - every figure that can be re-derived from the folder is: each file's size and checksum, its parameter count and
   bits per weight (from the GGUF's header), τ's mean from its per-prompt values, each llama-server figure (τ, the
   acceptance rate, the speed-up, its CI and its verdict from the per-prompt speeds), the recommended type and the
-  rule that chose it;
+  rule that chose it, and by context τ through llama-server from its per-prompt values;
 - the card is exactly the card the record renders (`card.render_card`), so an edited figure in either is found,
   named by its line; with ``--context`` the card's by-context and by-concurrency tables are derived from the
   record's per-prompt and per-batch values, and the picture beside it is drawn again and compared byte for byte;
@@ -64,6 +64,17 @@ def _read_record(out: Path) -> tuple[dict[str, Any], bytes]:
         raise DFlashError(str(exc)) from None
 
 
+def _tau_differs(recorded: float | None, per_prompt: list[float | None]) -> float | None:
+    """The mean τ of ``per_prompt`` (null: a prompt without a round) where ``recorded`` is not it (null where there
+    is none); None where it is."""
+    from ..llama_cpp.speculative_simple import mean_tau
+
+    mean = mean_tau([math.nan if x is None else x for x in per_prompt])
+    if (recorded is None) == (not math.isfinite(mean)) and (recorded is None or recorded == mean):
+        return None
+    return mean
+
+
 def _gguf_figures(path: Path) -> tuple[int, float | None] | str:
     from ..io.gguf_reader import open_gguf
 
@@ -79,8 +90,6 @@ def _gguf_figures(path: Path) -> tuple[int, float | None] | str:
 def _check_files(out: Path, record: dict[str, Any], problems: list[str]) -> dict[str, str | NotInside]:
     """Each type's file against its record; returns what hashing each file gave (its sha256, or why it was not
     read), so that SHA256SUMS is checked against the same reading."""
-    from ..llama_cpp.speculative_simple import mean_tau
-
     hashed: dict[str, str | NotInside] = {}
     for t in record["types"]:
         job = record["jobs"].get(t)
@@ -103,10 +112,8 @@ def _check_files(out: Path, record: dict[str, Any], problems: list[str]) -> dict
         elif figures != (job["parameters"], job["bits_per_weight"]):
             problems.append(f"{out / RECORD}: jobs.{t}: {job['parameters']} parameters at {job['bits_per_weight']} "
                             f"bits/weight recorded, the file has {figures[0]} at {figures[1]}")
-        taus = [math.nan if x is None else x for x in job["tau"]["per_prompt"]]
-        mean = mean_tau(taus)
-        if (job["tau"]["mean"] is None) != (not math.isfinite(mean)) or \
-                (job["tau"]["mean"] is not None and job["tau"]["mean"] != mean):
+        mean = _tau_differs(job["tau"]["mean"], job["tau"]["per_prompt"])
+        if mean is not None:
             problems.append(f"{out / RECORD}: jobs.{t}.tau.mean is {job['tau']['mean']}, its per-prompt values give "
                             f"{mean:.6g}")
         _check_serving(out, record, t, job, problems)
@@ -121,14 +128,13 @@ def _check_files(out: Path, record: dict[str, Any], problems: list[str]) -> dict
 
 def _check_serving(out: Path, record: dict[str, Any], t: str, job: dict[str, Any], problems: list[str]) -> None:
     """Each serving figure again from its per-prompt values: τ, the acceptance rate, the speed-up, its CI, and a
-    measured verdict (output differs, refused and crashed are what the server did: kept as recorded)."""
-    from ..llama_cpp.speculative_simple import mean_tau
-
+    measured verdict (output differs, refused and crashed are what the server did: kept as recorded, and the schema
+    refuses a figure beside them)."""
     seed = int(record["settings"]["seed"])
     for k, e in enumerate(job.get("serving", [])):
         where = f"{out / RECORD}: jobs.{t}.serving[{k}]"
-        tau = mean_tau([math.nan if x is None else x for x in e["tau_per_prompt"]])
-        if (e["tau"] is None) != (not math.isfinite(tau)) or (e["tau"] is not None and e["tau"] != tau):
+        tau = _tau_differs(e["tau"], e["tau_per_prompt"])
+        if tau is not None:
             problems.append(f"{where}.tau is {e['tau']}, its per-prompt values give {tau:.6g}")
         rate = e["accepted"] / e["drafted"] if e["drafted"] else None
         if e["acceptance_rate"] != rate:
@@ -139,6 +145,22 @@ def _check_serving(out: Path, record: dict[str, Any], t: str, job: dict[str, Any
                             f"give {speedup} {ci}")
         elif e["verdict"] in MEASURED and e["verdict"] != verdict_of(speedup, ci):
             problems.append(f"{where}.verdict is {e['verdict']}, its speed-up and CI give {verdict_of(speedup, ci)}")
+
+
+def _check_sweeps(out: Path, record: dict[str, Any], problems: list[str]) -> None:
+    """``by_context``'s τ through llama-server again from its per-prompt values (every other figure of the sweeps is
+    derived from the record by the card itself)."""
+    for t, rows in (record.get("by_context") or {"rows": {}})["rows"].items():
+        for k, r in enumerate(rows):
+            where = f"{out / RECORD}: by_context.rows.{t}[{k}].server_tau"
+            per_prompt = r.get("server_tau_per_prompt")
+            if per_prompt is None:
+                if r["server_tau"] is not None:
+                    problems.append(f"{where} is {r['server_tau']}, and no server_tau_per_prompt derives it")
+                continue
+            tau = _tau_differs(r["server_tau"], per_prompt)
+            if tau is not None:
+                problems.append(f"{where} is {r['server_tau']}, its per-prompt values give {tau:.6g}")
 
 
 def _check_card(out: Path, record: dict[str, Any], problems: list[str]) -> bytes | None:
@@ -251,6 +273,7 @@ def check_release(outdir: str | os.PathLike) -> list[str]:
     if not record["complete"]:
         problems.append(f"{out / RECORD}: the release did not finish (run dflash-release again to complete it)")
     hashed = _check_files(out, record, problems)
+    _check_sweeps(out, record, problems)
     card = _check_card(out, record, problems)
     drawn = _check_picture(out, record, problems)
     _check_sums(out, record, {CARD: card, RECORD: raw, PICTURE: drawn}, hashed, problems)

@@ -15,8 +15,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from ..accept.serving_measure import VERDICTS
+from ..accept.serving_measure import VERDICT_CRASHED, VERDICT_REFUSED, VERDICTS
 from ..errors import DFlashError
+from ..sweeps import MAX_PARALLEL
 
 FORMAT = "dflashkit-release/3"
 #: prompts one release measures τ over: its bootstraps and its card stay bounded whatever a record claims
@@ -135,20 +136,35 @@ def mapping(key: Check, value: Check, max_len: int) -> Check:
     return check
 
 
+def tau_value(block_size: int, *, null: bool = True) -> Check:
+    """τ of a drafter of block ``block_size``: from 1 (a round commits at least the target's bonus token) to the
+    block size (its block − 1 draft tokens all accepted, and the bonus) — `runtime.speculative.SpeculativeResult.tau`
+    (llama.cpp clamps a server's n-max to block − 1, so a server's τ has the same bound)."""
+    finite = number(null=null)
+
+    def check(v: Any, where: str) -> None:
+        finite(v, where)
+        if v is not None and not 1.0 <= v <= block_size:
+            raise _fail(where, v, f"is not a τ of a block-{block_size} drafter (1 to {block_size}: a round commits "
+                                  f"at most its {block_size - 1} draft tokens and the bonus)")
+    return check
+
+
 FRACTION = number(0.0, 1.0, null=True)
 HASH = text(64, pattern=HEX64)
 COUNT = integer(0, 2**62)
 SEED = integer(0, 2**63 - 1)
 
 SPEED = number(0.0, 1e9, null=True)
+BLOCK_SIZE = integer(2, 4096)
 
 
-def serving_run(max_prompts: int) -> Obj:
+def serving_run(max_prompts: int, block_size: int) -> Obj:
     """One type's figures through llama-server at one (build, target GGUF, cache type, n-max)."""
     return Obj({
         "build": text(MAX_NAME), "target_gguf": text(MAX_NAME), "draft_n_max": integer(1, 4096, null=True),
-        "draft_cache_type": text(16, null=True), "tau": number(1.0, 4097.0, null=True),
-        "tau_per_prompt": listing(number(0.0, 4097.0, null=True), max_prompts),
+        "draft_cache_type": text(16, null=True), "tau": tau_value(block_size),
+        "tau_per_prompt": listing(tau_value(block_size), max_prompts),
         "acceptance_rate": FRACTION, "drafted": COUNT, "accepted": COUNT, "tokens_per_s_on": SPEED,
         "tokens_per_s_off": SPEED, "per_prompt_tokens_per_s": listing(listing(SPEED, 2, min_len=2), max_prompts),
         "speedup": number(0.0, 1e6, null=True), "speedup_ci": listing(number(0.0, 1e6), 2, null=True, min_len=2),
@@ -162,37 +178,41 @@ SERVING = Obj({"builds": listing(text(MAX_NAME), 16, min_len=1), "host": text(20
                "draft_cache_types": listing(text(16, null=True), 16, min_len=1)}, null=True)
 
 
-def job_schema(max_prompts: int) -> Obj:
+def job_schema(max_prompts: int, block_size: int) -> Obj:
     return Obj({
         "type": text(32), "file": text(MAX_NAME, pattern=SAFE_NAME), "size_bytes": COUNT, "parameters": COUNT,
         "bits_per_weight": number(0.0, 64.0, null=True),
         "inspect": Obj({"errors": COUNT, "warnings": COUNT}),
         "diff": Obj({"tensors": COUNT, "worst_rel_rms": number(0.0, null=True), "worst_tensor": text(MAX_NAME, null=True)}),
         "parity": Obj({"top1": FRACTION, "kl_mean": number(0.0, null=True), "rounds": integer(1, 1000)}),
-        "tau": Obj({"mean": number(0.0, 4097.0, null=True),
-                    "per_prompt": listing(number(0.0, 4097.0, null=True), max_prompts),
+        "tau": Obj({"mean": tau_value(block_size), "per_prompt": listing(tau_value(block_size), max_prompts),
                     "nonfinite_rounds": COUNT, "prompts": integer(0, max_prompts), "max_new_tokens": integer(2, 1 << 20)},
-                   optional={"llama_cpp": number(0.0, 4097.0, null=True), "llama_cpp_refused": text(null=True),
+                   optional={"llama_cpp": tau_value(block_size), "llama_cpp_refused": text(null=True),
                              "prompt_tokens": number(0.0, 1e9),  # the mean prompt tokens τ was measured at
                              "categories": listing(text(64), max_prompts),  # each prompt's category
                              "llama_cpp_note": text(200, null=True)}),
         "gates_failed": listing(Obj({"gate": text(32), "why": text()}), 16),
         "sha256": HASH,
-    }, optional={"serving": listing(serving_run(max_prompts), 4096), "seal": HASH})
+    }, optional={"serving": listing(serving_run(max_prompts, block_size), 4096), "seal": HASH})
 
 
 # ---- the record's schema --------------------------------------------------------------------------------------
 
 
-def sweep_schemas(max_prompts: int, max_types: int) -> dict[str, Obj]:
-    """``by_context`` / ``by_parallel`` (`dflashkit.release.sweeps`): per-prompt and per-batch values only."""
+def sweep_schemas(max_prompts: int, max_types: int, block_size: int) -> dict[str, Obj]:
+    """``by_context`` / ``by_parallel`` (`dflashkit.release.sweeps`): per-prompt and per-batch values only (and
+    ``server_tau``, which ``--check`` derives from ``server_tau_per_prompt``); a level without a figure says why
+    (``server_refused``, ``refused`` and ``crashed``)."""
     level_row = Obj({"context": COUNT, "prompt_tokens": number(0.0, 1e9),
-                     "tau_per_prompt": listing(number(0.0, 4097.0, null=True), max_prompts),
-                     "server_tau": number(0.0, 4097.0, null=True),
-                     "log_speedups": listing(number(-50.0, 50.0), max_prompts, null=True)})
-    parallel_row = Obj({"np": COUNT, "on": listing(SPEED, 4096), "off": listing(SPEED, 4096),
-                        "slot_tau": mapping(text(8), number(0.0, 4097.0, null=True), 64), "differences": COUNT,
-                        "refused": text(null=True), "findings": listing(text(600), 64)})
+                     "tau_per_prompt": listing(tau_value(block_size), max_prompts),
+                     "server_tau": tau_value(block_size),
+                     "log_speedups": listing(number(-50.0, 50.0), max_prompts, null=True)},
+                    optional={"server_tau_per_prompt": listing(tau_value(block_size), max_prompts, null=True),
+                              "server_refused": text(null=True)})
+    parallel_row = Obj({"np": integer(1, MAX_PARALLEL), "on": listing(SPEED, 4096), "off": listing(SPEED, 4096),
+                        "slot_tau": mapping(text(8), tau_value(block_size), MAX_PARALLEL), "differences": COUNT,
+                        "refused": text(null=True), "findings": listing(text(600), 64)},
+                       optional={"crashed": boolean()})
     return {
         "by_context": Obj({"levels": listing(COUNT, 16, min_len=1), "source": text(200), "build": text(200, null=True),
                            "rows": mapping(text(32), listing(level_row, 16), max_types),
@@ -210,7 +230,9 @@ SETTINGS = Obj({
 
 
 def _validate_sweeps(record: dict[str, Any], types: list[str]) -> None:
-    """``by_context`` / ``by_parallel`` rows: types of this release, one row per level in the levels' order."""
+    """``by_context`` / ``by_parallel`` rows: types of this release, one row per level in the levels' order, no more
+    per-prompt values than prompts, per-slot τ only of slots of the level's ``-np``, and no figure beside a server
+    that refused or crashed."""
     part = record.get("by_context")
     if part:
         levels = part["levels"]
@@ -221,13 +243,53 @@ def _validate_sweeps(record: dict[str, Any], types: list[str]) -> None:
                 raise RecordError(f"by_context.rows.{t}: not a type of this release")
             if [r["context"] for r in rows] != levels:
                 raise RecordError(f"by_context.rows.{t}: its rows' levels are not by_context.levels {levels!r}")
+            for k, r in enumerate(rows):
+                where = f"by_context.rows.{t}[{k}]"
+                if len(r.get("server_tau_per_prompt") or []) > len(r["tau_per_prompt"]) or \
+                        len(r["log_speedups"] or []) > len(r["tau_per_prompt"]):
+                    raise RecordError(f"{where}: more llama-server values than its {len(r['tau_per_prompt'])} prompts")
+                if r.get("server_refused") is not None:
+                    _no_figures(where, "server_refused", r, ("server_tau", "server_tau_per_prompt", "log_speedups"))
     part = record.get("by_parallel")
     if part:
         for t, rows in part["rows"].items():
             if t not in types:
                 raise RecordError(f"by_parallel.rows.{t}: not a type of this release")
-            if any(len(r["on"]) != len(r["off"]) for r in rows):
-                raise RecordError(f"by_parallel.rows.{t}: batches with and without the drafter differ in number")
+            for k, r in enumerate(rows):
+                _check_parallel_row(f"by_parallel.rows.{t}[{k}]", r)
+
+
+#: what a level or a combination without a figure holds in place of each figure
+_EMPTY: dict[str, Any] = {"on": [], "off": [], "slot_tau": {}, "differences": 0, "findings": [], "tau_per_prompt": [],
+                          "per_prompt_tokens_per_s": [], "drafted": 0, "accepted": 0}
+
+
+def _no_figures(where: str, reason: str, row: dict[str, Any], keys: tuple[str, ...]) -> None:
+    """A level (or combination) whose server refused or crashed has no figure: each of ``keys`` null or empty."""
+    for key in keys:
+        if key in row and row[key] != _EMPTY.get(key):
+            raise RecordError(f"{where}.{key}: {_describe(row[key])} beside {reason} — a server that refused or "
+                              "crashed measured nothing")
+
+
+def _check_parallel_row(where: str, r: dict[str, Any]) -> None:
+    """A ``--parallel`` level: its batches paired, τ only of slots of its ``-np``, and figures only when measured."""
+    if r.get("crashed") and r["refused"] is None:
+        raise RecordError(f"{where}.crashed: true without the crash's message in refused")
+    if r["refused"] is not None:
+        _no_figures(where, "refused" if not r.get("crashed") else "crashed",
+                    r, ("on", "off", "slot_tau", "differences", "findings"))
+        return
+    if not r["on"]:
+        raise RecordError(f"{where}: no batch measured and no reason in refused")
+    if len(r["on"]) != len(r["off"]):
+        raise RecordError(f"{where}: batches with and without the drafter differ in number")
+    if r["differences"] > len(r["on"]) * r["np"]:
+        raise RecordError(f"{where}.differences: {r['differences']} for {len(r['on'])} batch(es) of {r['np']} requests")
+    for slot in r["slot_tau"]:
+        if not (slot.isdecimal() and slot.isascii() and int(slot) < r["np"] and str(int(slot)) == slot):
+            raise RecordError(f"{where}.slot_tau: {_describe(slot)} is not a slot of -np {r['np']} (0 to "
+                              f"{r['np'] - 1})")
 
 
 def validate_record(record: Any, where: str, known_types: tuple[str, ...]) -> dict[str, Any]:
@@ -246,13 +308,17 @@ def _validate(record: Any, known_types: tuple[str, ...]) -> None:
         raise RecordError(f"format: {_describe(record.get('format'))} is not {FORMAT!r} (a record of another "
                           "dflashkit version, or not a release's)")
     SETTINGS(record.get("settings"), "settings")
+    if "block_size" not in record:
+        raise RecordError("block_size: missing")
+    BLOCK_SIZE(record["block_size"], "block_size")  # first: it bounds every τ of the record
+    block_size = record["block_size"]
     settings = record["settings"]
     max_prompts = min(settings["max_prompts"] or MAX_RELEASE_PROMPTS, MAX_RELEASE_PROMPTS)
-    job = job_schema(max_prompts)
+    job = job_schema(max_prompts, block_size)
     type_name = text(32, choices=known_types)
     Obj({
         "format": text(64), "name": text(MAX_NAME, pattern=SAFE_NAME), "family": text(MAX_NAME),
-        "block_size": integer(2, 4096), "spec_type": text(64),
+        "block_size": BLOCK_SIZE, "spec_type": text(64),
         "types": listing(type_name, len(known_types), min_len=1), "inputs_digest": HASH,
         "source": Obj({"repo": text(MAX_NAME), "revision": text(MAX_NAME, null=True), "license": text(MAX_NAME, null=True)}),
         "target": text(MAX_NAME), "target_gguf_name": text(MAX_NAME), "dflashkit_version": text(64),
@@ -264,7 +330,7 @@ def _validate(record: Any, known_types: tuple[str, ...]) -> None:
                  "recommended_by": text(16, choices=("speed-up", "τ")),
                  "base_seal": text(64, null=True, pattern=HEX64),
                  "imatrix": Obj({"name": text(MAX_NAME), "sha256": HASH}),
-                 **sweep_schemas(max_prompts, len(known_types))})(record, "")
+                 **sweep_schemas(max_prompts, len(known_types), block_size)})(record, "")
     types = record["types"]
     if len(set(types)) != len(types):
         raise RecordError(f"types: {types!r} lists a type twice")
@@ -284,6 +350,14 @@ def _validate(record: Any, known_types: tuple[str, ...]) -> None:
         for k, e in enumerate(j.get("serving", [])):
             if len(e["tau_per_prompt"]) > tau["prompts"] or len(e["per_prompt_tokens_per_s"]) > tau["prompts"]:
                 raise RecordError(f"jobs.{t}.serving[{k}]: more per-prompt values than the {tau['prompts']} prompts")
+            if (e["verdict"] in (VERDICT_REFUSED, VERDICT_CRASHED)) != (e["refused"] is not None):
+                raise RecordError(f"jobs.{t}.serving[{k}].verdict: {_describe(e['verdict'])} with refused "
+                                  f"{_describe(e['refused'])} — the server's message goes with refused to load or "
+                                  "crashed, and only with them")
+            if e["refused"] is not None:
+                _no_figures(f"jobs.{t}.serving[{k}]", e["verdict"], e,
+                            ("tau", "tau_per_prompt", "acceptance_rate", "drafted", "accepted", "tokens_per_s_on",
+                             "tokens_per_s_off", "per_prompt_tokens_per_s", "speedup", "speedup_ci"))
     _validate_sweeps(record, types)
     if record["complete"] and any(t not in record["jobs"] for t in types):
         missing = next(t for t in types if t not in record["jobs"])

@@ -47,6 +47,7 @@ def measure_sweeps(files: dict[str, Path], target: Any, *, prompt: PromptOptions
                             progress=lambda m: say(f"release sweep: {m}"))
     out: dict[str, Any] = {}
     if levels:
+        from ..accept.sweep import server_refusal
         from ..accept.sweep_report import cliff_lines
 
         sweep = result.by_context
@@ -54,11 +55,14 @@ def measure_sweeps(files: dict[str, Path], target: Any, *, prompt: PromptOptions
         for level, res in zip(sweep.levels, sweep.results):
             for t, d in zip(types, res.drafters):
                 served = [s for s in (res.serving.runs if res.serving else []) if s.drafter == d.path and s.off]
+                why = server_refusal(res, d.path)
                 rows[t].append({
                     "context": level, "prompt_tokens": sum(map(len, res.prompt_ids)) / len(res.prompt_ids),
                     "tau_per_prompt": [_finite(r.tau) for r in d.runs],
                     "server_tau": _finite(served[0].tau) if served else None,
-                    "log_speedups": [float(x) for x in served[0].log_ratios()] if served else None})
+                    "server_tau_per_prompt": [_finite(x) for x in served[0].taus] if served else None,
+                    "log_speedups": [float(x) for x in served[0].log_ratios()] if served else None,
+                    "server_refused": scrub(_name_types(why, files)) if why else None})
         out["by_context"] = {"levels": list(sweep.levels), "source": _public_source(sweep.source),
                              "build": build if llama_server else None, "rows": rows,
                              "cliffs": [scrub(_name_types(c, files)) for c in cliff_lines(result)][:64]}
@@ -72,6 +76,7 @@ def measure_sweeps(files: dict[str, Path], target: Any, *, prompt: PromptOptions
                             "slot_tau": {str(s): _finite(v) for s, v in lv.slot_taus().items()},
                             "differences": len(lv.differences(names)),
                             "refused": scrub(_name_types(lv.refused, files)) if lv.refused else None,
+                            "crashed": lv.crashed,
                             "findings": [scrub(_name_types(f, files)) for f in lv.slot_findings()]})
         out["by_parallel"] = {"build": build, "rows": prow}
     return out
@@ -120,7 +125,7 @@ def parallel_table(part: dict[str, Any], seed: int) -> list[dict[str, Any]]:
             out.append({"type": t, "np": r["np"], "slot_tau": r["slot_tau"], "speedup": speedup_of_logs(logs),
                         "speedup_ci": speedup_ci_of_logs(logs, seed), "tok_s_on": sum(on) / len(on) if on else None,
                         "tok_s_off": sum(off) / len(off) if off else None, "differences": r["differences"],
-                        "refused": r["refused"], "findings": r["findings"]})
+                        "refused": r["refused"], "crashed": r.get("crashed", False), "findings": r["findings"]})
     return out
 
 
@@ -154,6 +159,9 @@ def card_lines(record: dict[str, Any]) -> list[str]:
         lines += ["", f"![τ and speed-up by context length]({PICTURE})", ""]
         lines += [f"- {markdown_text(c)}" for c in part["cliffs"]] or ["- No level's τ is significantly below the "
                                                                          "shortest's."]
+        lines += [f"- {markdown_text(t)} at --context {level_label(r['context'])}: no speed-up — "
+                  f"{markdown_text(r['server_refused'])}" for t, rows in part["rows"].items() for r in rows
+                  if r.get("server_refused")]
     part = record.get("by_parallel")
     if part:
         lines += ["", "## By concurrent requests", "",
@@ -163,11 +171,12 @@ def card_lines(record: dict[str, Any]) -> list[str]:
                   "|---|---|---|---|---|---|---|---|"]
         for r in parallel_table(part, seed):
             slots = ", ".join(f"{s}: {_f(v, '.2f')}" for s, v in r["slot_tau"].items()) or "—"
-            outputs = ("refused" if r["refused"] else "identical" if not r["differences"]
-                       else f"{r['differences']} differ")
+            outputs = (("crashed" if r["crashed"] else "refused") if r["refused"] else
+                       "identical" if not r["differences"] else f"{r['differences']} differ")
             lines.append(f"| {markdown_text(r['type'])} | {r['np']} | {markdown_text(slots)} | {_f(r['tok_s_off'], '.1f')} | {_f(r['tok_s_on'], '.1f')} "
                          f"| {_f(r['speedup'], '.2f')} | {_ci(r['speedup_ci'], '.2f')} | {outputs} |")
-            lines += [f"- {markdown_text(r['type'])} at -np {r['np']}: {markdown_text(f)}" for f in r["findings"]]
+            lines += [f"- {markdown_text(r['type'])} at -np {r['np']}: {markdown_text(f)}"
+                      for f in ([r["refused"]] if r["refused"] else []) + r["findings"]]
     return lines
 
 
