@@ -43,6 +43,9 @@ class DrafterSpec:
     sliding_window: int | None = None
     sliding_window_pattern: tuple[bool, ...] | None = None  # per layer, True = sliding
     causal: bool | None = None
+    # the per-layer causality the checkpoint's reference runs, where one GGUF flag cannot say it
+    # (dflashkit.attention.causal_layers; `dflashkit.causality`): information, not part of the model's identity
+    reference_causal_layers: tuple[bool, ...] | None = field(default=None, compare=False)
     final_logit_softcapping: float | None = None
     embedding_scale: float | None = None
     logit_scale: float | None = None  # HF output_multiplier

@@ -58,6 +58,8 @@ EXPECTED_METADATA: dict[str, dict[str, tuple[V, object]]] = {
         "tokenizer.ggml.mask_token_id": (U32, 500),
         "dflash.attention.sliding_window": (U32, 8),
         "dflash.attention.sliding_window_pattern": (V.BOOL, [True, True, False]),
+        # no is_causal: z-lab runs the sliding layers causal, llama.cpp's one flag (absent) none: recorded
+        "dflashkit.attention.causal_layers": (V.BOOL, [True, True, False]),
     },
     "gemma4": {
         **_hparams(4096, 72, 5, 96, 3, 1, 24, 1e4),
@@ -66,6 +68,7 @@ EXPECTED_METADATA: dict[str, dict[str, tuple[V, object]]] = {
         "tokenizer.ggml.mask_token_id": (U32, 4),
         "dflash.attention.sliding_window": (U32, 16),
         "dflash.attention.sliding_window_pattern": (V.BOOL, [True, True, True, True, False]),
+        "dflashkit.attention.causal_layers": (V.BOOL, [True, True, True, True, False]),
         "dflash.final_logit_softcapping": (F32, 30.0),
         "dflash.embedding_scale": (F32, 8.48528137423857),
     },

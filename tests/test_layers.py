@@ -21,6 +21,7 @@ LAYERS: dict[str, int] = {
     "dflashkit.errors": 0,
     "dflashkit._numba_cache": 0,  # where numba keeps compiled kernels (set before the codecs import numba)
     "dflashkit.spec": 0,
+    "dflashkit.causality": 0,  # causality inside the block: a reference's per-layer rule, llama.cpp's one flag
     "dflashkit.files": 0,
     "dflashkit.bounds": 0,
     "dflashkit.templates": 0,  # a chat template rendered bounded (time, memory, output)

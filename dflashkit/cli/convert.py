@@ -54,6 +54,13 @@ from .common import AsciiIntRange, FiniteFloat, PathParam, _echo_written, _layer
     "say. Default: the config's input_embedding_scale; for a Gemma target without one, √hidden_size as mainline "
     "llama.cpp writes it (a warning says so; --embedding-scale 1 keeps embeddings unscaled).",
 )
+@click.option(
+    "--llama-cpp-causal", type=click.Choice(["true", "false"], case_sensitive=False),
+    help="Write llama.cpp's one causal flag (dflash.attention.causal) as given, for a checkpoint whose reference runs "
+    "some layers causal and others not (sliding layers without is_causal), which one flag cannot say. Default: as "
+    "llama.cpp's converter — absent, so every layer bidirectional; a warning names the layers that change, and "
+    "--strict refuses such a file.",
+)
 @click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar or warnings.")
 @values_strict_option
@@ -72,6 +79,7 @@ def convert_command(
     source_repo: str | None,
     source_revision: str | None,
     embedding_scale: float | None,
+    llama_cpp_causal: str | None,
     force: bool,
     quiet: bool,
     strict: bool,
@@ -89,6 +97,7 @@ def convert_command(
         target_layer_ids=_layer_ids(target_layer_ids) if target_layer_ids is not None else None,
         source_repo=source_repo, source_revision=source_revision, force=force, progress=not quiet, warn=_warnings(quiet),
         strict=strict, embedding_scale=embedding_scale,
+        llama_cpp_causal=None if llama_cpp_causal is None else llama_cpp_causal.lower() == "true",
     )
     _echo_written(result, as_json, quiet, lambda summary: (
         f"wrote {result.out} ({result.bytes_written / 1e6:.1f} MB, {len(result.tensors)} tensors: "

@@ -38,6 +38,7 @@ from ..codecs.values import StoredScan, ValueCounts
 from ..quantize.policy import choose_types, get_file_type
 from .plan import ConvertResult, PlannedTensor, build_metadata, converter_layout, ordered_canonical, validate
 from .general import Provenance, general_metadata, resolve_provenance
+from .causal_flag import decide_causal_flag
 from .mask_embedding import MASK_EMBEDDING_FILE, mask_embedding_tensors
 from .source import is_gguf_path, resolve_checkpoint_dir
 from .target import TargetInfo
@@ -260,6 +261,7 @@ def convert(
     warn: Callable[[str], None] | None = None,
     strict: bool = False,
     embedding_scale: float | None = None,
+    llama_cpp_causal: bool | None = None,
 ) -> ConvertResult:
     """Convert an HF drafter checkpoint (local dir or hub repo id) — or translate a drafter GGUF —
     to a GGUF file in ``dialect``.
@@ -275,7 +277,7 @@ def convert(
     ``embedding_scale`` sets ``{arch}.embedding_scale`` (the drafter's noise-embedding multiplier) whatever the
     config and the target say; without it, a DFlash drafter whose target is a Gemma model and whose config gives
     no ``input_embedding_scale`` gets √hidden_size, as mainline llama.cpp writes it (`target_rules.GEMMA_SCALE_RULE`),
-    and a warning says so."""
+    and a warning says so. ``llama_cpp_causal`` sets llama.cpp's one causal flag (`causal_flag`)."""
     warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
     if is_gguf_path(src):
         if source_repo is not None or source_revision is not None:
@@ -283,6 +285,8 @@ def convert(
         if embedding_scale is not None:
             raise UsageError(f"{src}: --embedding-scale applies when converting a checkpoint; a GGUF keeps its "
                              "own keys")
+        if llama_cpp_causal is not None:
+            raise UsageError(f"{src}: --llama-cpp-causal applies when converting a checkpoint; a GGUF keeps its own keys")
         if outtype != "auto":
             raise UsageError(
                 f"{src}: translating a GGUF copies its tensors untouched; --outtype does not apply "
@@ -310,6 +314,7 @@ def convert(
             drafter, directory, out_path, outtype=outtype, target=target, dialect_table=dialect_table,
             num_target_layers=num_target_layers, mask_token_id=mask_token_id, provenance=provenance,
             force=force, progress=progress, warn=warn, strict=strict, embedding_scale=embedding_scale,
+            llama_cpp_causal=llama_cpp_causal,
         )
 
 
@@ -351,6 +356,7 @@ def _convert_checkpoint(
     warn: Callable[[str], None],
     strict: bool = False,
     embedding_scale: float | None = None,
+    llama_cpp_causal: bool | None = None,
 ) -> ConvertResult:
     family = drafter.family
     assert family is not None
@@ -369,13 +375,15 @@ def _convert_checkpoint(
     )
     spec, target_info, finals = checked.spec, checked.target, checked.finals
     spec, scale_note = _embedding_scale(spec, family, target_info, embedding_scale, directory)
+    spec, causal_note = decide_causal_flag(spec, family, drafter.metadata, one_causal_flag=dialect_table.one_causal_flag,
+                                           choice=llama_cpp_causal, strict=strict, source=str(directory / "config.json"))
     # family-level tensor changes (DSpark / Gemma-4 DSpark): tensors llama.cpp's converter drops,
     # rewrites and writes last (d2t → absolute I64 ids, `finals`), or generates and writes first (rope_freqs)
     family_generated = family.generated_tensors(spec)
     dropped = family.dropped_on_convert(spec)
     mapped = {c: t for c, t in mapped.items() if c not in dropped and c not in finals}
 
-    warnings: list[str] = [scale_note] if scale_note else []
+    warnings: list[str] = [n for n in (scale_note, causal_note) if n]
     if target is None:
         warnings.append(
             f"no --target given: {out_path.name} will have no tokenizer and llama.cpp will refuse to load it "

@@ -21,6 +21,7 @@ LLAMA_CPP = Dialect(
     # read, rewritten on translate
     tensor_aliases=family_llama_cpp_tensor_aliases(),
     file_type_after="{arch}.attention.value_length",
+    one_causal_flag=True,
     keys=_hparams("block_count", "context_length", "embedding_length", "feed_forward_length", "attention.head_count",
                   "attention.head_count_kv")
     + (
@@ -45,6 +46,8 @@ LLAMA_CPP = Dialect(
         KeySpec("sliding_window", "{arch}.attention.sliding_window", T.UINT32),
         KeySpec("sliding_window_pattern", "{arch}.attention.sliding_window_pattern", T.ARRAY, T.BOOL),
         KeySpec("causal", "{arch}.attention.causal", T.BOOL),
+        # dflashkit's own: the checkpoint's per-layer rule where the one flag above cannot say it (`causality`)
+        KeySpec("reference_causal_layers", "dflashkit.attention.causal_layers", T.ARRAY, T.BOOL, extension=True),
         KeySpec("rope_dimension_sections", "{arch}.rope.dimension_sections", T.ARRAY, T.INT32),
         # read by llama.cpp's loader (default SiLU); its converter writes it for Gemma-4 DSpark only
         KeySpec("hidden_act", "{arch}.hidden_activation", T.STRING),

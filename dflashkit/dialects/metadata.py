@@ -140,7 +140,7 @@ _OPTIONAL_FIELDS = (
     "mask_token_id", "vocab_size", "sliding_window", "sliding_window_pattern", "causal", "final_logit_softcapping",
     "embedding_scale", "logit_scale", "attention_value_scale", "rope_dimension_count", "rope_dimension_sections",
     "conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k", "sample_from_anchor",
-    "has_confidence_head", "attention_scale", "hidden_act",
+    "has_confidence_head", "attention_scale", "hidden_act", "reference_causal_layers",
 )
 
 

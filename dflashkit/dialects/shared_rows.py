@@ -115,4 +115,5 @@ _SHARED_EXTENSIONS = (
     ("rope_dimension_sections", "{arch}.rope.dimension_sections", T.ARRAY, T.INT32),
     ("hidden_act", "{arch}.hidden_activation", T.STRING),
     *((ks.field, ks.key, ks.type) for ks in _ROPE_SCALING),
+    ("reference_causal_layers", "dflashkit.attention.causal_layers", T.ARRAY, T.BOOL),  # `dflashkit.causality`
 )

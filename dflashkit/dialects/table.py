@@ -76,6 +76,9 @@ class Dialect:
     #: the key (template) after which ``general.file_type`` is written in a converted file; None:
     #: after the dialect's own keys
     file_type_after: str | None = None
+    #: its consumer reads one causal flag for every layer of the draft context and counts a window on the past side
+    #: only (llama.cpp: `dflashkit.causality`); the runtime runs its files so, and a converter says what that loses
+    one_causal_flag: bool = False
 
     # ---- taps -----------------------------------------------------------------------------
     @property

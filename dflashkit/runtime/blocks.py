@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..causality import runtime_causal_layers
 from ..spec import DrafterSpec
 from .cache import DraftCache
 from .linear import Linear
@@ -137,11 +138,13 @@ def apply_rotary(
 
 
 def attention_mask(q_len: int, k_len: int, *, causal: bool, window: int | None, device: torch.device,
-                   window_from_anchor: bool = False) -> torch.Tensor:
+                   window_from_anchor: bool = False, window_past_only: bool = False) -> torch.Tensor:
     """Boolean ``[1, 1, q_len, k_len]`` visibility; queries are the last ``q_len`` key positions.
 
     ``window_from_anchor`` (speculators' ``create_anchor_block_mask_mod``): the block sees the ``window``
-    context positions before the anchor (the block's first position) and the block itself.
+    context positions before the anchor (the block's first position) and the block itself. A bidirectional layer's
+    window hides positions ahead of a query too (z-lab), except ``window_past_only`` (llama.cpp's
+    ``is_masked_swa``: masked iff ``p1 - p0 >= n_swa``, behind only).
     """
     q_pos = k_len - q_len + torch.arange(q_len, device=device)[:, None]
     k_pos = torch.arange(k_len, device=device)[None, :]
@@ -154,7 +157,7 @@ def attention_mask(q_len: int, k_len: int, *, causal: bool, window: int | None, 
         return visible[None, None]
     if window is not None:
         visible &= q_pos - k_pos < window
-        if not causal:
+        if not causal and not window_past_only:
             visible &= k_pos - q_pos < window
     return visible[None, None]
 
@@ -202,11 +205,11 @@ class Attention(nn.Module):
         pattern = spec.sliding_window_pattern or ()
         sliding = layer < len(pattern) and bool(pattern[layer])
         self.window_from_anchor = bool(getattr(spec, "window_from_anchor", False))
-        if self.window_from_anchor:  # speculators: full layers bidirectional, sliding ones causal unless told
-            self.causal = sliding and not getattr(spec, "sliding_window_non_causal", False)
-        else:  # z-lab: sliding layers are causal, full ones are not, unless is_causal says otherwise.
-            self.causal = sliding if spec.causal is None else bool(spec.causal)
+        # z-lab: sliding layers causal, full ones not, unless is_causal says; speculators: sliding ones causal unless
+        # told; a GGUF as llama.cpp runs it: one flag for every layer (`dflashkit.causality`)
+        self.causal = runtime_causal_layers(spec)[layer]
         self.window = spec.sliding_window if sliding else None
+        self.window_past_only = bool(getattr(spec, "llama_cpp_masks", False))  # llama.cpp's SWA mask (is_masked_swa)
         # Interleaved-RoPE checkpoints (HF layout): q/k go to NeoX order before RoPE (see `neox_order`).
         self.register_buffer("rope_order", neox_order(hd) if getattr(spec, "rope_interleaved", False) else None,
                              persistent=False)
@@ -234,7 +237,7 @@ class Attention(nn.Module):
         mask = None
         if self.causal or self.window is not None:
             mask = attention_mask(q_len, k.shape[-2], causal=self.causal, window=self.window, device=x.device,
-                                  window_from_anchor=self.window_from_anchor)
+                                  window_from_anchor=self.window_from_anchor, window_past_only=self.window_past_only)
         if self.sinks is not None:
             out = sink_attention(q, repeat_kv(k, self.n_rep), repeat_kv(v, self.n_rep), mask, self.sinks, self.scaling)
         elif mask is not None:

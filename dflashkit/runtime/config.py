@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
+from ..causality import masks_differ_in_llama_cpp
 from ..errors import DFlashError
 from ..families import (DEFAULT_FAMILY, DrafterFamily, family_for_architecture, label_for, plain_runtime_block,
                         read_hf_config, rope_type_of, runtime_blocks, runtime_family)
@@ -65,6 +66,9 @@ class RuntimeConfig(DrafterSpec):
     attention_sinks: bool = False
     window_from_anchor: bool = False
     sliding_window_non_causal: bool = False
+    #: a GGUF run as llama.cpp runs it: one causal flag for every layer, a window on the past side only
+    #: (`dflashkit.causality`); set where that differs from the checkpoint's reference
+    llama_cpp_masks: bool = False
 
     @property
     def label(self) -> str:
@@ -117,12 +121,13 @@ def refuse_unsupported(architecture: str, path: str) -> None:
 
 
 def runtime_fields(family: DrafterFamily, spec: DrafterSpec, *, kind: str, shapes: Mapping[str, tuple[int, ...]] | None,
-                   config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                   config: Mapping[str, Any] | None = None, one_causal_flag: bool = False) -> dict[str, Any]:
     """The `RuntimeConfig`-only fields of a drafter its family has read into ``spec``.
 
     ``kind``: "hf" or "gguf"; ``shapes``: canonical id → shape of the tensors the runtime uses (None: a
     config alone, then a reduced draft vocabulary means an own head); ``config``: the HF config.json, for
-    the one speculators key no `DrafterSpec` field holds (``sliding_window_non_causal``).
+    the one speculators key no `DrafterSpec` field holds (``sliding_window_non_causal``); ``one_causal_flag``: a GGUF
+    whose dialect's consumer reads one causal flag (llama.cpp), run with its masks where they differ.
 
     As llama.cpp's loader (``src/models/dflash.cpp``) decides them for a GGUF: an own ``token_embd``
     replaces the target's embeddings, an own ``output`` the target's head, and an own ``token_embd``
@@ -142,6 +147,8 @@ def runtime_fields(family: DrafterFamily, spec: DrafterSpec, *, kind: str, shape
     if kind == "hf" and family.window_from_anchor:  # its sliding window counts back from the anchor (speculators' mask)
         non_causal = (config or {}).get("sliding_window_non_causal", family.window_non_causal_default)
         out.update(window_from_anchor=True, sliding_window_non_causal=bool(non_causal))
+    if kind == "gguf" and one_causal_flag and masks_differ_in_llama_cpp(spec):
+        out["llama_cpp_masks"] = True
     return out
 
 
@@ -150,13 +157,13 @@ _RUNTIME_DEFAULTS = {f.name: f.default for f in fields(RuntimeConfig) if f.name 
 
 def runtime_config(family: DrafterFamily, spec: DrafterSpec, *, kind: str,
                    shapes: Mapping[str, tuple[int, ...]] | None = None, config: Mapping[str, Any] | None = None,
-                   path: str = "drafter") -> DrafterSpec:
+                   path: str = "drafter", one_causal_flag: bool = False) -> DrafterSpec:
     """``spec`` (what ``family`` read from an HF config or a GGUF's metadata) lifted to a `RuntimeConfig` with
     `runtime_fields` — or unchanged when the runtime computes nothing beyond z-lab DFlash with it (a plain
     z-lab checkpoint keeps its `DrafterSpec`, so its HF and GGUF forms compare equal). A lifted GGUF is
     labelled with llama.cpp's layout."""
     refuse_unsupported(spec.architecture, path)
-    extra = runtime_fields(family, spec, kind=kind, shapes=shapes, config=config)
+    extra = runtime_fields(family, spec, kind=kind, shapes=shapes, config=config, one_causal_flag=one_causal_flag)
     plain_family = plain_runtime_block(spec.architecture)
     differs = [k for k, v in extra.items() if k != "family" and k in _RUNTIME_DEFAULTS and v != _RUNTIME_DEFAULTS[k]]
     variant = kind == "hf" and (spec.layout not in (None, DEFAULT_FAMILY.label_layout) or spec.hidden_act not in (None, "silu")

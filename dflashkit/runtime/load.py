@@ -193,7 +193,8 @@ def _runtime_spec(f: DrafterFile, path: str | os.PathLike) -> tuple[DrafterSpec,
     # from the family's spec and the tensors at hand
     spec = runtime_config(family, spec, kind=f.kind, shapes={c: f.tensors[c].shape for c in used},
                           config=f.metadata if f.kind == "hf" else None,
-                          path=str(Path(path) / "config.json") if f.kind == "hf" else str(path))
+                          path=str(Path(path) / "config.json") if f.kind == "hf" else str(path),
+                          one_causal_flag=bool(f.dialect and f.dialect.one_causal_flag))
     shapes = _loader_shapes(f, spec)
     # same rules as convert, and shapes before allocating (a d2t sets the own head's rows)
     stored = {c: f.tensors[c].name for c in shapes if c in f.tensors}  # errors name a tensor as the file does

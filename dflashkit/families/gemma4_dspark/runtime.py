@@ -109,7 +109,8 @@ class Gemma4Attention(Attention):
             k, v = cache.update(self.layer, k, v)
         mask = None
         if self.causal or self.window is not None:
-            mask = attention_mask(q_len, k.shape[-2], causal=self.causal, window=self.window, device=x.device)
+            mask = attention_mask(q_len, k.shape[-2], causal=self.causal, window=self.window, device=x.device,
+                                  window_past_only=self.window_past_only)
         if self.sinks is not None:  # dflash.cpp passes a layer's attn_sinks to every DFlash attention
             out = sink_attention(q, repeat_kv(k, self.n_rep), repeat_kv(v, self.n_rep), mask, self.sinks, self.scaling)
         elif mask is not None:
