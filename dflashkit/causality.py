@@ -86,3 +86,13 @@ def masks_differ_in_llama_cpp(spec: Any) -> bool:
         return True
     window = spec.sliding_window
     return bool(window) and window < spec.block_size and any(s and not c for s, c in zip(sliding_layers(spec), reference))
+
+
+def causality_differs(reference: Any, candidate: Any) -> list[str]:
+    """What of two drafters' causality (each as the runtime runs it) differs: one phrase, or nothing."""
+    a, b = runtime_causal_layers(reference), runtime_causal_layers(candidate)
+    if a == b:
+        return []
+    how = ("as llama.cpp runs the file: one flag for every layer" if getattr(candidate, "llama_cpp_masks", False)
+           else "its own rule")
+    return [f"per-layer causality — the reference runs {describe(a)}, the candidate ({how}) {describe(b)}"]

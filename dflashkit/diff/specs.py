@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 BY_NATURE = frozenset({"name", "torch_dtype"})
 #: facts about the target, set only "when known": None is unknown, not absent
 WHEN_KNOWN = frozenset({"num_target_layers", "vocab_size"})
-_IGNORED = frozenset({"target_layer_ids_defaulted"})  # provenance, not meaning
+#: provenance, not meaning: the reference's recorded causal rule is read by inspect and parity, the file's flag compared
+_IGNORED = frozenset({"target_layer_ids_defaulted", "reference_causal_layers"})
 _SPEC_FIELDS = {f.name: f for f in fields(DrafterSpec)}
 _FLOAT_FIELDS = frozenset(n for n, f in _SPEC_FIELDS.items() if str(f.type).startswith("float"))
 

@@ -9,7 +9,7 @@ two cannot sit in modules that import each other). The run itself is `dflashkit.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,8 @@ class ParityResult:
     context_tokens: int = 0  # --context: the long context before the prompt (0: none)
     by_context: list["ParityResult"] | None = None  # --context: every level, this one first
     context_source: str | None = None
+    #: what of the two drafters' rules (not weights) makes them draft differently: per-layer causality (`causality`)
+    causes: list[str] = field(default_factory=list)
 
     @property
     def has_logits(self) -> bool:
@@ -172,7 +174,9 @@ def _status(c: _Parity) -> tuple[str, str]:
     if r.by_context:
         headline += f" at --context {level_label(r.context_tokens)} (every level in 'Parity by context length')"
     broken = breaks(r)
-    return verdict(c.failures, broken[0] if broken else None, headline, "ok" if o is not None else "info")
+    cause = f"; likely cause: {r.causes[0]}" if r.causes else ""
+    failures = [*c.failures[:-1], c.failures[-1] + cause] if c.failures else []
+    return verdict(failures, broken[0] + cause if broken else None, headline, "ok" if o is not None else "info")
 
 
 def _weights_rel_rms(c: _Parity) -> tuple[float | None, float | None] | None:
@@ -315,8 +319,8 @@ def _context_rows(c: _Parity) -> list[dict[str, Any]]:
 
 def _notes(c: _Parity) -> list[str]:
     r = c.r
-    return ([MODES[r.mode]] + [f"reference: {n}" for n in r.reference.notes]
-            + [f"candidate: {n}" for n in r.candidate.notes])
+    return ([MODES[r.mode]] + [f"likely cause of any difference: {cause}" for cause in r.causes]
+            + [f"reference: {n}" for n in r.reference.notes] + [f"candidate: {n}" for n in r.candidate.notes])
 
 
 PARITY_REPORT = ReportSpec(

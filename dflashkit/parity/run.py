@@ -56,6 +56,7 @@ from ..runtime.dflash import DraftStep
 from ..runtime.linear import Linear
 from ..runtime.config import first_draft_slot
 from ..runtime.load import runtime_spec
+from ..causality import causality_differs
 from ..runtime.zoo import model_class_for
 from ..runtime.target import DEFAULT_PROMPT, GreedyStream
 
@@ -190,6 +191,7 @@ def run_parity(
     for spec in specs.values():
         model_class_for(spec)  # the runtime block it runs in exists (nothing is built: a spec is all the checks read)
     block = specs["reference"].block_size
+    causes = causality_differs(specs["reference"], specs["candidate"])
     mode = "hf-target" if hf_target else "gguf-target" if target is not None else "no-target"
     _check_pair(specs["reference"], specs["candidate"], mode)
 
@@ -229,6 +231,7 @@ def run_parity(
         hidden_per_position=run.hidden_per_position,
         hidden_overall=run.hidden_overall,
         prompt_ids=inputs.tokens(inputs.first_start) if hf_target else None,
+        causes=causes,
     )
     first = run.first
     # Nothing below runs a model: drop what is left (the head, an HF target's model) before the diff streams its own.
