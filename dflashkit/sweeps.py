@@ -22,7 +22,7 @@ MAX_PARALLEL = 64
 #: the most parallel levels one run measures
 MAX_PARALLEL_LEVELS = 8
 
-_LEVEL = re.compile(r"([0-9]{1,9})([kKmM]?)")
+_LEVEL = re.compile(r"0*([0-9]{1,9})([kKmM]?)")  # (leading zeros are no part of the count's size)
 _SCALE = {"": 1, "k": 1 << 10, "m": 1 << 20}
 
 
@@ -34,8 +34,8 @@ def _levels(text: str, option: str, *, maximum: int, max_levels: int, minimum: i
         item = part.strip()
         match = _LEVEL.fullmatch(item)
         if match is None or (match.group(2) and not suffix):
-            shown = item[:40] if item.isprintable() else ascii(item[:40])
-            raise UsageError(f"{option} {shown!r}: not a count — give whole numbers"
+            shown = repr(item[:40]) if item.isprintable() else ascii(item[:40])
+            raise UsageError(f"{option} {shown}: not a count — give whole numbers"
                              + (" (4k = 4096)" if suffix else "") + " separated by commas")
         value = int(match.group(1)) * _SCALE[match.group(2).lower()]
         if not minimum <= value <= maximum:

@@ -18,6 +18,7 @@ import pytest
 from transformers import AutoTokenizer
 
 import hostile
+from dflashkit.errors import UsageError
 from contained import check_contained, run_contained
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,24 +28,29 @@ LONG = ROOT / "fixtures" / "trained-long"
 pytestmark = pytest.mark.slow  # every case runs a whole command in a child
 
 
-def _big_context(path: Path, size: int, *, one_line: bool = False) -> Path:
-    """``size`` bytes of the long pair's own held-out text, repeated (one line: every newline a space)."""
+def _big_context(path: Path, size: int, *, one_line: bool = False, emoji: bool = False) -> Path:
+    """``size`` bytes of the long pair's own held-out text, repeated (one line: every newline a space; emoji: runs
+    of 4-byte characters a byte-level BPE makes ~4 tokens each, no newline)."""
     text = (LONG / "context.txt").read_text(encoding="utf-8") + "\n"
     if one_line:
         text = text.replace("\n", " ")
-    with open(path, "w", encoding="utf-8") as f:
-        for _ in range(size // len(text)):
-            f.write(text)
-        f.write(text[: size % len(text)])
+    if emoji:
+        text = "\U0001F600\U0001F389\U0001F680" * 1000 + " "
+    unit = text.encode("utf-8")
+    with open(path, "wb") as f:
+        for _ in range(size // len(unit)):
+            f.write(unit)
+        f.write(unit[: size % len(unit)])
     return path
 
 
 # ---- the context file: read as far as the levels need ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("one_line", [False, True], ids=["lines", "one-line"])
-def test_a_64_mib_context_file_costs_what_the_level_reads(tmp_path: Path, one_line: bool) -> None:
-    context = _big_context(tmp_path / "context.txt", (64 << 20) - 1, one_line=one_line)
+@pytest.mark.parametrize("kind", ["lines", "one-line", "emoji"])
+def test_a_64_mib_context_file_costs_what_the_level_reads(tmp_path: Path, kind: str) -> None:
+    size = (64 << 20) - 1 if kind != "emoji" else (64 << 20) // 12_001 * 12_001  # (whole characters)
+    context = _big_context(tmp_path / "context.txt", size, one_line=kind == "one-line", emoji=kind == "emoji")
     out = tmp_path / "accept.json"
     run = run_contained("accept_command", [LONG / "drafter", "--target", LONG / "target", "--prompts",
                                            LONG / "prompts.jsonl", "--max-prompts", "2", "--max-new-tokens", "8",
@@ -210,3 +216,36 @@ def test_a_librarys_warning_is_one_line_and_its_deprecations_none(monkeypatch: p
     assert res.stderr.splitlines() == ["warning: UserWarning: a note\\nwith a second line"]
     with pytest.warns(FutureWarning, match="past_key_values"):  # --debug: left to Python's own handling
         CliRunner().invoke(inspect_command, [str(TRAINED / "drafter"), "--debug"])
+
+
+
+def test_a_gguf_target_without_a_context_length_bounds_by_the_drafters(tmp_path: Path, target_gguf: Path) -> None:
+    bare = hostile.rewrite_gguf(target_gguf, tmp_path / "bare.gguf", drop_keys=("qwen3.context_length",))
+    run = run_contained("parity_command", [TRAINED / "drafter", TRAINED / "drafter", "--context", "0,64k", "--target",
+                                           bare], inputs=[TRAINED, bare], tmp=tmp_path / "run")
+    check_contained(run, 2, "--context 64k: 65,536 + 17 of the rounds exceed the drafter's own context of 4,096 (its "
+                    "max_position_embeddings / context_length; bare.gguf has no usable context_length) — give levels "
+                    "up to 4,079", bounded=True)
+
+
+def test_the_state_bound_is_the_larger_drafters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A candidate with more layers holds more a position than the reference: the bound is checked on it."""
+    import dflashkit.parity.sweep as sweep_module
+    from dflashkit.runtime.load import runtime_spec
+
+    small, large = runtime_spec(TRAINED / "drafter"), runtime_spec(LONG / "drafter")
+    per_small, per_large = (sweep_module.context_state_bytes(s, 1) for s in (small, large))
+    assert per_large > per_small
+    monkeypatch.setattr(sweep_module, "MAX_CONTEXT_STATE_BYTES", per_small * 1000)  # the small one would fit
+    with pytest.raises(UsageError) as exc:  # 983 + 17 of one round: 1,000 positions
+        sweep_module.run_parity_by_context(TRAINED / "drafter", LONG / "drafter", levels=(0, 983))
+    assert f"({per_large:,} bytes a position" in str(exc.value)
+
+
+def test_a_4301_digit_number_in_a_prompts_line_is_named(tmp_path: Path) -> None:
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"text": "one", "n": ' + "9" * 5000 + "}\n")
+    run = run_contained("accept_command", [TRAINED / "drafter", "--target", TRAINED / "target", "--prompts", prompts],
+                        inputs=[TRAINED, prompts], tmp=tmp_path / "run")
+    check_contained(run, 1, f"{prompts}:1: not valid JSON (Exceeds the limit (4300 digits) for integer string "
+                    "conversion", bounded=True)

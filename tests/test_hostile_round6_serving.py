@@ -280,6 +280,18 @@ FORGERIES: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
      lambda r: r["jobs"]["BF16"]["serving"][0].update(refused="llama-server crashed (SIGSEGV)"),
      "jobs.BF16.serving[0].verdict: 'net gain' with refused 'llama-server crashed (SIGSEGV)' — the server's message "
      "goes with refused to load or crashed, and only with them"),
+    # (a second attacker's pass)
+    ("a speed-up of 5e21", lambda r: _ctx(r, 0).__setitem__("log_speedups", [50.0] * len(_ctx(r, 0)["log_speedups"])),
+     "by_context.rows.BF16[0].log_speedups[0]: 50.0 is "),
+    ("a billion tokens a second", lambda r: _par(r, 0)["on"].__setitem__(0, 1e9),
+     "by_parallel.rows.BF16[0].on[0]: 1000000000.0 is "),
+    ("no time alone", lambda r: _par(r, 0)["off"].__setitem__(0, 0.0),
+     "by_parallel.rows.BF16[0].off[0]: 0.0 is "),
+    ("a context level of 2^62", lambda r: (r["by_context"]["levels"].__setitem__(1, 2**62),
+                                           _ctx(r).__setitem__("context", 2**62)),
+     "by_context.levels[1]: 4611686018427387904 is "),
+    ("an -np level twice", lambda r: r["by_parallel"]["rows"]["BF16"].__setitem__(1, dict(_par(r, 0))),
+     "by_parallel.rows.BF16: its levels [1, 1] are not ascending and distinct"),
 ]
 
 
@@ -333,3 +345,18 @@ def test_a_reply_without_id_slot_is_refused_where_the_slots_are_known() -> None:
     assert str(exc.value) == ("llama-server: llama-server reported impossible figures (no id_slot from a server of 2 "
                               "slot(s) (-np 2): its slots are 0 to 1) — refused, not reported")
     assert parse_completion(json.dumps(reply).encode(), "llama-server", Limits(5, 15)).slot is None  # --server-url
+
+
+def test_check_reads_the_block_size_from_the_files_not_the_record(crashed_release: Path, tmp_path: Path) -> None:
+    """A record that claims a block of 4096 for a block-16 drafter cannot hold a τ of 4000 by its own word."""
+    def edit(record: dict[str, Any]) -> None:
+        record["block_size"] = 4096
+        record["jobs"]["BF16"]["tau"].update(mean=4000.0, per_prompt=[4000.0] * len(record["jobs"]["BF16"]["tau"]
+                                                                                     ["per_prompt"]))
+
+    forged = _forge(crashed_release, tmp_path, edit)
+    res = CliRunner().invoke(release_command, ["--check", str(forged)])
+    assert res.exit_code == 1
+    gguf_name = json.loads((forged / "release.json").read_text())["jobs"]["BF16"]["file"]
+    assert f"{forged / 'release.json'}: block_size is 4096, but {gguf_name} says 16 (its block size bounds every τ of " \
+           "the record)" in res.stderr

@@ -36,9 +36,9 @@ MAX_PROMPT_TOKENS_TOTAL = 8_000_000
 #: a context file larger than this is refused (64 MiB of text ≈ 16 M tokens: past every level)
 MAX_CONTEXT_FILE_BYTES = 64 << 20
 #: the characters one tokenizer call encodes: a fast tokenizer's encoding of a whole 16 MB file holds every token's
-#: string and offsets (2.6 GB); chunks of this size, cut at a line start, keep it to a few MB. A text of at most this
+#: string and offsets (2.6 GB); chunks of this size, cut at a line start, keep it to tens of MB. A text of at most this
 #: many characters is encoded in one call, as it always was.
-ENCODE_CHUNK_CHARS = 1 << 20
+ENCODE_CHUNK_CHARS = 1 << 18  # (a character can be ~4 tokens: an emoji in a byte-level BPE)
 #: the least of a context file a run encodes (then on, chunk by chunk, only until the levels have their tokens)
 MIN_WINDOW_CHARS = 1 << 20
 RAW_SEPARATOR = " "

@@ -201,6 +201,9 @@ def _parse_prompt(line: str, src: Path, n: int) -> Prompt:
         raise DFlashError(f"{where}: not valid JSON ({exc.msg}) — each line must be {_PROMPT_FORMS}") from None
     except RecursionError:
         raise DFlashError(f"{where}: JSON nested too deeply — each line must be {_PROMPT_FORMS}") from None
+    except ValueError as exc:  # e.g. an integer of over 4,300 digits (Python's int-from-string limit)
+        raise DFlashError(f"{where}: not valid JSON ({str(exc).split(';')[0]}) — each line must be {_PROMPT_FORMS}") \
+            from None
     if _has_lone_surrogate(obj):
         raise DFlashError(f"{where}: a string holds a lone surrogate (an unpaired \\ud800–\\udfff escape): not "
                           "text any tokenizer can encode — fix the escape")

@@ -85,15 +85,19 @@ def run_parity_by_context(reference: str | os.PathLike, candidate: str | os.Path
     if context_file is not None and not hf:
         raise UsageError("--context-file is text for an HF --target's tokenizer; with a GGUF target or none the "
                          "context is random hidden states (drop --context-file)")
-    spec = runtime_spec(reference)
+    # the state is bounded by the drafter that holds more of it a position (the two may differ in layers and K/V)
+    pair = (runtime_spec(reference), runtime_spec(candidate))
+    spec = max(pair, key=lambda s: context_state_bytes(s, 1))
+    own = min((s.context_length for s in pair if s.context_length), default=None)  # the shorter drafter's
     rounds = int(kwargs.get("rounds", 1))
     if not hf:  # every level is checked before any model loads: against a GGUF target's context, else the drafter's
-        if target is not None:
-            check_parity_levels(levels, spec, 0, rounds, _gguf_context(Path(target)), "the target's",
-                                f"{Path(target).name}: context_length")
-        else:
-            check_parity_levels(levels, spec, 0, rounds, spec.context_length or None, "the drafter's own",
-                                "its max_position_embeddings / context_length; no --target")
+        limit = _gguf_context(Path(target)) if target is not None else None
+        if limit is not None:
+            check_parity_levels(levels, spec, 0, rounds, limit, "the target's", f"{Path(target).name}: context_length")
+        else:  # no target, or a GGUF target without a usable context_length
+            where = "no --target" if target is None else f"{Path(target).name} has no usable context_length"
+            check_parity_levels(levels, spec, 0, rounds, own, "the drafter's own",
+                                f"its max_position_embeddings / context_length; {where}")
     text = read_context_file(context_file) if context_file is not None else None
     runner = HFTarget(target, device=device) if hf else None  # type: ignore[arg-type]
     base: list[int] = []

@@ -75,16 +75,23 @@ def _tau_differs(recorded: float | None, per_prompt: list[float | None]) -> floa
     return mean
 
 
-def _gguf_figures(path: Path) -> tuple[int, float | None] | str:
+def _gguf_figures(path: Path) -> tuple[int, float | None, Any] | str:
+    """(parameters, bits per weight, the drafter's block size) from the file's header — the block size bounds every
+    τ the record may hold, so it is the file's, never the record's word."""
+    from ..dialects import detect_dialect
     from ..io.gguf_reader import open_gguf
 
     try:
         with open_gguf(path) as g:
             elements = sum(t.n_elements for t in g.tensors.values())
             tensor_bytes = sum(t.nbytes for t in g.tensors.values())
+            arch = g.get("general.architecture")
+            dialect = detect_dialect(arch if isinstance(arch, str) else None)
+            key = dialect.key_for_field("block_size", arch) if dialect is not None else None
+            block = g.get(key) if key is not None else None
     except (DFlashError, OSError) as exc:
         return f"does not read as a GGUF ({str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__})"
-    return elements, (round(8 * tensor_bytes / elements, 4) if elements else None)
+    return elements, (round(8 * tensor_bytes / elements, 4) if elements else None), block
 
 
 def _check_files(out: Path, record: dict[str, Any], problems: list[str]) -> dict[str, str | NotInside]:
@@ -109,9 +116,12 @@ def _check_files(out: Path, record: dict[str, Any], problems: list[str]) -> dict
         figures = _gguf_figures(path)
         if isinstance(figures, str):
             problems.append(f"{path}: {figures}")
-        elif figures != (job["parameters"], job["bits_per_weight"]):
+        elif figures[:2] != (job["parameters"], job["bits_per_weight"]):
             problems.append(f"{out / RECORD}: jobs.{t}: {job['parameters']} parameters at {job['bits_per_weight']} "
                             f"bits/weight recorded, the file has {figures[0]} at {figures[1]}")
+        elif figures[2] != record["block_size"]:
+            problems.append(f"{out / RECORD}: block_size is {record['block_size']}, but {job['file']} says "
+                            f"{figures[2]} (its block size bounds every τ of the record)")
         mean = _tau_differs(job["tau"]["mean"], job["tau"]["per_prompt"])
         if mean is not None:
             problems.append(f"{out / RECORD}: jobs.{t}.tau.mean is {job['tau']['mean']}, its per-prompt values give "

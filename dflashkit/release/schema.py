@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping
 
 from ..accept.serving_measure import VERDICT_CRASHED, VERDICT_REFUSED, VERDICTS
 from ..errors import DFlashError
-from ..sweeps import MAX_PARALLEL
+from ..sweeps import MAX_CONTEXT_TOKENS, MAX_PARALLEL
 
 FORMAT = "dflashkit-release/3"
 #: prompts one release measures τ over: its bootstraps and its card stay bounded whatever a record claims
@@ -155,8 +155,21 @@ HASH = text(64, pattern=HEX64)
 COUNT = integer(0, 2**62)
 SEED = integer(0, 2**63 - 1)
 
-SPEED = number(0.0, 1e9, null=True)
+#: tokens a second: measured ones are positive, and no server generates a million a second for one request set
+SPEED = number(1e-9, 1e6, null=True)
 BLOCK_SIZE = integer(2, 4096)
+
+
+#: the least speed-up a record may hold (a drafter a thousand times slower than the target alone is no measurement)
+MIN_SPEEDUP = 1e-3
+#: a context level: at most what --context takes
+LEVEL = integer(0, MAX_CONTEXT_TOKENS)
+
+
+def speedup_value(block_size: int) -> Check:
+    """A speed-up: a round commits at most ``block_size`` tokens for one target forward, so twice that (timing noise
+    included) is past anything measured."""
+    return number(MIN_SPEEDUP, 2.0 * block_size, null=True)
 
 
 def serving_run(max_prompts: int, block_size: int) -> Obj:
@@ -167,7 +180,7 @@ def serving_run(max_prompts: int, block_size: int) -> Obj:
         "tau_per_prompt": listing(tau_value(block_size), max_prompts),
         "acceptance_rate": FRACTION, "drafted": COUNT, "accepted": COUNT, "tokens_per_s_on": SPEED,
         "tokens_per_s_off": SPEED, "per_prompt_tokens_per_s": listing(listing(SPEED, 2, min_len=2), max_prompts),
-        "speedup": number(0.0, 1e6, null=True), "speedup_ci": listing(number(0.0, 1e6), 2, null=True, min_len=2),
+        "speedup": speedup_value(block_size), "speedup_ci": listing(speedup_value(block_size), 2, null=True, min_len=2),
         "verdict": text(64, choices=VERDICTS), "refused": text(null=True),
     }, optional={"note": text(200, null=True)})
 
@@ -203,10 +216,11 @@ def sweep_schemas(max_prompts: int, max_types: int, block_size: int) -> dict[str
     """``by_context`` / ``by_parallel`` (`dflashkit.release.sweeps`): per-prompt and per-batch values only (and
     ``server_tau``, which ``--check`` derives from ``server_tau_per_prompt``); a level without a figure says why
     (``server_refused``, ``refused`` and ``crashed``)."""
-    level_row = Obj({"context": COUNT, "prompt_tokens": number(0.0, 1e9),
+    level_row = Obj({"context": LEVEL, "prompt_tokens": number(0.0, 1e9),
                      "tau_per_prompt": listing(tau_value(block_size), max_prompts),
                      "server_tau": tau_value(block_size),
-                     "log_speedups": listing(number(-50.0, 50.0), max_prompts, null=True)},
+                     "log_speedups": listing(number(math.log(MIN_SPEEDUP), math.log(2 * block_size)), max_prompts,
+                                             null=True)},
                     optional={"server_tau_per_prompt": listing(tau_value(block_size), max_prompts, null=True),
                               "server_refused": text(null=True)})
     parallel_row = Obj({"np": integer(1, MAX_PARALLEL), "on": listing(SPEED, 4096), "off": listing(SPEED, 4096),
@@ -214,7 +228,7 @@ def sweep_schemas(max_prompts: int, max_types: int, block_size: int) -> dict[str
                         "refused": text(null=True), "findings": listing(text(600), 64)},
                        optional={"crashed": boolean()})
     return {
-        "by_context": Obj({"levels": listing(COUNT, 16, min_len=1), "source": text(200), "build": text(200, null=True),
+        "by_context": Obj({"levels": listing(LEVEL, 16, min_len=1), "source": text(200), "build": text(200, null=True),
                            "rows": mapping(text(32), listing(level_row, 16), max_types),
                            "cliffs": listing(text(600), 64)}, null=True),
         "by_parallel": Obj({"build": text(200, null=True), "rows": mapping(text(32), listing(parallel_row, 8), max_types)},
@@ -255,6 +269,9 @@ def _validate_sweeps(record: dict[str, Any], types: list[str]) -> None:
         for t, rows in part["rows"].items():
             if t not in types:
                 raise RecordError(f"by_parallel.rows.{t}: not a type of this release")
+            if [r["np"] for r in rows] != sorted({r["np"] for r in rows}):
+                raise RecordError(f"by_parallel.rows.{t}: its levels {[r['np'] for r in rows]!r} are not ascending "
+                                  "and distinct")
             for k, r in enumerate(rows):
                 _check_parallel_row(f"by_parallel.rows.{t}[{k}]", r)
 
