@@ -143,7 +143,8 @@ def _drafter_columns(c: _Accept) -> list[Column]:
                Column("rounds", "rounds"), Column("verdict", "verdict"),
                Column("decode_tok_s", "decode tok/s (this runtime)", ".1f")]
     if c.r.llama_cpp is not None:
-        columns[-1:-1] = [Column("tau_llama_cpp", "τ llama.cpp", ".3f"),
+        columns[-1:-1] = [Column("tau_llama_cpp_schedule", "τ on llama.cpp's schedule", ".3f"),
+                          Column("tau_llama_cpp", "τ llama.cpp", ".3f"),
                           Column("llama_cpp_delta", "Δτ llama.cpp", "+.3f"),
                           Column("llama_cpp_verdict", "llama.cpp verdict")]
     return columns
@@ -165,6 +166,8 @@ def _drafter_rows(c: _Accept) -> list[dict[str, Any]]:
             l, lc = c.r.llama_cpp[i], c.llama_comps[i]
             row.update({
                 "tau_llama_cpp": None if l.refused else l.tau,
+                "tau_llama_cpp_schedule": d.schedule_tau, "llama_cpp_schedule": d.schedule,
+                "llama_cpp_gap_causes": list(d.gap_causes),
                 "tau_llama_cpp_ci": None if lc is None or lc.ci is None else [lc.ci[0], lc.ci[1]],
                 "llama_cpp_delta": None if lc is None else lc.delta,
                 "llama_cpp_drafted": None if l.refused else l.drafted,
@@ -189,8 +192,9 @@ def _drafter_flagged(c: _Accept) -> set[int]:
 def _drafter_note(c: _Accept) -> str:
     return ("τ = mean over prompts of committed tokens per target forward; τ all rounds pools every round; "
             "Δτ and its CI are paired over prompts (see 'confidence interval')"
-            + ("; τ llama.cpp: the same prompts through llama-speculative-simple, Δτ llama.cpp against this "
-               "runtime's τ of the same drafter (paired CI in tau_llama_cpp_ci)" if c.r.llama_cpp is not None else ""))
+            + ("; τ llama.cpp: the same prompts through llama.cpp; τ on llama.cpp's schedule: this runtime's rounds "
+               "scheduled as that llama.cpp program schedules them (dflashkit.runtime.schedules); Δτ llama.cpp against "
+               "it, paired per prompt (CI in tau_llama_cpp_ci)" if c.r.llama_cpp is not None else ""))
 
 
 def _tau_bars(c: _Accept) -> list[BarGroup]:
@@ -240,7 +244,9 @@ def _prompt_columns(c: _Accept) -> list[Column]:
     columns = [Column("prompt", "prompt"), Column("category", "category"), Column("prompt_tokens", "tokens")]
     columns += [Column(f"tau_{j}", f"τ {d.name}", ".2f") for j, d in enumerate(r.drafters)]
     if r.llama_cpp is not None:
-        columns += [Column(f"tau_llama_cpp_{j}", f"τ llama.cpp {d.name}", ".2f") for j, d in enumerate(r.drafters)]
+        for j, d in enumerate(r.drafters):
+            columns += [Column(f"tau_llama_cpp_schedule_{j}", f"τ {d.name} on llama.cpp's schedule", ".2f"),
+                        Column(f"tau_llama_cpp_{j}", f"τ llama.cpp {d.name}", ".2f")]
     return columns
 
 
@@ -256,6 +262,7 @@ def _prompt_rows(c: _Accept) -> list[dict[str, Any]]:
             if r.llama_cpp is not None:
                 l = r.llama_cpp[j]
                 row[f"tau_llama_cpp_{j}"] = l.runs[i].tau if i < len(l.runs) else None
+                row[f"tau_llama_cpp_schedule_{j}"] = d.schedule_taus[i]
         rows.append(row)
     return rows
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..bounds import dumps
 from ..files import write_text_atomic
-from ..llama_cpp import LlamaCppDrafterRun, PerPromptTau
+from ..llama_cpp import LlamaCppDrafterRun, PerPromptTau, mean_tau
 from .prompts import Prompt
 from ..runtime import LoadInfo
 from ..runtime.speculative import SpeculativeResult
@@ -57,6 +57,19 @@ class DrafterRun(PerPromptTau):
     runs: list[SpeculativeResult]
 
     label: str = ""  # the shortest path tail that tells it from the other drafters (`distinct_labels`)
+    #: with --llama-cpp: the same drafter on llama.cpp's schedule (`dflashkit.runtime.schedules`), ↔ prompts
+    replayed: list[SpeculativeResult] | None = None
+    schedule: str | None = None  # "simple" / "server": the program whose schedule ``replayed`` follows
+    gap_causes: list[str] = field(default_factory=list)  # what could make llama.cpp's τ differ (`accept.gap`)
+
+    @property
+    def schedule_taus(self) -> list[float]:
+        """Per prompt, τ on llama.cpp's schedule (its own τ where none was replayed)."""
+        return [r.tau for r in self.replayed] if self.replayed is not None else self.taus
+
+    @property
+    def schedule_tau(self) -> float:
+        return mean_tau(self.schedule_taus)
 
     @property
     def name(self) -> str:
@@ -108,6 +121,28 @@ class DrafterRun(PerPromptTau):
         return n / t if t > 0 else math.nan
 
 
+def gap_failure(d: DrafterRun, l: LlamaCppDrafterRun, c: Comparison, max_gap: float) -> list[str]:
+    """``--max-gap``, two-sided: llama.cpp's τ significantly more than ``max_gap`` below *or* above the reference's on
+    llama.cpp's schedule (one prompt: no CI, its difference) — a drafter that drafts better in llama.cpp than in its
+    reference is another model too. The message names the causes found (`DrafterRun.gap_causes`)."""
+    ref = d.schedule_tau
+    if not (math.isfinite(ref) and ref > 0 and c.n_prompts):
+        return []
+    low, high = c.ci if c.ci is not None else (c.delta, c.delta)
+    side = "below" if -high / ref > max_gap else "above" if low / ref > max_gap else None
+    if side is None:
+        return []
+    causes = ("; likely cause: " + "; ".join(d.gap_causes) if d.gap_causes else
+              "; no cause dflashkit can check (per-layer causality, quantization and tokenization agree)")
+    where = f" on {SCHEDULE_NAMES[d.schedule]}'s schedule" if d.schedule in SCHEDULE_NAMES else ""
+    return [f"{d.name}: llama.cpp τ {l.tau:.2f} is significantly more than {max_gap:.1%} {side} the reference "
+            f"runtime's {ref:.2f}{where} (--max-gap; {ci_text(c)}){causes}"]
+
+
+#: the llama.cpp program each replayed schedule is (`dflashkit.runtime.schedules`)
+SCHEDULE_NAMES = {"simple": "llama-speculative-simple", "server": "llama-server"}
+
+
 @dataclass
 class AcceptMeasurement:
     target: str
@@ -135,10 +170,11 @@ class AcceptMeasurement:
         return [None] + [paired_comparison(first, d.taus, seed=self.seed) for d in self.drafters[1:]]
 
     def llama_cpp_comparisons(self) -> list[Comparison | None]:
-        """Per drafter, llama.cpp's τ against the reference runtime's τ of the same drafter (None: refused)."""
+        """Per drafter, llama.cpp's τ against the reference runtime's τ of the same drafter on llama.cpp's schedule
+        (`DrafterRun.schedule_taus`; None: refused)."""
         if self.llama_cpp is None:
             return []
-        return [None if l.refused is not None else paired_comparison(d.taus, l.taus, seed=self.seed)
+        return [None if l.refused is not None else paired_comparison(d.schedule_taus, l.taus, seed=self.seed)
                 for d, l in zip(self.drafters, self.llama_cpp)]
 
     def verdicts(self) -> list[str]:
@@ -224,10 +260,8 @@ class AcceptMeasurement:
             for d, l, c in zip(self.drafters, self.llama_cpp, self.llama_cpp_comparisons()):
                 if l.refused is not None:
                     out.append(f"{d.name}: llama.cpp {'crashed' if l.crashed else 'refused to load it'}: {l.refused}")
-                elif c is not None and math.isfinite(d.tau) and d.tau > 0 and c.n_prompts \
-                        and -(c.ci[1] if c.ci is not None else c.delta) / d.tau > max_gap:  # 1 prompt: no CI
-                    out.append(f"{d.name}: llama.cpp τ {l.tau:.2f} is significantly more than {max_gap:.1%} below the "
-                               f"reference runtime's {d.tau:.2f} (--max-gap; {ci_text(c)})")
+                elif c is not None:
+                    out += gap_failure(d, l, c, max_gap)
         if self.serving is not None:
             out += self.serving.failures(min_speedup)
         if self.by_context is not None:  # a longer context level whose server refused or crashed has no figure

@@ -40,6 +40,8 @@ from . import context as _context_module
 from .parallel import measure_parallel
 from .sweep import check_context_levels, sweep_context
 from ..runtime.speculative import PrefillCache
+from ..llama_cpp.speculative_simple import context_size
+from .gap import gap_causes, replay_schedule
 
 
 class AcceptResult(AcceptMeasurement):
@@ -276,6 +278,14 @@ def _measure_level(runner: HFTarget, prompt_list: list[Prompt], source: str, dra
             say(f"drafter {n}/{len(drafters)}: prompt {i + 1}/{len(prompt_ids)} ({prompt_list[i].id}): "
                 f"τ {r.tau:.2f} over {r.rounds} round(s)")
         runs.append(DrafterRun(str(path), model.load_info, model.draft_tokens + 1, results))  # verify width  # type: ignore[arg-type]
+        if llama_binary is not None:  # the reference on the schedule llama.cpp runs: τ on one accounting
+            simple = llama_binary.name != SERVER_BINARY
+            runs[-1].schedule = "simple" if simple else "server"
+            runs[-1].replayed = replay_schedule(
+                model, runner, head, prompt_ids, runs[-1].schedule, n_predict=max_new_tokens,
+                n_ctx=[context_size(len(ids), max_new_tokens, model.draft_tokens) if simple else None
+                       for ids in prompt_ids],
+                stops=stops, banned=default_stop_ids(runner) if ignore_eos else [], prefills=prefills)
         del model  # free it before the next one loads
     for run, label in zip(runs, distinct_labels([r.path for r in runs])):
         run.label = label
@@ -362,6 +372,9 @@ def _run_llama_cpp(binary: Path | None, runs: list[DrafterRun], texts: list[str]
                              prompt_tokens=[len(ids) for ids in prompt_ids], ignore_eos=ignore_eos,
                              extra_args=extra_args, timeout=timeout, **({"vocab": vocab} if via_server else {}))
                    for d, gguf_path in zip(runs, drafter_ggufs)]
+            for d, gguf_path, l in zip(runs, drafter_ggufs, out):  # what a gap could come from, while the files exist
+                d.gap_causes = gap_causes(d.path, gguf_path, d.info.tensor_types, [len(ids) for ids in prompt_ids],
+                                          [r.n_prompt_tokens for r in l.runs])
             notes.append("llama.cpp τ measured with " + ("llama-server (counts from its JSON timings)"
                                                          if via_server else
                                                          "llama-speculative-simple (counts from its log)"))

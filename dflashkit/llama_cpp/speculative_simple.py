@@ -205,6 +205,11 @@ def check_counts(program: str, where: str, n_predict: int, n_drafted: int, n_acc
                           "dflashkit knows (docs: the llama.cpp checks)?")
 
 
+def context_size(prompt_tokens: int, n_predict: int, draft_max: int) -> int:
+    """The ``-c`` `run_prompt` gives llama-speculative-simple: the prompt, twice the generation and the block."""
+    return max(512, prompt_tokens + 2 * (n_predict + draft_max) + 64)
+
+
 def run_prompt(
     binary: Path, target_gguf: str | os.PathLike, drafter_gguf: str | os.PathLike, text: str, *,
     n_predict: int, draft_max: int, threads: int = 1, ctx_size: int | None = None, retries: int = RETRIES,
@@ -219,7 +224,7 @@ def run_prompt(
     ``label`` (the drafter as the user gave it) rather than a converted file in a temporary folder."""
     check_prompt_text(text)
     name = label or str(drafter_gguf)
-    ctx = ctx_size or max(512, (prompt_tokens or len(text)) + 2 * (n_predict + draft_max) + 64)
+    ctx = ctx_size or context_size(prompt_tokens or len(text), n_predict, draft_max)
     cmd = [str(binary), "-m", str(target_gguf), "-md", str(drafter_gguf), "--spec-type", spec_type_of(drafter_gguf),
            "--spec-draft-n-max", str(draft_max), "-p", text, "--no-escape", "-n", str(n_predict), "--temp", "0",
            "--top-k", "1", "-t", str(threads), "-c", str(ctx), "-b", str(ctx), "-ub", str(ctx), "--verbose"]

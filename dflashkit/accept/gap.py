@@ -1,0 +1,47 @@
+"""llama.cpp's τ against the reference runtime's on one accounting, and the causes of a gap dflashkit can check.
+
+The reference runtime replays the schedule of the llama.cpp program that measured (`dflashkit.runtime.schedules`:
+llama-server's, or llama-speculative-simple's), so a GGUF that computes what its reference computes shows the same
+τ prompt by prompt. Where the two still differ, `gap_causes` names what it can check: the per-layer causality of the
+drafter as given against the file llama.cpp ran (`dflashkit.causality`), a quantized file, another tokenization.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping, Sequence
+
+from ..causality import causality_differs
+from ..runtime import DFlashDraftModel, HFTarget, TargetHead
+from ..runtime.load import _FLOAT_TYPES, runtime_spec
+from ..runtime.schedules import Schedule, replay_llama_cpp
+from ..runtime.speculative import PrefillCache, SpeculativeResult
+
+def replay_schedule(model: DFlashDraftModel, target: HFTarget, head: TargetHead, prompt_ids: Sequence[list[int]],
+                    schedule: Schedule, *, n_predict: int, n_ctx: Sequence[int | None], stops: Sequence[int],
+                    banned: Sequence[int], prefills: PrefillCache | None) -> list[SpeculativeResult]:
+    """Every prompt on llama.cpp's ``schedule`` with the block it drafts (``--spec-draft-n-max`` = the drafter's
+    draft tokens); ``n_ctx[i]``: the context llama.cpp got for prompt i (None: never binding)."""
+    return [replay_llama_cpp(model, target, ids, schedule=schedule, n_predict=n_predict, n_max=model.draft_tokens,
+                             n_ctx=ctx, stop_token_ids=stops, banned_ids=banned, head=head, prefills=prefills)
+            for ids, ctx in zip(prompt_ids, n_ctx)]
+
+
+def gap_causes(given: str | os.PathLike, ran: str | os.PathLike, tensor_types: Mapping[str, int],
+               prompt_tokens: Sequence[int], llama_prompt_tokens: Sequence[int | None]) -> list[str]:
+    """What differs between the drafter as given (``given``, run by the reference runtime with ``tensor_types``) and
+    the GGUF llama.cpp ran (``ran``), and between the two tokenizations: one phrase per cause found."""
+    causes = []
+    try:
+        causes += causality_differs(runtime_spec(given), runtime_spec(ran))
+    except Exception as exc:  # noqa: BLE001 — a cause unknown is said, never a crash of the report
+        causes.append(f"per-layer causality not compared ({str(exc).splitlines()[0][:120]})")
+    quantized = sorted(t for t in tensor_types if t.upper() not in _FLOAT_TYPES)
+    if quantized:
+        causes.append(f"a quantized file ({', '.join(quantized)}): llama.cpp's kernels also round the activations, "
+                      "the reference runtime multiplies the dequantized weights in float")
+    other = [i for i, (a, b) in enumerate(zip(prompt_tokens, llama_prompt_tokens)) if b is not None and a != b]
+    if other:
+        causes.append(f"another tokenization: llama.cpp read {len(other)} prompt(s) as another number of tokens "
+                      f"(prompt indices {other[:10]})")
+    return causes

@@ -1,0 +1,149 @@
+"""τ of the reference runtime and of llama.cpp on one accounting (`dflashkit.runtime.schedules`, `dflashkit.accept.gap`).
+
+Against the real binaries of both pinned builds (DFLASHKIT_LLAMA_CPP_BIN / _MAINLINE_BIN with their sources): the
+trained pair's bf16 GGUF replayed on llama-speculative-simple's and llama-server's schedules counts, prompt by prompt,
+what llama.cpp counts; a planted gap (a checkpoint whose per-layer causality its GGUF loses) fails the two-sided
+``--max-gap`` with the cause named.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dflashkit.accept import VERDICT_AGREES, run_acceptance
+from dflashkit.accept.prompts import load_prompts
+from dflashkit.accept.run import encode_prompts
+from dflashkit.converters.convert import convert
+from dflashkit.errors import UsageError
+from dflashkit.llama_cpp import find_binary, run_prompt, target_gguf_from_hf
+from dflashkit.llama_cpp.speculative_simple import context_size
+from dflashkit.runtime import HFTarget, load_drafter
+from dflashkit.runtime.schedules import replay_llama_cpp
+from dflashkit.runtime.speculative import default_stop_ids
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAINED, LONG = ROOT / "fixtures" / "trained", ROOT / "fixtures" / "trained-long"
+BUILDS = {name: (Path(os.environ.get(f"DFLASHKIT_LLAMA_CPP{env}_BIN", "/nonexistent")),
+                 Path(os.environ.get(f"DFLASHKIT_LLAMA_CPP{env}_SRC", "/nonexistent")))
+          for name, env in (("0.3.36", ""), ("b11549", "_MAINLINE"))}
+N_PREDICT, N_MAX = 48, 15
+#: prompts of fixtures/trained/prompts.jsonl whose replay differs from llama-speculative-simple by float rounding:
+#: index 6, round 4, draft slot 11 — the drafter's two best logits 0.0007 apart (token 331 in this runtime, 404 in
+#: both builds): llama.cpp accepts [15, 15, 15, 15] (τ 16.00), the replay [15, 15, 15, 11] (τ 15.00)
+FLOAT_TIES = {6: ([15, 15, 15, 15], [15, 15, 15, 11])}
+
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow]
+
+
+def _build(name: str) -> tuple[Path, Path]:
+    binary, src = BUILDS[name]
+    if not (binary / "llama-speculative-simple").exists() or not (src / "convert_hf_to_gguf.py").exists():
+        pytest.skip(f"llama.cpp build {name}: set its DFLASHKIT_LLAMA_CPP*_BIN and _SRC")
+    return binary, src
+
+
+@pytest.fixture(scope="module")
+def ggufs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("schedule")
+    out = {"drafter": root / "drafter-bf16.gguf"}
+    convert(TRAINED / "drafter", out["drafter"], outtype="bf16", target=TRAINED / "target", progress=False,
+            warn=lambda m: None)
+    for name in BUILDS:
+        src = BUILDS[name][1]
+        if (src / "convert_hf_to_gguf.py").exists():  # each build's own converter
+            out[name] = target_gguf_from_hf(TRAINED / "target", root / f"target-{name}.gguf", src)
+    return out
+
+
+@pytest.fixture(scope="module")
+def target() -> HFTarget:
+    return HFTarget(TRAINED / "target")
+
+
+@pytest.mark.parametrize("build", list(BUILDS))
+def test_the_replay_counts_what_speculative_simple_counts(build: str, ggufs: dict[str, Path],
+                                                          target: HFTarget) -> None:
+    binary, _ = _build(build)
+    prompts = load_prompts(str(TRAINED / "prompts.jsonl"))
+    ids, texts, _ = encode_prompts(target, prompts, N_PREDICT, {})
+    model, stops = load_drafter(ggufs["drafter"]), default_stop_ids(target)
+    for i, (p, text) in enumerate(zip(ids, texts)):
+        ran = run_prompt(find_binary(binary), ggufs[build], ggufs["drafter"], text, n_predict=N_PREDICT,
+                         draft_max=N_MAX, prompt_tokens=len(p))
+        rep = replay_llama_cpp(model, target, p, schedule="simple", n_predict=N_PREDICT, n_max=N_MAX,
+                               n_ctx=context_size(len(p), N_PREDICT, N_MAX), stop_token_ids=stops)
+        assert ran.n_prompt_tokens == len(p) and ran.accepted is not None, i
+        assert len(rep.output_ids) == sum(a + 1 for a in rep.accepted) > N_PREDICT  # past -n, as llama.cpp
+        if i in FLOAT_TIES:
+            assert (ran.accepted, rep.accepted) == FLOAT_TIES[i], i
+            continue
+        assert (ran.n_predict, ran.n_accept) == (len(rep.output_ids), sum(rep.accepted)), i
+        assert ran.accepted == rep.accepted and ran.tau == rep.tau, i
+
+
+@pytest.mark.parametrize("build", list(BUILDS))
+def test_dflash_accept_agrees_prompt_by_prompt_on_the_servers_schedule(build: str, ggufs: dict[str, Path],
+                                                                        target: HFTarget) -> None:
+    binary, _ = _build(build)
+    result = run_acceptance(target, [ggufs["drafter"]], TRAINED / "prompts.jsonl", max_new_tokens=N_PREDICT,
+                            llama_cpp=binary, target_gguf=ggufs[build])
+    d, ran = result.drafters[0], result.llama_cpp[0]
+    assert d.schedule == "server" and ran.refused is None  # both builds have llama-server: --llama-cpp uses it
+    assert d.schedule_taus == ran.taus  # every prompt, exactly
+    assert result.llama_cpp_verdicts() == [VERDICT_AGREES] and result.failures(max_gap=0.0) == []
+    assert d.gap_causes == []
+    row = next(s["rows"] for s in json.loads(result.report().to_json())["sections"] if s.get("id") == "drafters")[0]
+    assert row["tau_llama_cpp_schedule"] == row["tau_llama_cpp"] and row["llama_cpp_schedule"] == "server"
+
+
+@pytest.fixture(scope="module")
+def lost_causality(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The long pair's drafter without ``is_causal``: its reference runs the sliding layers causal, the GGUF
+    llama.cpp runs has one flag, absent, so every layer bidirectional."""
+    out = tmp_path_factory.mktemp("planted") / "drafter-no-is-causal"
+    shutil.copytree(LONG / "drafter", out)
+    config = json.loads((out / "config.json").read_text())
+    del config["is_causal"]
+    (out / "config.json").write_text(json.dumps(config))
+    return out
+
+
+@pytest.mark.parametrize("build", list(BUILDS))
+def test_llama_cpp_above_the_reference_fails_the_gap_with_its_cause(build: str, lost_causality: Path) -> None:
+    binary, src = _build(build)
+    result = run_acceptance(HFTarget(LONG / "target"), [lost_causality], LONG / "prompts.jsonl",
+                            max_new_tokens=N_PREDICT, max_prompts=6, llama_cpp=binary, llama_cpp_src=src)
+    d, ran = result.drafters[0], result.llama_cpp[0]
+    assert ran.tau > d.schedule_tau + 1.0, (ran.tau, d.schedule_tau)
+    assert result.llama_cpp_verdicts() == ["above reference"]
+    (failure,) = result.failures(max_gap=0.1)
+    assert "significantly more than 10.0% above the reference runtime's" in failure
+    assert "likely cause: per-layer causality — the reference runs layers 0, 1, 2 causal and 3 bidirectional" in failure
+
+
+def test_llama_cpp_below_the_reference_fails_the_gap_with_its_cause(tmp_path: Path, lost_causality: Path) -> None:
+    # a stand-in llama-speculative-simple that accepts nothing: llama.cpp's τ 1.0 below the replay's
+    from test_accept_llama_cpp import fake_binary
+
+    binary, src = _build("0.3.36")
+    stand_in = fake_binary(tmp_path / "bin", "sys.stderr.write(TAIL.replace('n_accept  = 14', 'n_accept  = 0'))")
+    target_gguf = target_gguf_from_hf(LONG / "target", tmp_path / "target.gguf", src)
+    result = run_acceptance(HFTarget(LONG / "target"), [lost_causality], LONG / "prompts.jsonl", max_new_tokens=16,
+                            max_prompts=3, llama_cpp=stand_in.parent, target_gguf=target_gguf)
+    assert result.drafters[0].schedule == "simple"
+    (failure,) = result.failures(max_gap=0.1)
+    assert "significantly more than 10.0% below the reference runtime's" in failure
+    assert "on llama-speculative-simple's schedule" in failure and "likely cause: per-layer causality" in failure
+
+
+def test_a_schedule_is_one_llama_cpp_runs(target: HFTarget) -> None:
+    model = load_drafter(TRAINED / "drafter")
+    with pytest.raises(UsageError, match="schedule 'vllm': expected one of simple, server"):
+        replay_llama_cpp(model, target, [1, 2, 3], schedule="vllm", n_predict=4, n_max=3)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="holds the last prompt token back"):
+        replay_llama_cpp(model, target, [5], schedule="simple", n_predict=4, n_max=3)
