@@ -334,3 +334,23 @@ def test_numbers_in_other_digits_are_refused(inputs: dict[str, Path], untouched:
         want = f"Error: Invalid value for '{option}': {message}"
         assert r.stderr.strip().splitlines()[-1].startswith(want), (name, r.stderr)
         assert message.endswith("finite number") or "written with the digits 0-9." in r.stderr
+
+
+@pytest.mark.parametrize("unbuffered", ["1", ""], ids=["PYTHONUNBUFFERED=1", "buffered"])
+def test_a_report_larger_than_the_pipe_whose_reader_leaves_is_not_lost(inputs: dict[str, Path], untouched: None,
+                                                                       tmp_path: Path, unbuffered: str) -> None:
+    """A report past the pipe's 64 KiB whose reader leaves after 100 bytes: the rest cannot be written — one line, exit
+    1. Unbuffered (a container's PYTHONUNBUFFERED=1), Python's text layer ignored the short write: exit 0."""
+    for n in range(120):  # 120 names of one file: a report of ~170 KB in HTML
+        os.link(inputs["gguf"], tmp_path / f"d{n}.gguf")
+    argv = [str(BIN / "dflash-inspect"), *sorted(map(str, tmp_path.glob("d*.gguf"))), "--format", "html"]
+    env = {**os.environ, "PYTHONUNBUFFERED": unbuffered}
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        head = proc.stdout.read(100)
+        proc.stdout.close()  # the reader leaves with the writer blocked on a full pipe
+        err = proc.stderr.read().decode()
+        code = proc.wait(timeout=300)
+    assert head.startswith(b"<!DOCTYPE html>")
+    r = subprocess.CompletedProcess(argv, code, "", err)
+    assert code == 1 and the_error(r) == REPORT_LOST["pipe"]

@@ -100,11 +100,29 @@ def print_summary(text: str, done: str, fix: str = REDIRECT_OR_QUIET) -> None:
         raise DFlashError(f"{done}, but its summary could not be printed ({why}) — {fix}") from None
 
 
+def write_stdout(text: str) -> None:
+    """``text`` onto stdout in full, or an OSError. With ``PYTHONUNBUFFERED`` set (common in containers) sys.stdout
+    writes straight to the descriptor, and CPython's text layer ignores a short write: a pipe whose reader leaves
+    after the first 64 KiB took the rest of a report silently, exit 0. The bytes go through ``os.write`` until all
+    are taken instead; a stream without a descriptor (a test runner's, a closed stdout) gets click's echo."""
+    stream = sys.stdout
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        click.echo(text, nl=False)
+        return
+    stream.flush()
+    view = memoryview(text.encode(getattr(stream, "encoding", None) or "utf-8",
+                                  getattr(stream, "errors", None) or "strict"))
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def emit(text: str, output: str | None, force: bool, quiet: bool, status: str, prog: str) -> None:
     """The report on stdout (a stdout that cannot take it: `stdout_lost`), or into -o FILE with a 'wrote' line on
     stderr (unless -q)."""
     if output is None:
-        click.echo(text, nl=not text.endswith("\n"))
+        write_stdout(text if text.endswith("\n") else text + "\n")
         return
     write_text_atomic(output, text, force=force)
     if not quiet:
