@@ -56,7 +56,12 @@ HOOKS = [
      '        if die and draft and n_slots == int(die[0]) and die[2] == "generate":\n'
      '            sys.stderr.write("srv  update_slots: decoding the batch\\n")\n'
      '            sys.stderr.flush()\n'
-     '            os.kill(os.getpid(), getattr(signal, die[1]))\n'),
+     '            os._exit(int(die[1][4:])) if die[1].startswith("EXIT") else os.kill(os.getpid(), getattr(signal, die[1]))\n'
+     '        if not draft and (here / "base_dies_past").exists() \\\n'
+     '                and len(request["prompt"]) > int((here / "base_dies_past").read_text()):\n'
+     '            sys.stderr.write("srv  update_slots: the target alone aborts\\n")\n'
+     '            sys.stderr.flush()\n'
+     '            os.kill(os.getpid(), signal.SIGABRT)\n'),
     ('"id_slot": slot})', '"id_slot": slot if forged_slot is None or n_slots == 1 else json.loads(forged_slot)})'),
 ]
 
@@ -99,7 +104,10 @@ def _section(report: dict[str, Any], sid: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("die, signal, phase", [("2 SIGKILL generate", "SIGKILL", "generating"),
-                                                ("2 SIGABRT load", "SIGABRT", "loading")])
+                                                ("2 SIGABRT load", "SIGABRT", "loading"),
+                                                # an exit once it served is a crash too, not a refusal of the files
+                                                ("2 EXIT3 generate", "exit 3", "generating"),
+                                                ("2 EXIT139 generate", "exit 139: SIGSEGV in a child", "generating")])
 def test_a_parallel_level_whose_server_dies_reads_crashed_and_fails_min_speedup(
         drafter_gguf: dict[str, Path], tmp_path: Path, die: str, signal: str, phase: str) -> None:
     build = _standin(tmp_path / "bin", die=die)
@@ -176,6 +184,27 @@ def test_a_context_level_whose_server_dies_has_no_figure_and_fails_min_speedup(d
     assert _section(report, "context_server")["items"] == [f"drafter-bf16.gguf at --context 64: {long['server_refused']}"]
     assert report["status"] == (f"at --context 64: drafter-bf16.gguf on target.gguf (draft cache default, n-max 15): "
                                 f"llama-server crashed: {long['server_refused']}")
+
+
+def test_a_context_level_whose_target_alone_dies_keeps_the_run(drafter_gguf: dict[str, Path], tmp_path: Path) -> None:
+    """The target alone (no drafter's fault) dies past the first level: that level has no figure, for that reason;
+    the report — the first level's figures, the reference's τ at every level — is kept (it was lost whole)."""
+    build = _standin(tmp_path / "bin", base_dies_past="300")  # a prompt after 64 tokens of context is longer
+    res = CliRunner().invoke(accept_command, [
+        str(drafter_gguf["drafter"]), "--target", str(TRAINED / "target"), "--prompts", str(TRAINED / "prompts.jsonl"),
+        "--max-prompts", "4", "--max-new-tokens", "16", "--llama-server", str(build), "--target-gguf",
+        str(drafter_gguf["target"]), "--context", "0,64", "--format", "json", "-q", "--min-speedup", "0.5"])
+    assert res.exit_code == 1, res.output
+    report = json.loads(res.stdout)
+    short, long = _section(report, "by_context")["rows"]
+    assert short["server_refused"] is None and short["speedup"] > 0 and long["tau"] >= 1
+    assert (long["tau_server"], long["speedup"]) == (None, None)
+    assert long["server_refused"] == (f"the target alone (llama-server (target alone)) failed: {drafter_gguf['target']}: "
+                                      "llama-server crashed (SIGABRT) while generating: main: loading model | srv  "
+                                      "update_slots: the target "
+                                      "alone aborts")
+    assert report["status"].startswith("at --context 64: drafter-bf16.gguf on target.gguf (draft cache default, n-max "
+                                       "15): llama-server crashed: the target alone")
 
 
 # ---- the release: its record, card and --check ------------------------------------------------------------------

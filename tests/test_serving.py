@@ -611,11 +611,17 @@ def test_a_proxy_in_the_environment_is_not_used_for_loopback(tmp_path: Path, mon
 
 
 def test_a_crash_of_the_target_alone_is_not_the_drafters(tmp_path: Path) -> None:
+    """The shared target alone dies: every combination of its target is left without a figure and says why (the
+    verdict crashed, the gate fails), and the rest of the run is kept."""
     folder = standin_server.make(tmp_path / "bin", "base-segv-generate")
-    with pytest.raises(DFlashError) as err:
-        _measure(folder, tmp_path)
-    assert str(err.value).startswith("the target alone (llama-server (target alone)) failed: ")
-    assert "llama-server crashed (SIGSEGV) while generating" in str(err.value)
+    result = _measure(folder, tmp_path)
+    assert result.verdicts() == [VERDICT_CRASHED]
+    (run,) = result.runs
+    assert run.crashed and run.on == [] and run.off == []
+    assert run.refused == (f"the target alone (llama-server (target alone)) failed: {tmp_path / 'target.gguf'}: "
+                           "llama-server crashed (SIGSEGV) while generating: main: loading model")
+    assert result.failures(0.5) == [f"d.gguf on target.gguf (draft cache default, n-max 15): llama-server crashed: "
+                                    f"{run.refused}"]
     assert not any(standin_server.alive(p) for p in standin_server.pids(folder))
 
 

@@ -284,6 +284,15 @@ def cache_type_value(v: str) -> str:
     return v.lower()
 
 
+class _TargetAloneFailed(DFlashError):
+    """The target alone refused or died: every combination of its target GGUF is left without a figure, for this
+    reason (the drafters' rows say so, crashed or refused, and the rest of the run is kept)."""
+
+    def __init__(self, message: str, crashed: bool) -> None:
+        super().__init__(message)
+        self.crashed = crashed
+
+
 def measure_serving(
     drafters: Sequence[tuple[str, str | os.PathLike, int]],
     texts: Sequence[str],
@@ -325,7 +334,8 @@ def measure_serving(
             return server.complete(text, n, seed=request_seed, ignore_eos=ignore_eos)
         except (LlamaCppRefused, LlamaCppCrashed) as exc:
             if server is base:  # the shared target alone failed: no drafter's fault, and no later pair can run
-                raise DFlashError(f"the target alone ({server.label}) failed: {exc}") from None
+                raise _TargetAloneFailed(f"the target alone ({server.label}) failed: {exc}",
+                                         isinstance(exc, LlamaCppCrashed)) from None
             raise
 
     def measure(run: ServingRun, spec: Any, base: Any | None) -> None:
@@ -348,7 +358,10 @@ def measure_serving(
                              vocab=vocab) if baseline_url else None)
         run = ServingRun(server_url, server_url, server_url, None, None, seed=seed,
                          block_size=max(b for _, _, b in drafters))
-        measure(run, spec, base)
+        try:
+            measure(run, spec, base)
+        except _TargetAloneFailed as exc:
+            raise DFlashError(str(exc)) from None  # a server the user runs: nothing of ours to report on
         runs.append(run)
         source = f"llama-server at {server_url}" + (f", target alone at {baseline_url}" if baseline_url else "")
     else:
@@ -375,6 +388,7 @@ def measure_serving(
                     say("llama-server crashed loading the target with weight repacking: every pair with --no-repack")
                     args, note = [*args, "--no-repack"], NO_REPACK_NOTE
                     base_server = stack.enter_context(server(args=args))
+                alone_failed: _TargetAloneFailed | None = None
                 for path, gguf, block in drafters:
                     for cache in plan.draft_cache_types:
                         for n_max in plan.draft_n_max:
@@ -382,6 +396,9 @@ def measure_serving(
                             run = ServingRun(str(target), path, str(gguf), n, cache, seed=seed, block_size=block,
                                              note=note)
                             runs.append(run)
+                            if alone_failed is not None:  # no pair of this target can be measured any more
+                                run.refused, run.crashed = str(alone_failed), alone_failed.crashed
+                                continue
                             try:
                                 try:
                                     with server(gguf, n, cache, args) as spec:
@@ -396,6 +413,10 @@ def measure_serving(
                                     no_repack = [*args, "--no-repack"]
                                     with server(args=no_repack) as base2, server(gguf, n, cache, no_repack) as spec:
                                         measure(run, spec, base2)
+                            except _TargetAloneFailed as exc:  # every pair of this target: no figure, this reason
+                                run.on, run.off, alone_failed = [], [], exc
+                                run.refused, run.crashed = str(exc), exc.crashed
+                                say(f"llama-server: {exc}")
                             except (LlamaCppRefused, LlamaCppCrashed) as exc:
                                 run.on, run.off = [], []
                                 run.refused, run.crashed = str(exc), isinstance(exc, LlamaCppCrashed)

@@ -112,6 +112,8 @@ def repacking_crash(returncode: int, output: str, phase: str, extra_args: Sequen
 def crash_message(program: str, returncode: int, output: str, phase: str, extra_args: Sequence[str] = ()) -> str:
     """``llama-server crashed (SIGSEGV) while loading: <last lines>`` (+ the AMX hint where it applies)."""
     name = signal_name(returncode) or f"exit {returncode}"
+    if 128 < returncode <= 128 + 64:  # a shell that ran it as its child reports a signal's death as 128 + N
+        name += f": {signal_name(128 - returncode)} in a child"
     message = f"{program} crashed ({name}) while {phase}: {last_lines(output)}"
     if repacking_crash(returncode, output, phase, extra_args):
         message += (" — ggml's weight repacking is known to crash loading Q8_0 and K-quant weights on CPUs with "

@@ -390,8 +390,10 @@ class LlamaServer(_Client):
                           f"last lines: {last_lines(self.output)}")
 
     def _ended(self, code: int, phase: str) -> DFlashError:
+        """Why the server ended: a signal, or any end once it served (/health answered), is a crash; an exit while
+        loading is a refusal of the files."""
         files = self.target_gguf + (f" + {self.drafter_gguf}" if self.drafter_gguf else "")
-        if code < 0:
+        if code < 0 or phase == "generating":
             return LlamaCppCrashed(f"{files}: " + crash_message(SERVER_BINARY, code, self.output, phase,
                                                                self.extra_args),
                                    repack=repacking_crash(code, self.output, phase, self.extra_args))
