@@ -167,17 +167,22 @@ def test_every_slot_drafts_like_slot_0_only_when_every_slot_replied(drafter_gguf
     assert "every slot drafts like slot 0" not in res.stdout.replace("whether every slot drafts like slot 0", "")
 
 
+def _accept_by_context(files: dict[str, Path], build: Path) -> dict[str, Any]:
+    """``--context 0,64`` through the stand-in ``build`` with ``--min-speedup 0.5``: its JSON report (exit 1)."""
+    res = CliRunner().invoke(accept_command, [
+        str(files["drafter"]), "--target", str(TRAINED / "target"), "--prompts", str(TRAINED / "prompts.jsonl"),
+        "--max-prompts", "4", "--max-new-tokens", "16", "--llama-server", str(build), "--target-gguf",
+        str(files["target"]), "--context", "0,64", "--format", "json", "-q", "--min-speedup", "0.5"])
+    assert res.exit_code == 1, res.output
+    return json.loads(res.stdout)
+
+
 def test_a_context_level_whose_server_dies_has_no_figure_and_fails_min_speedup(drafter_gguf: dict[str, Path],
                                                                                 tmp_path: Path) -> None:
     build = _standin(tmp_path / "bin", die_nth="2 SIGSEGV")  # --context 0,64: the second level's server dies
-    res = CliRunner().invoke(accept_command, [
-        str(drafter_gguf["drafter"]), "--target", str(TRAINED / "target"), "--prompts", str(TRAINED / "prompts.jsonl"),
-        "--max-prompts", "4", "--max-new-tokens", "16", "--llama-server", str(build), "--target-gguf",
-        str(drafter_gguf["target"]), "--context", "0,64", "--format", "json", "-q", "--min-speedup", "0.5"])
-    assert res.exit_code == 1, res.output
-    report = json.loads(res.stdout)
+    report = _accept_by_context(drafter_gguf, build)
     short, long = _section(report, "by_context")["rows"]
-    assert short["server_refused"] is None and short["speedup"] > 1 and short["tau_server"] > 1
+    assert short["server_refused"] is None and short["speedup"] > 0 and short["tau_server"] > 1  # (timing: any)
     assert (long["tau_server"], long["speedup"], long["speedup_ci"]) == (None, None, None)
     assert "llama-server crashed (SIGSEGV) while generating: " in long["server_refused"]
     assert "nan" not in json.dumps(_section(report, "by_context")).lower()
@@ -190,12 +195,7 @@ def test_a_context_level_whose_target_alone_dies_keeps_the_run(drafter_gguf: dic
     """The target alone (no drafter's fault) dies past the first level: that level has no figure, for that reason;
     the report — the first level's figures, the reference's τ at every level — is kept (it was lost whole)."""
     build = _standin(tmp_path / "bin", base_dies_past="300")  # a prompt after 64 tokens of context is longer
-    res = CliRunner().invoke(accept_command, [
-        str(drafter_gguf["drafter"]), "--target", str(TRAINED / "target"), "--prompts", str(TRAINED / "prompts.jsonl"),
-        "--max-prompts", "4", "--max-new-tokens", "16", "--llama-server", str(build), "--target-gguf",
-        str(drafter_gguf["target"]), "--context", "0,64", "--format", "json", "-q", "--min-speedup", "0.5"])
-    assert res.exit_code == 1, res.output
-    report = json.loads(res.stdout)
+    report = _accept_by_context(drafter_gguf, build)
     short, long = _section(report, "by_context")["rows"]
     assert short["server_refused"] is None and short["speedup"] > 0 and long["tau"] >= 1
     assert (long["tau_server"], long["speedup"]) == (None, None)
