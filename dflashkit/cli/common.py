@@ -148,6 +148,10 @@ class DFlashCommand(click.Command):
                 raise
             _fail(stdout_lost(exc, report=False, fix="redirect stdout to a file"), 1)
         except SystemExit as exc:
+            if standalone_mode and exc.code == 1 and type(sys.stdout).__name__.endswith("PacifyFlushWrapper"):
+                # click's own EPIPE ending (--help / --version into a pipe whose reader is gone): said in one line
+                click.echo("error: stdout was closed before the output was written (broken pipe); redirect stdout "
+                           "to a file", err=True)
             if program and "numba" in sys.modules and "ray" not in sys.modules \
                     and isinstance(exc.code, (int, type(None))):
                 atexit._run_exitfuncs()  # what registered itself for the exit still runs (0.001 s): not the teardown
