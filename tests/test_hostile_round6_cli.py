@@ -357,3 +357,17 @@ def test_a_report_larger_than_the_pipe_whose_reader_leaves_is_not_lost(inputs: d
     assert head.startswith(b"<!DOCTYPE html>")
     r = subprocess.CompletedProcess(argv, code, "", err)
     assert code == 1 and the_error(r) == REPORT_LOST["pipe"]
+
+
+def test_a_stderr_that_cannot_take_a_line_does_not_end_the_run(inputs: dict[str, Path], untouched: None,
+                                                               tmp_path: Path) -> None:
+    """``2>/dev/full``: progress and warnings are dropped, the run goes on, the exit code tells (it stopped at the
+    first progress line)."""
+    out = tmp_path / "accept.json"
+    argv = [str(BIN / "dflash-accept"), inputs["drafter"], "--target", inputs["target"], *SMALL_RUN, "-o", out]
+    with open("/dev/full", "w") as full:
+        ok = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=full, timeout=300)
+        bad = subprocess.run([*argv[:4], "--prompts", tmp_path / "none.jsonl"], stdout=subprocess.DEVNULL,
+                             stderr=full, timeout=300)
+    assert ok.returncode == 0 and out.stat().st_size > 0
+    assert bad.returncode == 1

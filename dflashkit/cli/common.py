@@ -19,7 +19,7 @@ from ..errors import DFlashError, UsageError
 from ..files.tempdirs import remove_stale
 from .params import AsciiIntRange, FiniteFloat, LazyChoice, PathParam, ascii_float, ascii_int  # noqa: F401 (shared)
 from .stdout import echo_written as _echo_written, emit as _emit  # noqa: F401 (the commands' report output)
-from .stdout import guard_closed_stdout, is_stdout_error, stdout_lost
+from .stdout import guard_closed_stdout, guard_stderr, is_stdout_error, stdout_lost
 
 MAX_PARITY_ROUNDS = 10_000  # each round keeps a block of logits for the report: 1e8 rounds asked for ~82 GB
 _REPORT_SUFFIXES = {".html": "html", ".htm": "html", ".json": "json", ".md": "markdown", ".markdown": "markdown"}
@@ -140,6 +140,7 @@ class DFlashCommand(click.Command):
 
     def main(self, args: Any = None, *rest: Any, standalone_mode: bool = True, **kw: Any) -> Any:
         guard_closed_stdout()  # started with stdout closed (>&-): what is printed fails as on a full device
+        guard_stderr()  # a stderr that cannot take a progress line (2>/dev/full) does not end the run
         program = args is None and standalone_mode and os.path.basename(sys.argv[0]).startswith("dflash-")
         try:
             return super().main(args, *rest, standalone_mode=standalone_mode, **kw)

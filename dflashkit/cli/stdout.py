@@ -59,6 +59,52 @@ def guard_closed_stdout() -> None:
     sys.stdout = sys.__stdout__ = _ClosedStdout()
 
 
+class _DiagnosticsStderr(io.TextIOBase):
+    """``sys.stderr`` when it cannot take a write (``2>/dev/full``, a closed pipe): progress, warnings and errors are
+    dropped, the exit code still tells — a full stderr stopped a run at its first progress line."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.stream, "encoding", None) or "utf-8"
+
+    @property
+    def errors(self) -> str:  # type: ignore[override]
+        return getattr(self.stream, "errors", None) or "strict"
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return bool(getattr(self.stream, "isatty", lambda: False)())
+
+    def write(self, text: Any) -> int:
+        try:
+            return self.stream.write(text)
+        except OSError as exc:
+            if exc.errno not in STDOUT_ERRNOS:
+                raise
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except OSError as exc:
+            if exc.errno not in STDOUT_ERRNOS:
+                raise
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+
+def guard_stderr() -> None:
+    """Run first in every command, with `guard_closed_stdout`: a stderr that cannot take a line never ends a run."""
+    if sys.stderr is not None and not isinstance(sys.stderr, _DiagnosticsStderr):
+        sys.stderr = _DiagnosticsStderr(sys.stderr)
+
+
 def is_stdout_error(exc: BaseException) -> TypeGuard[OSError]:
     return isinstance(exc, OSError) and exc.errno in STDOUT_ERRNOS
 
