@@ -17,6 +17,7 @@ from ..runtime.load import _FLOAT_TYPES, runtime_spec
 from ..runtime.schedules import Schedule, replay_llama_cpp
 from ..runtime.speculative import PrefillCache, SpeculativeResult
 
+
 def replay_schedule(model: DFlashDraftModel, target: HFTarget, head: TargetHead, prompt_ids: Sequence[list[int]],
                     schedule: Schedule, *, n_predict: int, n_ctx: Sequence[int | None], stops: Sequence[int],
                     banned: Sequence[int], prefills: PrefillCache | None) -> list[SpeculativeResult]:
