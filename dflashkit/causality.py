@@ -14,7 +14,7 @@ model: `lost_causality` says so, and the GGUF records the reference's rule under
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 #: where a GGUF records the per-layer rule its checkpoint's reference runs (dflashkit's own namespace: llama.cpp
 #: does not read it)
@@ -36,6 +36,17 @@ def reference_causal_layers(spec: Any, *, window_from_anchor: bool = False,
     if spec.causal is not None:
         return (bool(spec.causal),) * spec.n_layers
     return sliding
+
+
+def window_non_causal(family: Any, config: Mapping[str, Any] | None) -> bool:
+    """speculators' ``sliding_window_non_causal`` of an HF config (its family's default where the config is silent)."""
+    return bool((config or {}).get("sliding_window_non_causal", family.window_non_causal_default))
+
+
+def checkpoint_causal_layers(spec: Any, family: Any, config: Mapping[str, Any] | None) -> tuple[bool, ...]:
+    """`reference_causal_layers` of an HF checkpoint: its family's window rule, its config's non-causal window."""
+    return reference_causal_layers(spec, window_from_anchor=family.window_from_anchor,
+                                   sliding_window_non_causal=window_non_causal(family, config))
 
 
 def llama_cpp_causal_layers(spec: Any) -> tuple[bool, ...]:
@@ -85,7 +96,8 @@ def masks_differ_in_llama_cpp(spec: Any) -> bool:
     if reference != llama_cpp_causal_layers(spec):
         return True
     window = spec.sliding_window
-    return bool(window) and window < spec.block_size and any(s and not c for s, c in zip(sliding_layers(spec), reference))
+    bidirectional_sliding = any(s and not c for s, c in zip(sliding_layers(spec), reference))
+    return bool(window) and window < spec.block_size and bidirectional_sliding
 
 
 def causality_differs(reference: Any, candidate: Any) -> list[str]:

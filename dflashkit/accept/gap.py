@@ -12,6 +12,7 @@ import os
 from typing import Mapping, Sequence
 
 from ..causality import causality_differs
+from ..errors import DFlashError
 from ..runtime import DFlashDraftModel, HFTarget, TargetHead
 from ..runtime.load import _FLOAT_TYPES, runtime_spec
 from ..runtime.schedules import Schedule, replay_llama_cpp
@@ -35,7 +36,7 @@ def gap_causes(given: str | os.PathLike, ran: str | os.PathLike, tensor_types: M
     causes = []
     try:
         causes += causality_differs(runtime_spec(given), runtime_spec(ran))
-    except Exception as exc:  # noqa: BLE001 — a cause unknown is said, never a crash of the report
+    except DFlashError as exc:  # a cause unknown is said, never a crash of the report
         causes.append(f"per-layer causality not compared ({str(exc).splitlines()[0][:120]})")
     quantized = sorted(t for t in tensor_types if t.upper() not in _FLOAT_TYPES)
     if quantized:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import functools
 import os
 import sys
@@ -130,6 +131,10 @@ EXIT_CODES = ("Exit codes: 0 success; 1 bad input, or a check / gate failed; 2 u
 REPORT_FORMATS = ("text", "json", "markdown", "html")
 
 
+#: how --help / --version (whose output is click's, not a report's) keep stdout out of the way
+_REDIRECT = "redirect stdout to a file"
+
+
 class DFlashCommand(click.Command):
     """A command that, run as a program (its console script: no ``args``, standalone), leaves the interpreter at
     once after its last output once numba is loaded: tearing down LLVM's loaded kernels takes ~0.35 s at exit —
@@ -147,12 +152,12 @@ class DFlashCommand(click.Command):
         except OSError as exc:  # click's own output (--help, --version); a command's is one line in user_errors
             if not standalone_mode or not is_stdout_error(exc):
                 raise
-            _fail(stdout_lost(exc, report=False, fix="redirect stdout to a file"), 1)
+            _fail(stdout_lost(exc, report=False, fix=_REDIRECT), 1)
         except SystemExit as exc:
             if standalone_mode and exc.code == 1 and type(sys.stdout).__name__.endswith("PacifyFlushWrapper"):
                 # click's own EPIPE ending (--help / --version into a pipe whose reader is gone): said in one line
-                click.echo("error: stdout was closed before the output was written (broken pipe); redirect stdout "
-                           "to a file", err=True)
+                lost = stdout_lost(BrokenPipeError(errno.EPIPE, "Broken pipe"), report=False, fix=_REDIRECT)
+                click.echo(f"error: {lost}", err=True)
             if program and "numba" in sys.modules and "ray" not in sys.modules \
                     and isinstance(exc.code, (int, type(None))):
                 atexit._run_exitfuncs()  # what registered itself for the exit still runs (0.001 s): not the teardown
@@ -297,8 +302,9 @@ def prompt_options(func: Any) -> Any:
 
     return _group([
         click.option("--prompts", "prompts_file", type=PathParam(dir_okay=False, expect="a JSONL file"),
-                     metavar="FILE.jsonl", help='Prompts, one JSON per line: {"messages": [...]} (chat template), {"prompt": "..."} or '
-                     '{"text": "..."} (raw). Default: the built-in chat / code / math / long-context set.'),
+                     metavar="FILE.jsonl", help='Prompts, one JSON per line: {"messages": [...]} (chat template), '
+                     '{"prompt": "..."} or {"text": "..."} (raw). Default: the built-in chat / code / math / '
+                     'long-context set.'),
         click.option("--max-prompts", type=AsciiIntRange(min=1), help="Use only the first N prompts."),
         click.option("--max-new-tokens", type=AsciiIntRange(min=2), default=DEFAULT_MAX_NEW_TOKENS,
                      show_default=True, help="New tokens per prompt."),
@@ -389,13 +395,13 @@ def llama_cpp_options(func: Any) -> Any:
                      "on the same prompts, greedy: τ llama.cpp beside this runtime's τ."),
         click.option("--llama-server", "llama_server", type=PathParam(file_okay=False, expect="llama.cpp's bin folder"),
                      metavar="BIN_DIR", multiple=True, help="Measure every drafter where users run it: "
-                     "BIN_DIR/llama-server with and without the drafter on the same prompts (started on 127.0.0.1, stopped when done): τ, speed-up "
-                     "with a paired CI, identical output, a verdict. dflash-release takes it repeated (builds side "
-                     "by side)."),
+                     "BIN_DIR/llama-server with and without the drafter on the same prompts (started on 127.0.0.1, "
+                     "stopped when done): τ, speed-up with a paired CI, identical output, a verdict. dflash-release "
+                     "takes it repeated (builds side by side)."),
         click.option("--target-gguf", type=PathParam(dir_okay=False, expect="a GGUF file"), metavar="FILE",
-                     multiple=True, help="The target as a GGUF for --llama-cpp / --llama-server (default: --target converted by "
-                     "llama.cpp's own converter from --llama-cpp-src). Repeat it to sweep quantized targets through "
-                     "--llama-server (--llama-cpp uses the first)."),
+                     multiple=True, help="The target as a GGUF for --llama-cpp / --llama-server (default: --target "
+                     "converted by llama.cpp's own converter from --llama-cpp-src). Repeat it to sweep quantized "
+                     "targets through --llama-server (--llama-cpp uses the first)."),
         click.option("--llama-cpp-src", type=PathParam(file_okay=False, expect="llama.cpp's source folder"),
                      metavar="DIR", help="llama.cpp's source tree (convert_hf_to_gguf.py), to make the target GGUF."),
         click.option("--draft-n-max", metavar="N[,N...]",

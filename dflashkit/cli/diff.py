@@ -8,7 +8,7 @@ import click
 
 from ..files import check_output, write_text_atomic
 from .common import FiniteFloat, _resolve_format, dflash_command, format_option, output_option, user_errors
-from .stdout import print_summary
+from .stdout import print_summary, write_stdout
 
 
 @dflash_command(
@@ -52,7 +52,7 @@ def diff_command(
         if not quiet:  # (on stdout, as convert's and quantize's summary)
             print_summary(f"wrote {output} — {report.status}", f"{output} is written and complete (kept)")
     else:
-        click.echo(text, nl=False)
+        write_stdout(text)
         if fmt != "text" and code and not quiet:
             click.echo(f"dflash-diff: {report.status}", err=True)
     sys.exit(code)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from ..filetypes import FILE_TYPE_ALIASES, NEEDS_IMATRIX, QUANTIZE_FILE_TYPES
-from .common import PathParam, _echo_written, _resolve_format, _warnings, dflash_command, format_option, user_errors, values_strict_option
+from .common import PathParam, _echo_written, _resolve_format, _warnings, dflash_command, format_option, user_errors
 
 
 def _type_list() -> str:

@@ -135,7 +135,7 @@ def print_summary(text: str, done: str, fix: str = REDIRECT_OR_QUIET) -> None:
     """Print the summary of a result that is already complete on disk; ``done`` says what is (``OUT is written and
     complete (kept)``). A stdout that cannot take it is one error line that says so, and how to avoid it."""
     try:
-        click.echo(text)  # (click flushes: a full device fails here)
+        write_stdout(text + "\n")
     except OSError as exc:
         if not is_stdout_error(exc):
             raise

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Mapping
 
-from ..causality import CAUSAL_LAYERS_KEY, lost_causality, reference_causal_layers
+from ..causality import CAUSAL_LAYERS_KEY, checkpoint_causal_layers, lost_causality
 from ..errors import DFlashError, UsageError
 from ..spec import DrafterSpec
 
@@ -28,9 +28,7 @@ def decide_causal_flag(spec: DrafterSpec, family: Any, config: Mapping[str, Any]
     if choice is not None and not one_causal_flag:
         raise UsageError("--llama-cpp-causal sets llama.cpp's dflash.attention.causal: give it with --dialect "
                          "llama.cpp")
-    window_non_causal = bool((config or {}).get("sliding_window_non_causal", family.window_non_causal_default))
-    reference = reference_causal_layers(spec, window_from_anchor=family.window_from_anchor,
-                                        sliding_window_non_causal=window_non_causal)
+    reference = checkpoint_causal_layers(spec, family, config)
     flag = spec.causal if choice is None else choice
     lost = lost_causality(reference, flag)
     written = replace(spec, causal=flag)
@@ -41,4 +39,5 @@ def decide_causal_flag(spec: DrafterSpec, family: Any, config: Mapping[str, Any]
     if strict:
         raise DFlashError(f"{source}: per-layer causality would be lost: {lost} — refusing under --strict; {FIX}")
     return replace(written, reference_causal_layers=reference), (
-        f"{source}: per-layer causality is lost: {lost} — the reference's rule is recorded in {CAUSAL_LAYERS_KEY}; {FIX}")
+        f"{source}: per-layer causality is lost: {lost} — the reference's rule is recorded in {CAUSAL_LAYERS_KEY}; "
+        f"{FIX}")

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from dflashkit.causality import CAUSAL_LAYERS_KEY, lost_causality, reference_causal_layers, sliding_layers
+from dflashkit.causality import (CAUSAL_LAYERS_KEY, checkpoint_causal_layers, lost_causality, reference_causal_layers,
+                                 sliding_layers)
 from dflashkit.inspect.checks import InspectContext, register_check
 from dflashkit.inspect.drafter import drafter_of
 from dflashkit.inspect.findings import Finding, info, warning
@@ -45,10 +46,7 @@ def check_causality(ctx: InspectContext) -> Iterator[Finding]:
     family = drafter.family
     if family is None:
         return
-    config = drafter.metadata if isinstance(drafter.metadata, dict) else {}
-    reference = reference_causal_layers(
-        spec, window_from_anchor=family.window_from_anchor,
-        sliding_window_non_causal=bool(config.get("sliding_window_non_causal", family.window_non_causal_default)))
+    reference = checkpoint_causal_layers(spec, family, drafter.metadata if isinstance(drafter.metadata, dict) else None)
     lost = lost_causality(reference, spec.causal)
     if lost is not None:
         yield info("drafter.causality", f"{ctx.path}: converted for llama.cpp, per-layer causality would be lost: "

@@ -54,14 +54,13 @@ def _gguf_context(path: Path) -> int | None:
 def check_parity_levels(levels: Sequence[int], spec: Any, prompt_tokens: int, rounds: int, context: int | None,
                         whose: str, key: str) -> None:
     """Every level, its prompt and its rounds inside ``context`` (``whose``: the target's or the drafter's own, read
-    from ``key``), and
-    its state within `MAX_CONTEXT_STATE_BYTES` — before anything of the level is built."""
+    from ``key``), and its state within `MAX_CONTEXT_STATE_BYTES` — before anything of the level is built."""
     top, tail = max(levels), prompt_tokens + rounds * spec.block_size + 1
     if context is not None and top + tail > context:
         prompt = f"{prompt_tokens} prompt tokens + " if prompt_tokens else ""
         raise UsageError(f"--context {level_label(top)}: {top:,} + {prompt}"
-                         f"{rounds * spec.block_size + 1} of the rounds exceed {whose} context of {context:,} ({key}) — give "
-                         f"levels up to {max(0, context - tail):,}")
+                         f"{rounds * spec.block_size + 1} of the rounds exceed {whose} context of {context:,} ({key}) "
+                         f"— give levels up to {max(0, context - tail):,}")
     need = context_state_bytes(spec, top + tail)
     if need > MAX_CONTEXT_STATE_BYTES:
         per = context_state_bytes(spec, 1)

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
-from ..causality import masks_differ_in_llama_cpp
+from ..causality import masks_differ_in_llama_cpp, window_non_causal
 from ..errors import DFlashError
 from ..families import (DEFAULT_FAMILY, DrafterFamily, family_for_architecture, label_for, plain_runtime_block,
                         read_hf_config, rope_type_of, runtime_blocks, runtime_family)
@@ -145,8 +145,7 @@ def runtime_fields(family: DrafterFamily, spec: DrafterSpec, *, kind: str, shape
     out["rope_interleaved"] = kind == "hf" and not spec.rope_is_neox_style  # stored interleaved, run so
     out["attention_sinks"] = any(c.endswith(".self_attn.sinks") for c in shapes or ())
     if kind == "hf" and family.window_from_anchor:  # its sliding window counts back from the anchor (speculators' mask)
-        non_causal = (config or {}).get("sliding_window_non_causal", family.window_non_causal_default)
-        out.update(window_from_anchor=True, sliding_window_non_causal=bool(non_causal))
+        out.update(window_from_anchor=True, sliding_window_non_causal=window_non_causal(family, config))
     if kind == "gguf" and one_causal_flag and masks_differ_in_llama_cpp(spec):
         out["llama_cpp_masks"] = True
     return out

@@ -8,6 +8,7 @@ The tap features are extracted exactly as z-lab's ``extract_context_feature``: t
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import os
 from pathlib import Path
@@ -58,15 +59,12 @@ TARGET_TEXT_FILES = ("config.json", "generation_config.json", "tokenizer.json", 
 def cache_argument(model: torch.nn.Module, cache: object) -> dict[str, object]:
     """The keyword a transformers model takes its KV cache by: ``cache`` from transformers 5.24 on (where
     ``past_key_values`` still works but prints a FutureWarning, and goes in 6.0), ``past_key_values`` before."""
-    kind = type(model)
-    name = _CACHE_KEYWORD.get(kind)
-    if name is None:
-        params = inspect.signature(model.forward).parameters
-        name = _CACHE_KEYWORD[kind] = "cache" if "cache" in params else "past_key_values"
-    return {name: cache}
+    return {_cache_keyword(type(model)): cache}
 
 
-_CACHE_KEYWORD: dict[type, str] = {}
+@functools.cache
+def _cache_keyword(kind: type) -> str:
+    return "cache" if "cache" in inspect.signature(kind.forward).parameters else "past_key_values"
 
 
 class HFTarget:
