@@ -141,6 +141,42 @@ def test_llama_cpp_below_the_reference_fails_the_gap_with_its_cause(tmp_path: Pa
     assert "on llama-speculative-simple's schedule" in failure and "likely cause: per-layer causality" in failure
 
 
+def _serving_rows(result) -> list[dict]:  # type: ignore[no-untyped-def]
+    return next(s["rows"] for s in json.loads(result.report().to_json())["sections"] if s.get("id") == "serving")
+
+
+@pytest.mark.parametrize("build", list(BUILDS))
+def test_llama_server_rows_agree_prompt_by_prompt_and_pass_the_gap(build: str, ggufs: dict[str, Path],
+                                                                   target: HFTarget) -> None:
+    binary, _ = _build(build)
+    result = run_acceptance(target, [ggufs["drafter"]], TRAINED / "prompts.jsonl", max_new_tokens=N_PREDICT,
+                            max_prompts=6, llama_server=binary, target_gguf=ggufs[build], draft_n_max=(None, 4))
+    rows = _serving_rows(result)
+    assert [r["draft_n_max"] for r in rows] == [15, 4]  # None: the block's n-max, 15
+    for row in rows:  # the server's τ against the reference on its schedule, at each n-max: every prompt, exactly
+        assert row["refused"] is None and row["tau_per_prompt"] == row["reference_tau_per_prompt"], row
+        assert row["tau_verdict"] == VERDICT_AGREES and row["gap_causes"] == []
+    assert rows[1]["tau"] < rows[0]["tau"]  # n-max 4 drafts less: its own reference, not the block's
+    assert result.failures(max_gap=0.0) == []
+    assert "τ reference (server schedule)" in result.report().to_text()
+
+
+@pytest.mark.parametrize("build", list(BUILDS))
+def test_llama_server_rows_carry_the_gap_gate_and_its_cause(build: str, lost_causality: Path) -> None:
+    binary, src = _build(build)
+    result = run_acceptance(HFTarget(LONG / "target"), [lost_causality], LONG / "prompts.jsonl",
+                            max_new_tokens=N_PREDICT, max_prompts=6, llama_server=binary, llama_cpp_src=src)
+    (row,) = _serving_rows(result)
+    assert row["tau"] > row["reference_tau"] + 1.0 and row["tau_verdict"] == "above reference", row
+    assert any("per-layer causality" in c for c in row["gap_causes"])
+    (failure,) = result.failures(max_gap=0.1)
+    assert failure.startswith("drafter-no-is-causal on ") and "llama-server τ" in failure
+    assert "significantly more than 10.0% above the reference runtime's" in failure
+    assert "on llama-server's schedule" in failure and "likely cause: per-layer causality" in failure
+    text = result.report().to_text()
+    assert "llama-server: τ against the reference" in text and "above reference" in text
+
+
 def test_a_schedule_is_one_llama_cpp_runs(target: HFTarget) -> None:
     model = load_drafter(TRAINED / "drafter")
     with pytest.raises(UsageError, match="schedule 'vllm': expected one of simple, server"):

@@ -9,7 +9,7 @@ drafter as given against the file llama.cpp ran (`dflashkit.causality`), a quant
 from __future__ import annotations
 
 import os
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from ..causality import causality_differs
 from ..errors import DFlashError
@@ -18,13 +18,19 @@ from ..runtime.load import _FLOAT_TYPES, runtime_spec
 from ..runtime.schedules import Schedule, replay_llama_cpp
 from ..runtime.speculative import PrefillCache, SpeculativeResult
 
+if TYPE_CHECKING:  # the results are the callers' (`accept.result`, `accept.serving_measure`): no import back up
+    from .result import DrafterRun
+    from .serving_measure import ServingRun
+
 
 def replay_schedule(model: DFlashDraftModel, target: HFTarget, head: TargetHead, prompt_ids: Sequence[list[int]],
                     schedule: Schedule, *, n_predict: int, n_ctx: Sequence[int | None], stops: Sequence[int],
-                    banned: Sequence[int], prefills: PrefillCache | None) -> list[SpeculativeResult]:
-    """Every prompt on llama.cpp's ``schedule`` with the block it drafts (``--spec-draft-n-max`` = the drafter's
-    draft tokens); ``n_ctx[i]``: the context llama.cpp got for prompt i (None: never binding)."""
-    return [replay_llama_cpp(model, target, ids, schedule=schedule, n_predict=n_predict, n_max=model.draft_tokens,
+                    banned: Sequence[int], prefills: PrefillCache | None,
+                    n_max: int | None = None) -> list[SpeculativeResult]:
+    """Every prompt on llama.cpp's ``schedule`` with the block it drafts (``--spec-draft-n-max`` = ``n_max``, the
+    drafter's draft tokens when None); ``n_ctx[i]``: the context llama.cpp got for prompt i (None: never binding)."""
+    n_max = model.draft_tokens if n_max is None else n_max
+    return [replay_llama_cpp(model, target, ids, schedule=schedule, n_predict=n_predict, n_max=n_max,
                              n_ctx=ctx, stop_token_ids=stops, banned_ids=banned, head=head, prefills=prefills)
             for ids, ctx in zip(prompt_ids, n_ctx)]
 
@@ -46,4 +52,17 @@ def gap_causes(given: str | os.PathLike, ran: str | os.PathLike, tensor_types: M
     if other:
         causes.append(f"another tokenization: llama.cpp read {len(other)} prompt(s) as another number of tokens "
                       f"(prompt indices {other[:10]})")
+    return causes
+
+
+def serving_gap_causes(d: "DrafterRun", r: "ServingRun", prompt_tokens: Sequence[int],
+                       target_ggufs: Sequence[str | os.PathLike]) -> list[str]:
+    """`gap_causes` of one llama-server combination, and what the combination itself changes: a quantized draft KV
+    cache, a target GGUF other than the first (a quantized target verifies other tokens)."""
+    causes = gap_causes(d.path, r.drafter_gguf, d.info.tensor_types, prompt_tokens,
+                        [c.prompt_n for c in r.on])
+    if r.draft_cache_type not in (None, "f32", "f16", "bf16"):
+        causes.append(f"a quantized draft KV cache ({r.draft_cache_type}): the reference keeps it in float")
+    if target_ggufs and r.target_gguf != str(target_ggufs[0]):
+        causes.append(f"another target GGUF ({os.path.basename(r.target_gguf)}): the reference runs the HF target")
     return causes

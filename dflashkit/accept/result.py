@@ -20,6 +20,7 @@ from ..runtime.speculative import SpeculativeResult
 from ..reporting import distinct_labels  # noqa: F401 (re-exported)
 from .serving_measure import VERDICT_CRASHED, VERDICT_REFUSED, ServingResult, first_difference
 from ..stats import BOOTSTRAP_RESAMPLES, CONFIDENCE, Comparison, paired_comparison
+from .tau_gap import VERDICT_ABOVE, VERDICT_AGREES, VERDICT_BELOW, ci_text, gap_message, gap_verdict
 
 EXIT_OK, EXIT_FAILED = 0, 1
 WARMUP_TOKENS = 4
@@ -28,9 +29,6 @@ CI_METHOD = (f"{CONFIDENCE:.0%} paired bootstrap percentile interval over prompt
 #: verdicts of a drafter row: against the first drafter (reference runtime) and against its own reference τ
 #: (llama.cpp column). Stable strings: the JSON report's ``verdict`` / ``llama_cpp_verdict``.
 VERDICT_REFERENCE = "reference"
-VERDICT_AGREES = "agrees"
-VERDICT_ABOVE = "above reference"
-VERDICT_BELOW = "below reference"
 VERDICT_ZERO = "zero accepted"
 VERDICT_NONFINITE = "non-finite logits"
 TAU_RANDOM_NOTE = ("τ ≈ 1 means the drafter's first token is almost never the target's: expected of random weights "
@@ -39,12 +37,6 @@ TAU_RANDOM_NOTE = ("τ ≈ 1 means the drafter's first token is almost never the
                    "--prompts fixtures/trained/prompts.jsonl")
 SPEED_NOTE = ("decode tok/s is this PyTorch reference runtime's speed (eager, dequantized or reference kernels) — "
               "not what a serving engine (llama.cpp, vLLM, SGLang) would reach; compare drafters by τ")
-
-
-def ci_text(c: Comparison) -> str:
-    if c.ci is None:
-        return "no CI (< 2 prompts)"
-    return f"{CONFIDENCE:.0%} CI [{c.ci[0]:+.2f}, {c.ci[1]:+.2f}]"
 
 
 @dataclass
@@ -61,6 +53,8 @@ class DrafterRun(PerPromptTau):
     replayed: list[SpeculativeResult] | None = None
     schedule: str | None = None  # "simple" / "server": the program whose schedule ``replayed`` follows
     gap_causes: list[str] = field(default_factory=list)  # what could make llama.cpp's τ differ (`accept.gap`)
+    #: with --llama-server: per n-max served, the same drafter on llama-server's schedule, ↔ prompts
+    server_replays: dict[int, list[SpeculativeResult]] = field(default_factory=dict)
 
     @property
     def schedule_taus(self) -> list[float]:
@@ -125,18 +119,8 @@ def gap_failure(d: DrafterRun, l: LlamaCppDrafterRun, c: Comparison, max_gap: fl
     """``--max-gap``, two-sided: llama.cpp's τ significantly more than ``max_gap`` below *or* above the reference's on
     llama.cpp's schedule (one prompt: no CI, its difference) — a drafter that drafts better in llama.cpp than in its
     reference is another model too. The message names the causes found (`DrafterRun.gap_causes`)."""
-    ref = d.schedule_tau
-    if not (math.isfinite(ref) and ref > 0 and c.n_prompts):
-        return []
-    low, high = c.ci if c.ci is not None else (c.delta, c.delta)
-    side = "below" if -high / ref > max_gap else "above" if low / ref > max_gap else None
-    if side is None:
-        return []
-    causes = ("; likely cause: " + "; ".join(d.gap_causes) if d.gap_causes else
-              "; no cause dflashkit can check (per-layer causality, quantization and tokenization agree)")
-    where = f" on {SCHEDULE_NAMES[d.schedule]}'s schedule" if d.schedule in SCHEDULE_NAMES else ""
-    return [f"{d.name}: llama.cpp τ {l.tau:.2f} is significantly more than {max_gap:.1%} {side} the reference "
-            f"runtime's {ref:.2f}{where} (--max-gap; {ci_text(c)}){causes}"]
+    return gap_message(d.name, "llama.cpp", l.tau, d.schedule_tau, c, max_gap, d.gap_causes,
+                       SCHEDULE_NAMES.get(d.schedule or ""))
 
 
 #: the llama.cpp program each replayed schedule is (`dflashkit.runtime.schedules`)
@@ -204,12 +188,8 @@ class AcceptMeasurement:
                 out.append(VERDICT_CRASHED if l.crashed else VERDICT_REFUSED)
             elif l.accepted == 0 and (d.accepted_total > 0 or first_accepts):
                 out.append(VERDICT_ZERO)
-            elif c is not None and c.significant:
-                out.append(VERDICT_BELOW if c.delta < 0 else VERDICT_ABOVE)
-            elif c is not None and c.ci is None and c.n_prompts == 1 and c.delta != 0:
-                out.append(VERDICT_BELOW if c.delta < 0 else VERDICT_ABOVE)  # one prompt: no CI, its difference
             else:
-                out.append(VERDICT_AGREES)
+                out.append(gap_verdict(c) if c is not None else VERDICT_AGREES)
         return out
 
     def divergences(self) -> list[str]:
@@ -263,7 +243,7 @@ class AcceptMeasurement:
                 elif c is not None:
                     out += gap_failure(d, l, c, max_gap)
         if self.serving is not None:
-            out += self.serving.failures(min_speedup)
+            out += self.serving.failures(min_speedup, max_gap=max_gap)
         if self.by_context is not None:  # a longer context level whose server refused or crashed has no figure
             from ..sweeps import level_label
 

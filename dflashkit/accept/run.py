@@ -41,7 +41,7 @@ from .parallel import measure_parallel
 from .sweep import check_context_levels, sweep_context
 from ..runtime.speculative import PrefillCache
 from ..llama_cpp.speculative_simple import context_size
-from .gap import gap_causes, replay_schedule
+from .gap import gap_causes, replay_schedule, serving_gap_causes
 
 
 class AcceptResult(AcceptMeasurement):
@@ -286,6 +286,15 @@ def _measure_level(runner: HFTarget, prompt_list: list[Prompt], source: str, dra
                 n_ctx=[context_size(len(ids), max_new_tokens, model.draft_tokens) if simple else None
                        for ids in prompt_ids],
                 stops=stops, banned=default_stop_ids(runner) if ignore_eos else [], prefills=prefills)
+        if plan is not None:  # llama-server's τ on one accounting: each n-max served (None: the block's)
+            for n_max in sorted({model.draft_tokens if k is None else k for k in plan.draft_n_max}):
+                if runs[-1].schedule == "server" and n_max == model.draft_tokens and runs[-1].replayed is not None:
+                    runs[-1].server_replays[n_max] = runs[-1].replayed
+                    continue
+                say(f"drafter {n}/{len(drafters)}: the reference on llama-server's schedule (n-max {n_max})")
+                runs[-1].server_replays[n_max] = replay_schedule(
+                    model, runner, head, prompt_ids, "server", n_predict=max_new_tokens, n_ctx=[None] * len(prompt_ids),
+                    stops=stops, banned=default_stop_ids(runner) if ignore_eos else [], prefills=prefills, n_max=n_max)
         del model  # free it before the next one loads
     for run, label in zip(runs, distinct_labels([r.path for r in runs])):
         run.label = label
@@ -392,6 +401,14 @@ def _run_llama_cpp(binary: Path | None, runs: list[DrafterRun], texts: list[str]
             serving = measure_serving(
                 [(d.path, g, d.block_size) for d, g in zip(runs, drafter_ggufs)], texts, [p.id for p in prompt_list],
                 plan, prompt_tokens=[len(ids) for ids in prompt_ids], ignore_eos=ignore_eos, progress=say, vocab=vocab)
+            for r in serving.runs:  # the server's τ against the reference's on its schedule, and the causes
+                d = next(d for d, g in zip(runs, drafter_ggufs) if d.path == r.drafter and str(g) == r.drafter_gguf)
+                # a server the user runs: its n-max is the block's unless its replies say it is capped
+                served = r.draft_n_max if r.draft_n_max is not None else \
+                    (d.block_size - 1 if plan.llama_server is not None or r.capped_n_max() is None else None)
+                if served is not None and served in d.server_replays:
+                    r.reference_taus = [x.tau for x in d.server_replays[served]]
+                r.gap_causes = serving_gap_causes(d, r, [len(ids) for ids in prompt_ids], ggufs)
             if plan.parallel:  # the first target GGUF, each drafter at its block's n-max, under N concurrent requests
                 assert plan.llama_server is not None
                 ctx = max(len(ids) for ids in prompt_ids) + 2 * (max_new_tokens + max(d.block_size for d in runs)) + 64

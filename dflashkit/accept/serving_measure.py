@@ -41,8 +41,9 @@ from ..llama_cpp.process import NO_REPACK_NOTE, LlamaCppCrashed
 from ..llama_cpp.server import Completion, LlamaServer, RemoteServer
 from ..llama_cpp.speculative_simple import CountedRuns, LlamaCppRefused
 from ..reporting import distinct_labels
-from ..stats import CONFIDENCE, paired_bootstrap_ci
+from ..stats import CONFIDENCE, Comparison, paired_bootstrap_ci, paired_comparison
 from .serving_plan import ServingPlan, plan_serving
+from .tau_gap import gap_message, gap_verdict
 
 #: verdicts of a serving combination: stable strings, the JSON report's ``verdict``
 VERDICT_GAIN = "net gain"
@@ -126,6 +127,11 @@ class ServingRun(PairedSpeeds, CountedRuns):
     seed: int = 0
     label: str = ""  # the shortest path tail that tells the drafter from the others (`reporting.distinct_labels`)
     block_size: int | None = None  # the drafter's block: what it could draft a round is block − 1
+    #: the reference runtime's τ of the same drafter on llama-server's schedule at this combination's n-max
+    #: (`dflashkit.runtime.schedules`), ↔ prompts; None where it was not replayed (a server the user runs whose
+    #: n-max is unknown)
+    reference_taus: list[float] | None = None
+    gap_causes: list[str] = field(default_factory=list)  # what could make the server's τ differ (`accept.gap`)
 
     @property
     def name(self) -> str:
@@ -150,6 +156,28 @@ class ServingRun(PairedSpeeds, CountedRuns):
         if k is None or k >= self.block_size - 1 or not taus or max(taus) > k + 1 + 1e-9:
             return None
         return k
+
+    @property
+    def reference_tau(self) -> float:
+        finite = [t for t in self.reference_taus or [] if math.isfinite(t)]
+        return float(np.mean(finite)) if finite else math.nan
+
+    def tau_comparison(self) -> Comparison | None:
+        """The server's τ against the reference's on its schedule, paired over prompts (None: nothing to pair)."""
+        if self.reference_taus is None or self.refused is not None or not self.on:
+            return None
+        return paired_comparison(self.reference_taus, self.taus, seed=self.seed)
+
+    def tau_verdict(self) -> str | None:
+        c = self.tau_comparison()
+        return gap_verdict(c) if c is not None else None
+
+    def gap_failure(self, max_gap: float) -> list[str]:
+        c = self.tau_comparison()
+        if c is None:
+            return []
+        return gap_message(f"{self.name} on {target_label(self)} ({combo_label(self)})", "llama-server", self.tau,
+                           self.reference_tau, c, max_gap, self.gap_causes, "llama-server")
 
     @property
     def runs(self) -> list[Completion]:  # PerPromptTau's τ is over the runs with the drafter
@@ -237,13 +265,17 @@ class ServingResult:
     def verdicts(self) -> list[str]:
         return [r.verdict(self.prompt_names) for r in self.runs]
 
-    def failures(self, min_speedup: float | None, *, below: bool = True) -> list[str]:
+    def failures(self, min_speedup: float | None, *, below: bool = True, max_gap: float | None = None) -> list[str]:
         """``--min-speedup X``: a combination below X (``below``: the first context level only), refused, crashed
         or not reproducing the target fails; so does a ``--parallel`` level that has no figure (its server refused
-        or crashed)."""
-        if min_speedup is None:
-            return []
+        or crashed). ``--max-gap``: a combination whose τ is significantly off the reference's on llama-server's
+        schedule fails, as llama-speculative-simple's rows do (`tau_gap`)."""
         out = []
+        if max_gap is not None:
+            for r in self.runs:
+                out += r.gap_failure(max_gap)
+        if min_speedup is None:
+            return out
         for r, v in zip(self.runs, self.verdicts()):
             where = f"{r.name} on {target_label(r)} ({combo_label(r)})"
             if v in (VERDICT_REFUSED, VERDICT_CRASHED):

@@ -11,6 +11,7 @@ from ..reporting import Bar, BarGroup, ChartSpec, Column, NotesSpec, TableSpec, 
 from ..stats import CONFIDENCE
 from .serving_measure import (VERDICT_CRASHED, VERDICT_DIFFERS, VERDICT_GAIN, VERDICT_LOSS, VERDICT_NO_GAIN,
                               VERDICT_REFUSED, Difference, ServingResult, ServingRun, combo_label, target_label)
+from .tau_gap import VERDICT_AGREES, ci_text
 
 
 # ---------------------------------------------------------------------------------------------
@@ -61,6 +62,10 @@ def _row(r: ServingRun, v: str, diffs: list[Difference]) -> dict[str, Any]:
         "drafter_name": r.name, "drafter_gguf": r.drafter_gguf,
         "draft_cache_type": r.draft_cache_type or "default", "draft_n_max": r.draft_n_max,
         "tau": r.tau if r.on else None, "tau_per_prompt": r.taus,
+        "reference_tau": r.reference_tau if r.reference_taus is not None else None,
+        "reference_tau_per_prompt": r.reference_taus, "tau_verdict": r.tau_verdict(),
+        "tau_gap_ci": list(c.ci) if (c := r.tau_comparison()) is not None and c.ci is not None else None,
+        "gap_causes": list(r.gap_causes),
         "tokens_per_s_off": r.tokens_per_s_off if r.off else None,
         "tokens_per_s_on": r.tokens_per_s_on if r.on else None,
         "speedup": r.speedup if measured else None, "speedup_ci": list(ci) if ci else None,
@@ -76,7 +81,9 @@ def _row(r: ServingRun, v: str, diffs: list[Difference]) -> dict[str, Any]:
 
 
 def _flagged(c: SectionContext) -> set[int]:
-    return {i for i, v in enumerate(c.verdicts) if v in (VERDICT_LOSS, VERDICT_DIFFERS, VERDICT_REFUSED, VERDICT_CRASHED)}
+    return {i for i, (v, row) in enumerate(zip(c.verdicts, c.rows))
+            if v in (VERDICT_LOSS, VERDICT_DIFFERS, VERDICT_REFUSED, VERDICT_CRASHED)
+            or row["tau_verdict"] not in (None, VERDICT_AGREES)}
 
 
 def _speedup_bars(c: SectionContext) -> list[BarGroup]:
@@ -89,15 +96,34 @@ def _speedup_bars(c: SectionContext) -> list[BarGroup]:
     return [BarGroup(k, v) for k, v in groups.items()]
 
 
+def _gap_notes(c: SectionContext) -> list[str]:
+    out = []
+    for r in c.s.runs:
+        v, comparison = r.tau_verdict(), r.tau_comparison()
+        if v is not None and v != VERDICT_AGREES and comparison is not None:
+            causes = "; ".join(r.gap_causes) or "no cause dflashkit can check"
+            out.append(f"{r.name} on {target_label(r)} ({combo_label(r)}): τ {r.tau:.2f} {v} "
+                       f"{r.reference_tau:.2f} ({ci_text(comparison)}); likely cause: {causes}")
+    return out
+
+
 def _notes(c: SectionContext) -> list[str]:
+    unreplayed = [r for r in c.s.runs if r.reference_taus is None and r.refused is None]
     return list(c.s.notes) + [f"{r.name} ({combo_label(r)}): {r.note}" for r in c.s.runs if r.note] + [
         f"verdicts: {VERDICT_GAIN} / {VERDICT_LOSS} — the speed-up's CI lies above / below 1; {VERDICT_NO_GAIN} "
-        f"— it spans 1; {VERDICT_DIFFERS} — the speculative tokens are not the target's own greedy tokens"]
+        f"— it spans 1; {VERDICT_DIFFERS} — the speculative tokens are not the target's own greedy tokens",
+        "τ reference: the reference runtime's τ of the same drafter on llama-server's schedule (first token from the "
+        "prefill, no round past -n) at the combination's n-max; τ verdict: agrees, or above / below reference when "
+        "the paired CI of the per-prompt differences excludes 0 — as --llama-cpp's rows, and --max-gap gates both"] + (
+        ["no τ reference for " + ", ".join(sorted({r.name for r in unreplayed})) + ": a server the user runs, whose "
+         "n-max is not known (start it with --spec-draft-n-max block − 1)"] if unreplayed else [])
 
 
 _COLUMNS = [
     Column("target", "target"), Column("drafter_name", "drafter"), Column("draft_cache_type", "draft cache"),
-    Column("draft_n_max", "n-max"), Column("tau", "τ", ".2f"), Column("tokens_per_s_off", "tok/s alone", ".1f"),
+    Column("draft_n_max", "n-max"), Column("tau", "τ", ".2f"),
+    Column("reference_tau", "τ reference (server schedule)", ".2f"), Column("tau_verdict", "τ verdict"),
+    Column("tokens_per_s_off", "tok/s alone", ".1f"),
     Column("tokens_per_s_on", "tok/s with drafter", ".1f"), Column("speedup", "speed-up", ".2f"),
     Column("speedup_ci_text", f"{CONFIDENCE:.0%} CI"), Column("identical_output", "identical output"),
     Column("verdict", "verdict"),
@@ -113,6 +139,8 @@ SECTIONS = (
               reference_label="target alone", id="serving_chart", scale="linear"),
     NotesSpec("llama-server: why it drafts less than the drafter can", lambda c: c.capped, id="serving_n_max",
               level="warning", when=lambda c: bool(c.capped)),
+    NotesSpec("llama-server: τ against the reference", _gap_notes, id="serving_tau_gap", level="warning",
+              when=lambda c: bool(_gap_notes(c))),
     NotesSpec("llama-server: output differences", lambda c: c.differ, id="serving_differences",
               level=lambda c: "warning" if c.differ else "info",
               empty="none: every speculative output equals the target's own"),
