@@ -8,12 +8,17 @@ and whether a drafter's own importance matrix helps its low-bit types; on the tr
 3. The drafter as every type: bf16 / f16 by dflash-convert, the rest by dflash-quantize of f32 — and Q2_K, Q3_K_S,
    IQ4_XS, Q4_0 (and Q2_K_S, which needs one) again with the importance matrix.
 4. ``dflash-accept`` of all of them on the evaluation prompts with ``--llama-cpp`` (τ inside llama.cpp, counts from
-   llama-server's JSON) and ``--llama-server`` (speed-up against the target alone, one server pair at a time).
+   llama-server's JSON) and ``--llama-server`` (speed-up against the target alone, one server pair at a time) — once
+   per llama.cpp build given (``--llama-cpp`` / ``--llama-cpp-src`` repeated, in pairs).
+5. Per build and type: does the GGUF *agree* with llama.cpp — the reference runtime's τ on llama.cpp's schedule
+   against llama.cpp's, prompt by prompt (how many prompts equal exactly), the paired CI and the verdict, for
+   ``--llama-cpp``'s rows and for ``--llama-server``'s.
 
 Writes ``benchmarks/ACCEPTANCE.md``: τ and Δτ against bf16 with paired 95 % CIs in both runtimes, size, bits per
 weight, speed-up with its CI and verdict, and the with / without importance matrix comparison (paired per prompt).
 
-    python benchmarks/acceptance.py --llama-cpp ~/.cache/dflashkit/llama-build-0.3.36/bin [--llama-cpp-src DIR]
+    python benchmarks/acceptance.py --llama-cpp ~/.cache/dflashkit/llama-build-0.3.36/bin --llama-cpp-src DIR \
+        [--llama-cpp ~/.cache/dflashkit/llama-build-b11549/bin --llama-cpp-src DIR2]
         [--seed 2026] [--calibration-seed 101] [--count 48] [--max-new-tokens 64]
 
 A tiny model's quantization error is not a 27 B target's; what carries over is the method and the relative order.
@@ -79,10 +84,40 @@ def _survives(c) -> str:  # type: ignore[no-untyped-def]
     return "loses τ" if c.ci[1] < 0 else "no measurable loss"
 
 
+def _equal(a: list[float], b: list[float]) -> str:
+    return f"{sum(x == y for x, y in zip(a, b))}/{len(a)}"
+
+
+def agreement_section(names: list[str], results: list, builds: list[str]) -> list[str]:  # type: ignore[type-arg]
+    """Per build and type: llama.cpp's τ against the reference's on the same schedule, prompt by prompt."""
+    lines = ["## Does every file agree with llama.cpp? (one accounting)", "",
+             "The reference runtime replays llama-server's schedule (first token from the prefill, no round past "
+             "`-n`, n-max 15: `dflashkit.runtime.schedules`), so a file that llama.cpp computes as the reference "
+             "does shows the same τ prompt by prompt. *equal*: prompts whose τ is exactly the same; Δ: llama.cpp − "
+             "reference, paired over prompts (95 % bootstrap CI); verdict as `dflash-accept` gives it "
+             "(`llama_cpp_verdict`, and the `--llama-server` row's `tau_verdict`).", ""]
+    for binary, result in zip(builds, results):
+        lines += [f"### {Path(binary).parent.name}", "",
+                  "| type | τ reference (server schedule) | τ llama.cpp (--llama-cpp) | equal | Δ [95 % CI] | verdict | "
+                  "τ llama-server row | equal | verdict (server row) |", "|---|---|---|---|---|---|---|---|---|"]
+        comps, verdicts = result.llama_cpp_comparisons(), result.llama_cpp_verdicts()
+        agree = 0
+        for t, d, l, c, v, s in zip(names, result.drafters, result.llama_cpp, comps, verdicts, result.serving.runs):
+            ref = d.schedule_taus
+            sv = s.tau_verdict()
+            agree += v == "agrees" and sv == "agrees"
+            lines.append(f"| {t} | {d.schedule_tau:.2f} | {l.tau:.2f} | {_equal(ref, l.taus)} | {_ci(c)} | {v} | "
+                         f"{s.tau:.2f} | {_equal(s.reference_taus or [], s.taus)} | {sv} |")
+        lines += ["", f"{agree} of {len(names)} files agree in both programs of this build.", ""]
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--llama-cpp", required=True, help="llama.cpp bin/ folder (llama-server)")
-    parser.add_argument("--llama-cpp-src", default=None, help="llama.cpp source (its converter makes the target GGUF)")
+    parser.add_argument("--llama-cpp", required=True, action="append",
+                        help="llama.cpp bin/ folder (llama-server); repeat for another build")
+    parser.add_argument("--llama-cpp-src", action="append", default=[],
+                        help="llama.cpp source (its converter makes the target GGUF), one per --llama-cpp")
     parser.add_argument("--seed", type=int, default=2026, help="the evaluation prompts' seed (never used before)")
     parser.add_argument("--calibration-seed", type=int, default=101, help="the importance matrix's prompts' seed")
     parser.add_argument("--count", type=int, default=48)
@@ -98,14 +133,20 @@ def main() -> int:
         im = collect_imatrix(TRAINED / "drafter", TRAINED / "target", calibration, max_new_tokens=args.max_new_tokens)
         imatrix = write_imatrix(im, tmp / "drafter.imatrix.gguf")
         files = make_files(tmp, TYPES, imatrix, WITH_IMATRIX)
-        src = llama_cpp_src(args.llama_cpp_src)
-        if src is None:
-            raise SystemExit("give --llama-cpp-src (or set DFLASHKIT_LLAMA_CPP_SRC): the target GGUF is made by "
-                             "llama.cpp's own converter")
-        target_gguf = target_gguf_from_hf(TRAINED / "target", tmp / "target-bf16.gguf", src)
-        result = run_acceptance(TRAINED / "target", list(files.values()), evaluation,
-                                max_new_tokens=args.max_new_tokens, llama_cpp=args.llama_cpp,
-                                llama_server=args.llama_cpp, target_gguf=target_gguf, progress=say)
+        srcs = args.llama_cpp_src or [None]
+        if len(srcs) != len(args.llama_cpp):
+            raise SystemExit("give one --llama-cpp-src per --llama-cpp")
+        results = []
+        for n, (binary, given) in enumerate(zip(args.llama_cpp, srcs)):
+            src = llama_cpp_src(given)
+            if src is None:
+                raise SystemExit("give --llama-cpp-src (or set DFLASHKIT_LLAMA_CPP_SRC): the target GGUF is made by "
+                                 "llama.cpp's own converter")
+            target_gguf = target_gguf_from_hf(TRAINED / "target", tmp / f"target-bf16-{n}.gguf", src)
+            results.append(run_acceptance(TRAINED / "target", list(files.values()), evaluation,
+                                          max_new_tokens=args.max_new_tokens, llama_cpp=binary,
+                                          llama_server=binary, target_gguf=target_gguf, progress=say))
+        result = results[0]
         sizes = {t: p.stat().st_size for t, p in files.items()}
         bpw = {t: bits_per_weight(p) for t, p in files.items()}
     elapsed = time.time() - started
@@ -125,7 +166,7 @@ def main() -> int:
         "committed prompts are seed 0), greedy, "
         f"{args.max_new_tokens} new tokens. Importance matrix: `dflash-imatrix` on {args.count} other prompts (seed "
         f"{args.calibration_seed}), {im.rounds} draft rounds. Reference runtime: dflashkit's PyTorch runtime (f32 "
-        "compute, the file's values). llama.cpp: llama-server of the 0.3.36 build (counts from its JSON), target GGUF "
+        "compute, the file's values). llama.cpp: llama-server of the first build below (counts from its JSON), target GGUF "
         "bf16 from llama.cpp's own converter, n-max 15, 1 thread; speed-up: decode tok/s with the drafter / the "
         "target alone, one server pair at a time (docs/serving.md).",
         "",
@@ -170,6 +211,7 @@ def main() -> int:
         + (f"; it lowers τ at {', '.join(worse)}" if worse else "") + ".", ""]
     base_ci = paired_bootstrap_ci(base.taus)
     lines += [f"bf16 τ over the evaluation prompts: {base.tau:.2f} (95 % CI {base_ci[0]:.2f} – {base_ci[1]:.2f}).", ""]
+    lines += agreement_section(names, results, args.llama_cpp)
     Path(args.out).write_text("\n".join(lines), encoding="utf-8")
     print("\n".join(lines))
     return 0

@@ -178,7 +178,7 @@ def test_refusal_is_a_verdict_with_llama_cpps_message(tmp_path: Path, trained_ta
     (["--llama-cpp", "{bin}"], "--llama-cpp needs the target as a GGUF: pass --target-gguf FILE"),
     (["--llama-cpp", "{bin}", "--target-gguf", "{missing}"], "--target-gguf {missing}: no such file"),
     (["--target-gguf", "{missing}"], "--target-gguf / --llama-cpp-src only matter with --llama-cpp or --llama-server BIN_DIR"),
-    (["--max-gap", "5%"], "--max-gap gates llama.cpp's τ: pass --llama-cpp BIN_DIR"),
+    (["--max-gap", "5%"], "--max-gap gates llama.cpp's τ: pass --llama-cpp BIN_DIR or --llama-server BIN_DIR"),
     (["--llama-cpp", "{bin}", "--temperature", "0.7", "--target-gguf", "{fake}"],
      "--llama-cpp measures greedy τ: use it with --temperature 0"),
 ])

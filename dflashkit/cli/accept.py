@@ -50,8 +50,9 @@ def _llama_cpp_inputs(*folders: str | None) -> list[str]:
 @click.option("--min-tau", type=FiniteFloat(min=0.0), metavar="X",
               help="Exit 1 when a drafter's τ is below X, or it accepts nothing where the first accepts.")
 @click.option("--max-gap", metavar="FRAC",
-              help="With --llama-cpp: exit 1 when llama.cpp's τ is significantly more than FRAC below this "
-              "runtime's τ of the same drafter, or llama.cpp refuses a drafter.")
+              help="With --llama-cpp / --llama-server / --server-url: exit 1 when llama.cpp's τ is significantly "
+              "more than FRAC below or above this runtime's τ of the same drafter on llama.cpp's schedule, or "
+              "llama.cpp refuses a drafter.")
 @click.option("--server-url", metavar="URL",
               help="Measure a llama-server you already run (started with -md DRAFTER.gguf) instead of starting one.")
 @click.option("--baseline-url", metavar="URL",
@@ -98,8 +99,8 @@ def accept_command(
 
     drop = _parse_fraction(max_drop, "--max-drop")
     gap = _parse_fraction(max_gap, "--max-gap")
-    if gap is not None and llama.llama_cpp is None:
-        raise UsageError("--max-gap gates llama.cpp's τ: pass --llama-cpp BIN_DIR")
+    if gap is not None and llama.llama_cpp is None and not llama.llama_servers and server_url is None:
+        raise UsageError("--max-gap gates llama.cpp's τ: pass --llama-cpp BIN_DIR or --llama-server BIN_DIR")
     if (min_speedup is not None or llama.draft_n_max or llama.draft_cache_types) and not llama.llama_servers \
             and server_url is None:
         raise UsageError("--min-speedup / --draft-n-max / --draft-cache-type measure llama-server: pass "

@@ -51,6 +51,10 @@ def _parse_ids(value: str | None) -> list[int] | None:
               help="Exit 1 when overall top-1 agreement is below FRAC (0.99 or 99%).")
 @click.option("--threshold-kl", type=FiniteFloat(min=0.0), metavar="NATS",
               help="Exit 1 when the mean KL(ref‖cand) exceeds NATS.")
+@click.option("--no-default-gate", is_flag=True,
+              help="Without --threshold-top1 / --threshold-kl, gate nothing (default: the gate for the files' "
+              "precision — float: top-1 ≥ 99 %, KL ≤ 0.01; 8-bit: 97 %, 0.02; without --target the output hidden "
+              "states' cosine ≥ 0.999 / 0.99; no default below 8 bits).")
 @click.option("--dump", type=PathParam(dir_okay=False, expect="the dump's file name"), metavar="FILE.npz",
               help="Write the first round's exact inputs and both sides' outputs (format: docs/formats.md).")
 @click.option("--force", is_flag=True, help="Overwrite the --dump / -o files if they exist.")
@@ -64,7 +68,8 @@ def _parse_ids(value: str | None) -> list[int] | None:
 @context_options
 def parity_command(
     reference: str, candidate: str, target: str | None, prompt: str | None, prompt_ids: str | None, rounds: int,
-    device: str, dtype: str, seed: int, threshold_top1: str | None, threshold_kl: float | None, dump: str | None,
+    device: str, dtype: str, seed: int, threshold_top1: str | None, threshold_kl: float | None,
+    no_default_gate: bool, dump: str | None,
     force: bool, fmt: str | None, legacy_fmt: str | None, output: str | None, keep_quantized: bool,
     skip_weights: bool, quiet: bool, context: Any,
 ) -> None:
@@ -76,7 +81,10 @@ def parity_command(
     or rope metadata is wrong drafts like the right one until the context passes its window. The gates apply to
     every level.
 
-    Exit 0 when the thresholds hold (or none is given), 1 when one is missed or an input is bad, 2 for usage.
+    Without --threshold-top1 / --threshold-kl the default gate for the files' precision applies (float and 8-bit
+    files must draft what their reference drafts; none below 8 bits; --no-default-gate: none at all).
+
+    Exit 0 when the gate holds, 1 when it is missed or an input is bad, 2 for usage.
     """
 
     from ..parity import run_parity
@@ -104,9 +112,9 @@ def parity_command(
             device=device, dtype=dtype, seed=seed, dump=dump, keep_quantized=keep_quantized, weights=not skip_weights,
             force=force,
         )
-    report = result.report(threshold_top1=top1, threshold_kl=threshold_kl)
+    report = result.report(threshold_top1=top1, threshold_kl=threshold_kl, default_gate=not no_default_gate)
     _emit(report.render(fmt), output, force, quiet, report.status, "dflash-parity")
-    code = result.exit_code(top1, threshold_kl)
+    code = result.exit_code(top1, threshold_kl, default_gate=not no_default_gate)
     if fmt != "text" and code and output is None:  # the reason for exit 1, -q or not
         click.echo(f"dflash-parity: {report.status}", err=True)
     sys.exit(code)

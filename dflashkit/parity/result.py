@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .stats import HiddenStats, LogitStats
+from .thresholds import NO_DEFAULT, Gate, resolve_gate
 from ..reporting import Column, FieldSpec, NotesSpec, Report, ReportSpec, TableSpec, build, verdict
 from ..runtime import LoadInfo
 from ..runtime.load import VERIFY_MODE
@@ -83,10 +84,19 @@ class ParityResult:
         acc = [r.candidate_accepted for r in self.rounds if r.candidate_accepted is not None]
         return float(np.mean(acc)) if acc else None
 
-    def failures(self, threshold_top1: float | None = None, threshold_kl: float | None = None) -> list[str]:
+    def gate(self, threshold_top1: float | None = None, threshold_kl: float | None = None, *,
+             default_gate: bool = False) -> Gate:
+        """The thresholds given, else (``default_gate``) the default for the files' precision (`thresholds`)."""
+        return resolve_gate(self.reference.tensor_types, self.candidate.tensor_types, threshold_top1, threshold_kl,
+                            self.overall is not None, default_gate)
+
+    def failures(self, threshold_top1: float | None = None, threshold_kl: float | None = None, *,
+                 default_gate: bool = False) -> list[str]:
         """One phrase per failed gate; empty when the candidate passes."""
         if (threshold_top1 is not None or threshold_kl is not None) and self.overall is None:
             return ["no logits to gate on (no target head) — pass --target"]
+        gate = self.gate(threshold_top1, threshold_kl, default_gate=default_gate)
+        threshold_top1, threshold_kl = gate.top1, gate.kl
         out = []
         figures = [self.hidden_overall.rel_rms, self.hidden_overall.cosine]
         if self.overall is not None:
@@ -94,23 +104,36 @@ class ParityResult:
         if not all(math.isfinite(x) for x in figures):  # NaN / Inf outputs are an error finding, gate or not
             out.append("the drafters' outputs hold NaN/Inf values (check the weights with dflash-diff)")
         if threshold_top1 is not None and self.overall is not None and not self.overall.top1 >= threshold_top1:
-            out.append(f"top-1 agreement {self.overall.top1:.2%} < --threshold-top1 {threshold_top1:.2%}")
+            out.append(f"top-1 agreement {self.overall.top1:.2%} < --threshold-top1 {threshold_top1:.2%}"
+                       if gate.given else f"top-1 agreement {self.overall.top1:.2%} < {threshold_top1:.2%}")
         if threshold_kl is not None and self.overall is not None and not self.overall.kl_mean <= threshold_kl:
-            out.append(f"mean KL {self.overall.kl_mean:.3g} > --threshold-kl {threshold_kl:.3g}")
+            out.append(f"mean KL {self.overall.kl_mean:.3g} > --threshold-kl {threshold_kl:.3g}" if gate.given
+                       else f"mean KL {self.overall.kl_mean:.3g} > {threshold_kl:.3g}")
+        if gate.cosine is not None and not self.hidden_overall.cosine >= gate.cosine:
+            out.append(f"output hidden-state cosine {self.hidden_overall.cosine:.6f} < {gate.cosine:g}")
+        if out and not gate.given and gate.source != "none":  # once: whose bound it is and how to change it
+            option = "--threshold-top1 / --threshold-kl" if self.overall is not None else \
+                "--target with --threshold-top1"
+            out[-1] += f" {gate.label(option)}"
         return out
 
-    def all_failures(self, threshold_top1: float | None = None, threshold_kl: float | None = None) -> list[str]:
+    def all_failures(self, threshold_top1: float | None = None, threshold_kl: float | None = None, *,
+                     default_gate: bool = False) -> list[str]:
         """`failures` of every --context level (each named by its level past the first)."""
-        out = self.failures(threshold_top1, threshold_kl)
+        out = self.failures(threshold_top1, threshold_kl, default_gate=default_gate)
         for r in (self.by_context or [])[1:]:
-            out += [f"at --context {level_label(r.context_tokens)}: {f}" for f in r.failures(threshold_top1, threshold_kl)]
+            out += [f"at --context {level_label(r.context_tokens)}: {f}"
+                    for f in r.failures(threshold_top1, threshold_kl, default_gate=default_gate)]
         return out
 
-    def exit_code(self, threshold_top1: float | None = None, threshold_kl: float | None = None) -> int:
-        return EXIT_FAILED if self.all_failures(threshold_top1, threshold_kl) else EXIT_OK
+    def exit_code(self, threshold_top1: float | None = None, threshold_kl: float | None = None, *,
+                  default_gate: bool = False) -> int:
+        return EXIT_FAILED if self.all_failures(threshold_top1, threshold_kl, default_gate=default_gate) else EXIT_OK
 
-    def report(self, threshold_top1: float | None = None, threshold_kl: float | None = None) -> Report:
-        return _build_report(self, threshold_top1, threshold_kl)
+    def report(self, threshold_top1: float | None = None, threshold_kl: float | None = None, *,
+               default_gate: bool = False) -> Report:
+        return _build_report(self, self.gate(threshold_top1, threshold_kl, default_gate=default_gate),
+                             self.all_failures(threshold_top1, threshold_kl, default_gate=default_gate))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,8 +163,7 @@ class _Parity:
     """What the report reads: the result, the gates and their failures."""
 
     r: ParityResult
-    top1: float | None
-    kl: float | None
+    gate: Gate
     failures: list[str]
 
     @property
@@ -153,8 +175,20 @@ class _Parity:
         return self.r.weights
 
 
-def _build_report(r: ParityResult, threshold_top1: float | None, threshold_kl: float | None) -> Report:
-    return build(PARITY_REPORT, _Parity(r, threshold_top1, threshold_kl, r.all_failures(threshold_top1, threshold_kl)))
+def _build_report(r: ParityResult, gate: Gate, failures: list[str]) -> Report:
+    return build(PARITY_REPORT, _Parity(r, gate, failures))
+
+
+def _gate_text(c: _Parity) -> str:
+    g = c.gate
+    parts = [f"top-1 ≥ {g.top1:.2%}" if g.top1 is not None else "", f"KL ≤ {g.kl:.3g}" if g.kl is not None else "",
+             f"hidden cosine ≥ {g.cosine:g}" if g.cosine is not None else ""]
+    text = ", ".join(p for p in parts if p)
+    if g.source == NO_DEFAULT:
+        return "none: no default below 8 bits — give --threshold-top1 / --threshold-kl"
+    if not text:
+        return "none"
+    return text + ("" if g.given else f" (default for {g.source} files)")
 
 
 def _form(info: LoadInfo) -> str:
@@ -212,7 +246,8 @@ FIELDS = (
     FieldSpec("hidden rel RMS / cosine", lambda c: (c.r.hidden_overall.rel_rms, c.r.hidden_overall.cosine), ".4g",
               key="hidden"),
     FieldSpec("weights rel RMS median / max", _weights_rel_rms, ".4g", key="weights_rel_rms"),
-    FieldSpec("thresholds top-1 / KL", lambda c: (c.top1, c.kl), ".4g", key="thresholds"),
+    FieldSpec("thresholds top-1 / KL", lambda c: (c.gate.top1, c.gate.kl), ".4g", key="thresholds"),
+    FieldSpec("gate", _gate_text, key="gate"),
     FieldSpec("dump", lambda c: c.r.dump, key="dump"),
     FieldSpec("exit code", lambda c: EXIT_FAILED if c.failures else EXIT_OK, key="exit_code"),
 )
@@ -251,10 +286,10 @@ def _logit_rows(c: _Parity) -> list[dict[str, Any]]:
 def _logit_flagged(c: _Parity) -> set[int]:
     """Positions under --threshold-top1 or over --threshold-kl."""
     flagged = set()
-    if c.top1 is not None:
-        flagged |= {i for i, (_, s) in enumerate(c.r.per_position) if s.top1 < c.top1}
-    if c.kl is not None:
-        flagged |= {i for i, (_, s) in enumerate(c.r.per_position) if s.kl_mean > c.kl}
+    if c.gate.top1 is not None:
+        flagged |= {i for i, (_, s) in enumerate(c.r.per_position) if s.top1 < c.gate.top1}
+    if c.gate.kl is not None:
+        flagged |= {i for i, (_, s) in enumerate(c.r.per_position) if s.kl_mean > c.gate.kl}
     return flagged
 
 
