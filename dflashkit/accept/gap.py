@@ -12,6 +12,7 @@ import os
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from ..causality import causality_differs
+from ..divergences import divergence_causes, hf_config
 from ..errors import DFlashError
 from ..runtime import DFlashDraftModel, HFTarget, TargetHead
 from ..runtime.load import _FLOAT_TYPES, runtime_spec
@@ -41,7 +42,8 @@ def gap_causes(given: str | os.PathLike, ran: str | os.PathLike, tensor_types: M
     the GGUF llama.cpp ran (``ran``), and between the two tokenizations: one phrase per cause found."""
     causes = []
     try:
-        causes += causality_differs(runtime_spec(given), runtime_spec(ran))
+        given_spec, ran_spec = runtime_spec(given), runtime_spec(ran)
+        causes += causality_differs(given_spec, ran_spec) + divergence_causes(given_spec, ran_spec, hf_config(given))
     except DFlashError as exc:  # a cause unknown is said, never a crash of the report
         causes.append(f"per-layer causality not compared ({str(exc).splitlines()[0][:120]})")
     quantized = sorted(t for t in tensor_types if t.upper() not in _FLOAT_TYPES)

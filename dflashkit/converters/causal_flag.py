@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from ..causality import CAUSAL_LAYERS_KEY, checkpoint_causal_layers, lost_causality
+from ..divergences import divergences
 from ..errors import DFlashError, UsageError
 from ..spec import DrafterSpec
 
@@ -41,3 +42,16 @@ def decide_causal_flag(spec: DrafterSpec, family: Any, config: Mapping[str, Any]
     return replace(written, reference_causal_layers=reference), (
         f"{source}: per-layer causality is lost: {lost} — the reference's rule is recorded in {CAUSAL_LAYERS_KEY}; "
         f"{FIX}")
+
+
+def divergence_warnings(spec: DrafterSpec, config: Mapping[str, Any] | None, *, one_causal_flag: bool, strict: bool,
+                        source: str) -> list[str]:
+    """One warning per audit row (`dflashkit.divergences`) where llama.cpp will run the file otherwise than the
+    checkpoint's reference runs it (only for the dialect llama.cpp reads: ``one_causal_flag``); ``--strict`` refuses
+    at the first."""
+    if not one_causal_flag:
+        return []
+    found = divergences(spec, config)
+    if found and strict:
+        raise DFlashError(f"{source}: {found[0].line()} — refusing under --strict (docs/causality.md)")
+    return [f"{source}: {d.line()} (docs/causality.md)" for d in found]

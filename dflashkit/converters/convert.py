@@ -38,7 +38,7 @@ from ..codecs.values import StoredScan, ValueCounts
 from ..quantize.policy import choose_types, get_file_type
 from .plan import ConvertResult, PlannedTensor, build_metadata, converter_layout, ordered_canonical, validate
 from .general import Provenance, general_metadata, resolve_provenance
-from .causal_flag import decide_causal_flag
+from .causal_flag import decide_causal_flag, divergence_warnings
 from .mask_embedding import MASK_EMBEDDING_FILE, mask_embedding_tensors
 from .source import is_gguf_path, resolve_checkpoint_dir
 from .target import TargetInfo
@@ -384,6 +384,8 @@ def _convert_checkpoint(
     mapped = {c: t for c, t in mapped.items() if c not in dropped and c not in finals}
 
     warnings: list[str] = [n for n in (scale_note, causal_note) if n]
+    warnings += divergence_warnings(spec, drafter.metadata, one_causal_flag=dialect_table.one_causal_flag,
+                                    strict=strict, source=str(directory / "config.json"))
     if target is None:
         warnings.append(
             f"no --target given: {out_path.name} will have no tokenizer and llama.cpp will refuse to load it "

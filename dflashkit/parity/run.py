@@ -57,6 +57,7 @@ from ..runtime.linear import Linear
 from ..runtime.config import first_draft_slot
 from ..runtime.load import runtime_spec
 from ..causality import causality_differs
+from ..divergences import divergence_causes, hf_config
 from ..runtime.zoo import model_class_for
 from ..runtime.target import DEFAULT_PROMPT, GreedyStream
 
@@ -191,7 +192,8 @@ def run_parity(
     for spec in specs.values():
         model_class_for(spec)  # the runtime block it runs in exists (nothing is built: a spec is all the checks read)
     block = specs["reference"].block_size
-    causes = causality_differs(specs["reference"], specs["candidate"])
+    causes = causality_differs(specs["reference"], specs["candidate"]) + divergence_causes(
+        specs["reference"], specs["candidate"], hf_config(reference))
     mode = "hf-target" if hf_target else "gguf-target" if target is not None else "no-target"
     _check_pair(specs["reference"], specs["candidate"], mode)
 

@@ -69,6 +69,9 @@ class RuntimeConfig(DrafterSpec):
     #: a GGUF run as llama.cpp runs it: one causal flag for every layer, a window on the past side only
     #: (`dflashkit.causality`); set where that differs from the checkpoint's reference
     llama_cpp_masks: bool = False
+    #: a GGUF of the llama.cpp dialect: run by llama.cpp's rule wherever the audit found one that differs from the
+    #: reference's (`dflashkit.divergences`)
+    llama_cpp_rules: bool = False
 
     @property
     def label(self) -> str:
@@ -148,6 +151,8 @@ def runtime_fields(family: DrafterFamily, spec: DrafterSpec, *, kind: str, shape
         out.update(window_from_anchor=True, sliding_window_non_causal=window_non_causal(family, config))
     if kind == "gguf" and one_causal_flag and masks_differ_in_llama_cpp(spec):
         out["llama_cpp_masks"] = True
+    if kind == "gguf" and one_causal_flag:
+        out["llama_cpp_rules"] = True
     return out
 
 

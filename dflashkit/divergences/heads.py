@@ -1,0 +1,7 @@
+"""Audit rows of the heads area (docs/causality.md): see `dflashkit.divergences`."""
+
+from __future__ import annotations
+
+from . import Rule
+
+RULES: list[Rule] = []
