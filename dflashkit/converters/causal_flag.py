@@ -45,13 +45,14 @@ def decide_causal_flag(spec: DrafterSpec, family: Any, config: Mapping[str, Any]
 
 
 def divergence_warnings(spec: DrafterSpec, config: Mapping[str, Any] | None, *, one_causal_flag: bool, strict: bool,
-                        source: str) -> list[str]:
+                        source: str, family: Any = None) -> list[str]:
     """One warning per audit row (`dflashkit.divergences`) where llama.cpp will run the file otherwise than the
     checkpoint's reference runs it (only for the dialect llama.cpp reads: ``one_causal_flag``); ``--strict`` refuses
     at the first."""
     if not one_causal_flag:
         return []
-    found = divergences(spec, config)
-    if found and strict:
-        raise DFlashError(f"{source}: {found[0].line()} — refusing under --strict (docs/causality.md)")
+    found = divergences(spec, config, family)
+    lost = [d for d in found if not d.rule.converter_only]  # a meaning llama.cpp will not run: --strict refuses it
+    if lost and strict:
+        raise DFlashError(f"{source}: {lost[0].line()} — refusing under --strict (docs/causality.md)")
     return [f"{source}: {d.line()} (docs/causality.md)" for d in found]

@@ -385,7 +385,7 @@ def _convert_checkpoint(
 
     warnings: list[str] = [n for n in (scale_note, causal_note) if n]
     warnings += divergence_warnings(spec, drafter.metadata, one_causal_flag=dialect_table.one_causal_flag,
-                                    strict=strict, source=str(directory / "config.json"))
+                                    strict=strict, source=str(directory / "config.json"), family=family)
     if target is None:
         warnings.append(
             f"no --target given: {out_path.name} will have no tokenizer and llama.cpp will refuse to load it "

@@ -23,6 +23,9 @@ class Rule:
     id: str
     field: str
     check: Callable[[Any, Mapping[str, Any] | None], str | None]
+    #: the row is a difference of the file from llama.cpp's own converter's (or of a reader of the config), not of
+    #: the GGUF from the checkpoint as dflashkit's runtime runs it: never a cause of a parity or τ gap
+    converter_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -41,8 +44,22 @@ def rules() -> list[Rule]:
     return [*rope.RULES, *windows.RULES, *heads.RULES]
 
 
-def divergences(spec: Any, config: Mapping[str, Any] | None) -> list[Divergence]:
-    """Where llama.cpp will run the GGUF of this checkpoint otherwise than its reference runs the checkpoint."""
+class _FamilyRules:
+    """A `DrafterSpec` seen with its family's reference rules (a runtime spec carries them; a converter's spec does
+    not): ``window_from_anchor``."""
+
+    def __init__(self, spec: Any, family: Any) -> None:
+        self._spec, self.window_from_anchor = spec, bool(getattr(family, "window_from_anchor", False))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._spec, name)
+
+
+def divergences(spec: Any, config: Mapping[str, Any] | None, family: Any = None) -> list[Divergence]:
+    """Where llama.cpp will run the GGUF of this checkpoint otherwise than its reference runs the checkpoint
+    (``family``: the checkpoint's, where ``spec`` does not carry its rules)."""
+    if family is not None and not hasattr(spec, "window_from_anchor"):
+        spec = _FamilyRules(spec, family)
     out = []
     for rule in rules():
         text = rule.check(spec, config)
@@ -56,7 +73,7 @@ def divergence_causes(reference: Any, candidate: Any, config: Mapping[str, Any] 
     ``candidate`` is run by llama.cpp's rules (a llama.cpp GGUF)."""
     if getattr(reference, "llama_cpp_rules", False) or not getattr(candidate, "llama_cpp_rules", False):
         return []
-    return [d.line() for d in divergences(reference, config)]
+    return [d.line() for d in divergences(reference, config) if not d.rule.converter_only]
 
 
 def hf_config(path: Any) -> Mapping[str, Any] | None:

@@ -18,6 +18,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..causality import runtime_causal_layers
+from ..divergences.rope import attention_value_scale, partial_rotary_dims, yarn_llama_cpp
 from ..spec import DrafterSpec
 from .cache import DraftCache
 from .linear import Linear
@@ -59,17 +60,26 @@ class RotaryEmbedding(nn.Module):
     ``_compute_yarn_parameters``; yarn's attention factor multiplies cos and sin).
 
     z-lab's reference builds its rotary embedding from a Qwen3 config, which applies RoPE to the full
-    ``head_dim``: a ``partial_rotary_factor`` in the config does not change it, so it does not here.
+    ``head_dim``: a ``partial_rotary_factor`` in the config does not change it, so it does not here. A llama.cpp
+    GGUF (`follow`) runs by llama.cpp's rules: ``rotary_dims`` (``n_rot``) wide tables — `apply_rotary` then ropes
+    the first ``rotary_dims`` of the head — and YaRN with llama.cpp's defaults (`dflashkit.divergences.rope`).
     """
 
-    def __init__(self, head_dim: int, theta: float, scaling: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, head_dim: int, theta: float, scaling: Mapping[str, Any] | None = None, *,
+                 rotary_dims: int | None = None, llama_cpp: bool = False) -> None:
         super().__init__()
         self.head_dim, self.theta = head_dim, theta
         self.scaling = dict(scaling) if scaling else None
+        self.rotary_dims, self.llama_cpp = rotary_dims, llama_cpp
+
+    def follow(self, spec: DrafterSpec) -> None:
+        """Run ``spec`` as llama.cpp does when it is a llama.cpp GGUF (``llama_cpp_rules``); else leave it so."""
+        if getattr(spec, "llama_cpp_rules", False):
+            self.llama_cpp, self.rotary_dims = True, partial_rotary_dims(spec)
 
     def inv_freq(self) -> tuple[torch.Tensor, float]:
-        """(inverse frequencies [head_dim / 2], factor applied to cos/sin)."""
-        dim = self.head_dim
+        """(inverse frequencies [rotary dims / 2], factor applied to cos/sin)."""
+        dim = self.rotary_dims or self.head_dim
         pos_freqs = self.theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim)
         inv_freq = 1.0 / pos_freqs
         kind = (self.scaling or {}).get("rope_type", "default")
@@ -77,8 +87,10 @@ class RotaryEmbedding(nn.Module):
             return inv_freq / float(self.scaling["factor"]), 1.0  # type: ignore[index]
         if kind != "yarn":
             return inv_freq, 1.0
-        p = self.scaling or {}
+        p = dict(self.scaling or {})
         factor = float(p["factor"])
+        if self.llama_cpp:  # llama.cpp reads none of the config's yarn extras for dflash
+            p = {**p, **yarn_llama_cpp(factor), "truncate": True}
         attention_factor = p.get("attention_factor")
         mscale, mscale_all_dim = p.get("mscale"), p.get("mscale_all_dim")
 
@@ -129,7 +141,12 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 def apply_rotary(
     q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """RoPE; ``cos``/``sin`` cover context + noise, the queries (noise only) take the last ``q_len``."""
+    """RoPE; ``cos``/``sin`` cover context + noise, the queries (noise only) take the last ``q_len``. Tables
+    narrower than the head (``rotary_dims``, llama.cpp's ``n_rot``) rope its first dims NeoX-style, the rest pass."""
+    n = cos.shape[-1]
+    if n < q.shape[-1]:
+        q_rot, k_rot = apply_rotary(q[..., :n], k[..., :n], cos, sin)
+        return torch.cat((q_rot, q[..., n:]), dim=-1), torch.cat((k_rot, k[..., n:]), dim=-1)
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
     q_len = q.shape[-2]
     q = q * cos[..., -q_len:, :] + rotate_half(q) * sin[..., -q_len:, :]
@@ -214,6 +231,8 @@ class Attention(nn.Module):
         self.register_buffer("rope_order", neox_order(hd) if getattr(spec, "rope_interleaved", False) else None,
                              persistent=False)
         self.register_buffer("sinks", None)  # [n_heads] attention-sink logits (gpt-oss / MiMo), when present
+        # llama.cpp scales the attention output (after o_proj) by dflash.attention.value_scale; the reference does not
+        self.value_scale = attention_value_scale(spec) if getattr(spec, "llama_cpp_rules", False) else None
 
     def query(self, x: torch.Tensor, context: torch.Tensor) -> tuple[int, int, int, torch.Tensor]:
         """(batch, block length, context length, the block's normed queries [b, heads, q_len, head_dim])."""
@@ -246,7 +265,12 @@ class Attention(nn.Module):
             )
         else:
             out = F.scaled_dot_product_attention(q, k, v, scale=self.scaling, enable_gqa=self.n_rep > 1)
-        return self.o_proj(out.transpose(1, 2).reshape(b, q_len, -1))
+        return self.output(out, b, q_len)
+
+    def output(self, out: torch.Tensor, b: int, q_len: int) -> torch.Tensor:
+        """``o_proj`` of the heads' outputs, then llama.cpp's value scale where it applies (``dflash.cpp``)."""
+        out = self.o_proj(out.transpose(1, 2).reshape(b, q_len, -1))
+        return out if self.value_scale is None else out * self.value_scale
 
 
 #: ``hidden_act`` → the gate activation (transformers' ACT2FN: "gelu" is the exact erf GELU).

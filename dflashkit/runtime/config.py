@@ -33,6 +33,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 from ..causality import masks_differ_in_llama_cpp, window_non_causal
+from ..divergences.heads import llama_cpp_reads_anchor_slot
 from ..errors import DFlashError
 from ..families import (DEFAULT_FAMILY, DrafterFamily, family_for_architecture, label_for, plain_runtime_block,
                         read_hf_config, rope_type_of, runtime_blocks, runtime_family)
@@ -89,8 +90,13 @@ class RuntimeConfig(DrafterSpec):
 
 def first_draft_slot(spec: DrafterSpec) -> int:
     """Block slot of a drafter's first prediction: 0 with sample_from_anchor, else 1 (slot 0 is the anchor; a plain
-    `DrafterSpec` has no sample_from_anchor)."""
-    return 0 if getattr(spec, "sample_from_anchor", False) else 1
+    `DrafterSpec` has no sample_from_anchor). A llama.cpp GGUF (``llama_cpp_rules``) by llama.cpp's rule: slot 0 only
+    for DSpark — its DFlash path reads slots 1.. whatever the key says (`dflashkit.divergences.heads`)."""
+    if not getattr(spec, "sample_from_anchor", False):
+        return 1
+    if getattr(spec, "llama_cpp_rules", False) and not llama_cpp_reads_anchor_slot(spec):
+        return 1
+    return 0
 
 
 def runtime_config_from_spec(spec: DrafterSpec, **extra: Any) -> RuntimeConfig:
@@ -224,7 +230,7 @@ def _checked(cfg: RuntimeConfig, path: str) -> RuntimeConfig:
     runtime_family(cfg.architecture, cfg.family).check_runtime(cfg, path)
     if cfg.has_confidence_head and cfg.confidence_head_with_markov and (cfg.markov_rank or 0) <= 0:
         raise DFlashError(f"{path}: confidence_head_with_markov needs markov_rank > 0")
-    if cfg.block_size - (0 if cfg.sample_from_anchor else 1) < 1:
+    if cfg.block_size - first_draft_slot(cfg) < 1:
         raise DFlashError(f"{path}: block_size {cfg.block_size} drafts nothing")
     return cfg
 

@@ -11,7 +11,8 @@ Specification: ``dflash/model.py`` of the ``dflash`` package on PyPI (``DFlashDr
    noise concatenated (``q_norm`` / ``k_norm`` per head, RoPE, GQA); full-attention layers are
    non-causal, ``sliding_attention`` layers causal with a window (``is_causal`` overrides);
    then a SwiGLU MLP; the final ``norm`` closes the stack;
-4. logits = target ``lm_head`` × output multiplier, then ``tanh`` softcapping when configured.
+4. logits = target ``lm_head`` × output multiplier, then ``tanh`` softcapping when configured (a llama.cpp GGUF:
+   only for DFlash 2, as llama.cpp — `DFlashDraftModel.transforms_logits`).
 
 Module and tensor names mirror the HF checkpoint (``layers.0.self_attn.q_proj.weight``), so the
 canonical ids of `dflashkit.drafters` load straight in. Weights are buffers (inference only);
@@ -33,6 +34,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..divergences.heads import llama_cpp_transforms_logits
 from ..spec import DrafterSpec
 from .blocks import (ACTIVATIONS, MLP, Attention, DecoderLayer, Embedding, RMSNorm, RotaryEmbedding, apply_rotary,
                      attention_mask, neox_order, repeat_kv, rotate_half, sample_probs, sampling_probs, sink_attention)
@@ -129,6 +131,7 @@ class DFlashDraftModel(nn.Module):
         self.layers = nn.ModuleList(self.layer_class(spec, i) for i in range(spec.n_layers))
         self.norm = RMSNorm(h, spec.rms_norm_eps)
         self.rotary_emb = RotaryEmbedding(spec.head_dim, spec.rope_theta, rope_parameters(spec.rope_scaling))
+        self.rotary_emb.follow(spec)  # a llama.cpp GGUF ropes by llama.cpp's rules (n_rot, YaRN defaults)
         # A head of its own (speculators' reduced draft vocabulary, self-contained drafters): its rows are
         # draft ids, mapped to target ids by `d2t` (absolute ids; None = row i is target id i).
         self.lm_head = Linear(h, getattr(spec, "draft_vocab_size", None) or spec.vocab_size or 0) \
@@ -205,10 +208,19 @@ class DFlashDraftModel(nn.Module):
             emb = torch.where(is_mask, self.mask_embedding.to(emb.dtype), emb)
         return emb * self.embedding_scale
 
+    @property
+    def transforms_logits(self) -> bool:
+        """Whether `compute_logits` applies the output multiplier and softcap: always for a reference; for a llama.cpp
+        GGUF (``llama_cpp_rules``) only as llama.cpp does, for DFlash 2 (``dflash.cpp`` after the head)."""
+        return not getattr(self.spec, "llama_cpp_rules", False) or llama_cpp_transforms_logits(self.spec)
+
     def compute_logits(self, hidden: torch.Tensor, head: TargetHead | nn.Module) -> torch.Tensor:
         """Target ``lm_head`` (or the drafter's own) × output multiplier, then final logit softcapping (if
-        configured). Rows are the drafter's vocabulary: `to_target_vocab` maps them through ``d2t``."""
+        configured; see `transforms_logits`). Rows are the drafter's vocabulary: `to_target_vocab` maps them through
+        ``d2t``."""
         logits = (self.lm_head if self.lm_head is not None else head)(hidden)
+        if not self.transforms_logits:
+            return logits
         logits = logits * (1.0 if self.spec.logit_scale is None else float(self.spec.logit_scale))
         cap = self.spec.final_logit_softcapping
         if cap is not None and float(cap) > 0:

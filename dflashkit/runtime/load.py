@@ -105,15 +105,18 @@ VERIFY_MODE = ("chain verify (one draft path per round, longest accepted prefix 
 
 
 def reference_notes(spec: DrafterSpec) -> list[str]:
-    """Config values the reference implementation does not act on (so neither does the runtime)."""
+    """Config values the reference implementation does not act on (so neither does the runtime) — or, for a
+    llama.cpp GGUF (``llama_cpp_rules``), what llama.cpp does with them (and so does the runtime)."""
     notes = []
-    if spec.rope_dimension_count is not None and spec.rope_dimension_count != spec.head_dim:
-        notes.append(
-            f"partial rotary ({spec.rope_dimension_count} of {spec.head_dim} dims) is ignored: z-lab's reference "
-            "rotates the full head"
-        )
-    if spec.attention_value_scale is not None:
-        notes.append(f"attention_value_scale {spec.attention_value_scale} is ignored: z-lab's reference does not use it")
+    llama = getattr(spec, "llama_cpp_rules", False)
+    n, d = spec.rope_dimension_count, spec.head_dim
+    if n is not None and n != d:
+        notes.append(f"partial rotary: the first {n} of {d} dims rotate, as llama.cpp ropes n_rot" if llama else
+                     f"partial rotary ({n} of {d} dims) is ignored: z-lab's reference rotates the full head")
+    if spec.attention_value_scale is not None and not (llama and spec.attention_value_scale == 0):  # 0: llama.cpp skips
+        s = spec.attention_value_scale
+        notes.append(f"attention_value_scale {s} scales each attention output, as llama.cpp does" if llama else
+                     f"attention_value_scale {s} is ignored: z-lab's reference does not use it")
     return notes
 
 

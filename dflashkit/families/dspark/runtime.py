@@ -10,6 +10,8 @@ Specification: vLLM ``speculators`` 0.9.0 ``speculators/models/dspark/`` (``DSpa
   adds a low-rank bias ``markov_w2 · markov_w1[prev]`` to the slot's logits, where ``prev`` is the
   *target* id chosen at the previous slot (the anchor for the first slot) — training feeds the true
   previous tokens, inference the drafted ones; only ``markov_head_type: vanilla`` exists at inference;
+- a llama.cpp GGUF (``llama_cpp_rules``) adds the bias to the raw logits, as llama.cpp does (it applies no output
+  multiplier or softcap for DSpark); a checkpoint adds it after them (`DFlashDraftModel.compute_logits`);
 - the confidence head scores each slot: ``sigmoid(conf_proj · [hidden; markov_w1[prev]] + b)``, the
   predicted probability that the slot's token is accepted (reported, not used for drafting).
 
@@ -67,7 +69,8 @@ class DSparkDraftModel(DFlashDraftModel):
 
     def head_step(self, hidden: torch.Tensor, draft_hidden: torch.Tensor, anchor_ids: torch.Tensor,
                   head: TargetHead, temperature: float) -> DraftStep:
-        base = self.compute_logits(draft_hidden, head)  # [b, n, draft vocab]
+        # [b, n, draft vocab]; a llama.cpp GGUF: the raw logits, as llama.cpp adds the bias (`transforms_logits`)
+        base = self.compute_logits(draft_hidden, head)
         prev = anchor_ids
         rows, logits_out, tokens, confidence = [], [], [], []
         for k in range(draft_hidden.shape[1]):

@@ -273,7 +273,11 @@ class ZLabDFlash(DrafterFamily):
             if "sliding_attention" in layer_types:
                 pattern = tuple(t == "sliding_attention" for t in layer_types)
         elif view.bool("use_sliding_window") and window:
-            pattern = (True,) * n_layers
+            # no layer_types: Qwen3Config derives them — sliding from layer max_window_layers (default 28) on
+            first = view.int("max_window_layers", maximum=bounds.I32_MAX)
+            first = 28 if first is None else first
+            if first < n_layers:
+                pattern = tuple(i >= first for i in range(n_layers))
         if pattern is not None and not window:
             raise DFlashError(f"{path}: sliding-window layers are configured but 'sliding_window' is not set")
         if pattern is None:
