@@ -91,15 +91,17 @@ def _equal(a: list[float], b: list[float]) -> str:
 def agreement_section(names: list[str], results: list, builds: list[str]) -> list[str]:  # type: ignore[type-arg]
     """Per build and type: llama.cpp's τ against the reference's on the same schedule, prompt by prompt."""
     lines = ["## Does every file agree with llama.cpp? (one accounting)", "",
-             "The reference runtime replays llama-server's schedule (first token from the prefill, no round past "
-             "`-n`, n-max 15: `dflashkit.runtime.schedules`), so a file that llama.cpp computes as the reference "
-             "does shows the same τ prompt by prompt. *equal*: prompts whose τ is exactly the same; Δ: llama.cpp − "
+             "The reference runtime replays each tool's schedule (`dflashkit.runtime.schedules`: "
+             "llama-speculative-simple anchors its first round at the last prompt token and runs past `-n` to finish "
+             "a block; llama-server takes the first token from the prefill and stops at `-n`; n-max 15), so a file "
+             "that llama.cpp computes as the reference does shows the same τ prompt by prompt. *equal*: prompts whose τ is exactly the same; Δ: llama.cpp − "
              "reference, paired over prompts (95 % bootstrap CI); verdict as `dflash-accept` gives it "
              "(`llama_cpp_verdict`, and the `--llama-server` row's `tau_verdict`).", ""]
     for binary, result in zip(builds, results):
         lines += [f"### {Path(binary).parent.name}", "",
-                  "| type | τ reference (server schedule) | τ llama.cpp (--llama-cpp) | equal | Δ [95 % CI] | verdict | "
-                  "τ llama-server row | equal | verdict (server row) |", "|---|---|---|---|---|---|---|---|---|"]
+                  "| type | τ reference (simple's schedule) | τ llama-speculative-simple | equal | Δ [95 % CI] | "
+                  "verdict | τ reference (server's schedule) | τ llama-server | equal | verdict |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         comps, verdicts = result.llama_cpp_comparisons(), result.llama_cpp_verdicts()
         agree = 0
         for t, d, l, c, v, s in zip(names, result.drafters, result.llama_cpp, comps, verdicts, result.serving.runs):
@@ -107,8 +109,8 @@ def agreement_section(names: list[str], results: list, builds: list[str]) -> lis
             sv = s.tau_verdict()
             agree += v == "agrees" and sv == "agrees"
             lines.append(f"| {t} | {d.schedule_tau:.2f} | {l.tau:.2f} | {_equal(ref, l.taus)} | {_ci(c)} | {v} | "
-                         f"{s.tau:.2f} | {_equal(s.reference_taus or [], s.taus)} | {sv} |")
-        lines += ["", f"{agree} of {len(names)} files agree in both programs of this build.", ""]
+                         f"{s.reference_tau:.2f} | {s.tau:.2f} | {_equal(s.reference_taus or [], s.taus)} | {sv} |")
+        lines += ["", f"{agree} of {len(names)} files agree in both tools of this build.", ""]
     return lines
 
 
@@ -143,8 +145,13 @@ def main() -> int:
                 raise SystemExit("give --llama-cpp-src (or set DFLASHKIT_LLAMA_CPP_SRC): the target GGUF is made by "
                                  "llama.cpp's own converter")
             target_gguf = target_gguf_from_hf(TRAINED / "target", tmp / f"target-bf16-{n}.gguf", src)
+            # --llama-cpp through llama-speculative-simple (a folder holding only it: dflash-accept takes
+            # llama-server where a build has one), --llama-server through llama-server: both pinned tools
+            simple = tmp / f"simple-{n}"
+            simple.mkdir()
+            (simple / "llama-speculative-simple").symlink_to(Path(binary).resolve() / "llama-speculative-simple")
             results.append(run_acceptance(TRAINED / "target", list(files.values()), evaluation,
-                                          max_new_tokens=args.max_new_tokens, llama_cpp=binary,
+                                          max_new_tokens=args.max_new_tokens, llama_cpp=simple,
                                           llama_server=binary, target_gguf=target_gguf, progress=say))
         result = results[0]
         sizes = {t: p.stat().st_size for t, p in files.items()}
@@ -166,9 +173,10 @@ def main() -> int:
         "committed prompts are seed 0), greedy, "
         f"{args.max_new_tokens} new tokens. Importance matrix: `dflash-imatrix` on {args.count} other prompts (seed "
         f"{args.calibration_seed}), {im.rounds} draft rounds. Reference runtime: dflashkit's PyTorch runtime (f32 "
-        "compute, the file's values). llama.cpp: llama-server of the first build below (counts from its JSON), target GGUF "
-        "bf16 from llama.cpp's own converter, n-max 15, 1 thread; speed-up: decode tok/s with the drafter / the "
-        "target alone, one server pair at a time (docs/serving.md).",
+        "compute, the file's values). llama.cpp: the first build below — τ llama.cpp from llama-speculative-simple "
+        "(counts from its log), speed-up from llama-server; target GGUF bf16 from llama.cpp's own converter, n-max 15, "
+        "1 thread; speed-up: decode tok/s with the drafter / the target alone, one server pair at a time "
+        "(docs/serving.md).",
         "",
         "A tiny model's numbers: its quantization error is not a 27 B target's. Δ columns are paired over prompts "
         "against bf16 in the same runtime (95 % bootstrap CI); *survives* reads the reference Δ: *no measurable loss* "

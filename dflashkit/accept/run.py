@@ -402,7 +402,9 @@ def _run_llama_cpp(binary: Path | None, runs: list[DrafterRun], texts: list[str]
                 [(d.path, g, d.block_size) for d, g in zip(runs, drafter_ggufs)], texts, [p.id for p in prompt_list],
                 plan, prompt_tokens=[len(ids) for ids in prompt_ids], ignore_eos=ignore_eos, progress=say, vocab=vocab)
             for r in serving.runs:  # the server's τ against the reference's on its schedule, and the causes
-                d = next(d for d, g in zip(runs, drafter_ggufs) if d.path == r.drafter and str(g) == r.drafter_gguf)
+                d = next((d for d in runs if d.path == r.drafter), None)
+                if d is None:  # a server the user runs: its drafter is the one given (nothing to replay otherwise)
+                    continue
                 # a server the user runs: its n-max is the block's unless its replies say it is capped
                 served = r.draft_n_max if r.draft_n_max is not None else \
                     (d.block_size - 1 if plan.llama_server is not None or r.capped_n_max() is None else None)

@@ -230,7 +230,7 @@ def _checked(cfg: RuntimeConfig, path: str) -> RuntimeConfig:
     runtime_family(cfg.architecture, cfg.family).check_runtime(cfg, path)
     if cfg.has_confidence_head and cfg.confidence_head_with_markov and (cfg.markov_rank or 0) <= 0:
         raise DFlashError(f"{path}: confidence_head_with_markov needs markov_rank > 0")
-    if cfg.block_size - first_draft_slot(cfg) < 1:
+    if cfg.block_size >= 1 and cfg.block_size - first_draft_slot(cfg) < 1:  # < 1: check_runnable names it
         raise DFlashError(f"{path}: block_size {cfg.block_size} drafts nothing")
     return cfg
 

@@ -1,0 +1,104 @@
+"""The drafter trained as the field trains them (issue 55): ``fixtures/trained-long/drafter-sliding-causal`` — the
+long pair's recipe with one switch (``fixtures/make_long_pair.py --sliding-causal``): its three sliding layers
+trained causal inside the block and its full layer bidirectional (z-lab's default rule), shipped without
+``is_causal``. llama.cpp's one flag (absent) runs every layer bidirectional: the file is another model there.
+
+What each command makes of it, as a publisher would run them; and τ of its GGUF in dflashkit's runtime (llama.cpp's
+rules, llama.cpp's schedule) against llama.cpp's own, prompt by prompt, in both pinned builds and both tools."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dflashkit.accept import run_acceptance
+from dflashkit.cli import accept_command, convert_command, inspect_command, parity_command
+from dflashkit.runtime import HFTarget, load_drafter
+
+ROOT = Path(__file__).resolve().parents[1]
+LONG = ROOT / "fixtures" / "trained-long"
+DRAFTER = LONG / "drafter-sliding-causal"
+BUILDS = {name: (Path(os.environ.get(f"DFLASHKIT_LLAMA_CPP{env}_BIN", "/nonexistent")),
+                 Path(os.environ.get(f"DFLASHKIT_LLAMA_CPP{env}_SRC", "/nonexistent")))
+          for name, env in (("0.3.36", ""), ("b11549", "_MAINLINE"))}
+LOST = ("per-layer causality is lost: the reference runs layers 0, 1, 2 causal and 3 bidirectional; llama.cpp reads "
+        "one flag for every layer (dflash.attention.causal: absent, so false) and will run every layer bidirectional")
+CAUSE = ("per-layer causality — the reference runs layers 0, 1, 2 causal and 3 bidirectional, the candidate (as "
+         "llama.cpp runs the file: one flag for every layer) every layer bidirectional")
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _build(name: str) -> tuple[Path, Path]:
+    binary, src = BUILDS[name]
+    if not (binary / "llama-server").exists() or not (src / "convert_hf_to_gguf.py").exists():
+        pytest.skip(f"llama.cpp build {name}: set its DFLASHKIT_LLAMA_CPP*_BIN and _SRC")
+    return binary, src
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("sliding-causal") / "drafter.gguf"
+    res = CliRunner().invoke(convert_command, [str(DRAFTER), str(out), "--target", str(LONG / "target")])
+    assert res.exit_code == 0, res.output
+    causal, window = res.stderr.splitlines()
+    assert causal == (f"warning: {DRAFTER / 'config.json'}: {LOST} — the reference's rule is recorded in "
+                      "dflashkit.attention.causal_layers; choose llama.cpp's flag with --llama-cpp-causal true|false "
+                      "(docs/causality.md)")
+    assert window.startswith(f"warning: {DRAFTER / 'config.json'}: sliding_window: written from layer_types")
+    return out
+
+
+def test_it_ships_without_is_causal_and_z_lab_runs_its_sliding_layers_causal() -> None:
+    from dflash import model as zl
+    from transformers import Qwen3Config
+
+    assert "is_causal" not in json.loads((DRAFTER / "config.json").read_text())
+    reference = zl.DFlashDraftModel(Qwen3Config.from_pretrained(DRAFTER))
+    assert [layer.self_attn.is_causal for layer in reference.layers] == [True, True, True, False]
+    assert [layer.self_attn.causal for layer in load_drafter(DRAFTER).layers] == [True, True, True, False]
+
+
+def test_strict_refuses_it_and_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "strict.gguf"
+    res = CliRunner().invoke(convert_command, [str(DRAFTER), str(out), "--target", str(LONG / "target"), "--strict"])
+    assert res.exit_code == 1 and not out.exists()
+    assert res.stderr.splitlines()[-1].startswith(f"error: {DRAFTER / 'config.json'}: per-layer causality would be "
+                                                  "lost: the reference runs layers 0, 1, 2 causal")
+
+
+def test_inspect_flags_the_gguf(converted: Path) -> None:
+    res = CliRunner().invoke(inspect_command, [str(converted), "--format", "json"])
+    findings = [f for f in json.loads(res.stdout)["files"][0]["findings"] if f["id"] == "drafter.causality"]
+    assert [f["severity"] for f in findings] == ["warning"] and LOST in findings[0]["message"]
+
+
+def test_parity_fails_at_the_default_gate_and_names_causality(converted: Path) -> None:
+    res = CliRunner().invoke(parity_command, [str(DRAFTER), str(converted), "--target", str(LONG / "target"),
+                                              "--rounds", "4", "--skip-weights", "--format", "json"])
+    assert res.exit_code == 1, res.output
+    report = json.loads(res.stdout)
+    assert report["summary"]["top1"] < 0.99 and report["status"].endswith(f"; likely cause: {CAUSE}")
+    assert report["summary"]["gate"] == "top-1 ≥ 99.00%, KL ≤ 0.01 (default for float files)"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("build", list(BUILDS))
+def test_the_runtime_counts_llama_cpps_tau_prompt_by_prompt_in_both_tools(build: str, converted: Path,
+                                                                           tmp_path: Path) -> None:
+    binary, src = _build(build)
+    simple = tmp_path / "simple"  # a folder with llama-speculative-simple alone: --llama-cpp then runs it
+    simple.mkdir()
+    (simple / "llama-speculative-simple").symlink_to(binary.resolve() / "llama-speculative-simple")
+    result = run_acceptance(HFTarget(LONG / "target"), [converted], LONG / "prompts.jsonl", max_new_tokens=48,
+                            llama_cpp=simple, llama_server=binary, llama_cpp_src=src)
+    d, ran = result.drafters[0], result.llama_cpp[0]
+    assert d.schedule == "simple" and ran.refused is None
+    assert d.schedule_taus == ran.taus  # llama-speculative-simple: every prompt, exactly
+    (served,) = result.serving.runs
+    assert served.reference_taus == served.taus  # llama-server: every prompt, exactly
+    assert result.llama_cpp_verdicts() == ["agrees"] and served.tau_verdict() == "agrees"
