@@ -81,7 +81,7 @@ def test_speculators_window_from_the_anchor_is_said_and_its_loss_measured(tmp_pa
     assert res.exit_code == 0, res.output
     line = (f"warning: {planted / 'config.json'}: sliding_window (from the anchor): the reference shows a sliding "
             "layer the 6 context positions before the block's anchor, the same for every slot; llama.cpp "
-            "counts the window per query, so draft slot i sees 6 − i of them (the drafts differ once the context "
+            "counts the window per query, so draft slot i sees 6 − 1 − i of them (the drafts differ once the context "
             "passes the window) (docs/causality.md)")
     assert line in res.stderr.splitlines()
     assert _convert(planted, tmp_path / "strict.gguf", TRAINED / "target", "--strict").exit_code == 1
@@ -129,3 +129,26 @@ def test_no_window_row_fires_on_the_committed_pairs_but_the_long_pairs_keys() ->
                            (LONG / "drafter", ["window-keys"])):
         with open_drafter(path) as d:
             assert [x.rule.id for x in divergences(d.spec, hf_config(path))] == expected, path
+
+
+@pytest.mark.parametrize("max_window_layers, pattern", [(1, (False, True)), (None, None)])
+def test_without_layer_types_the_sliding_layers_are_qwen3configs(tmp_path: Path, max_window_layers: int | None,
+                                                                 pattern: tuple | None) -> None:
+    """use_sliding_window and no layer_types: Qwen3Config makes layers from max_window_layers (default 28) on sliding —
+    none of a 2-layer drafter's by default — and so does dflashkit (it once windowed every layer)."""
+    from transformers import Qwen3Config
+
+    from dflashkit.drafters import open_drafter
+
+    def edit(config: dict) -> None:
+        config.pop("layer_types", None)
+        config.update(use_sliding_window=True, sliding_window=4)
+        config.pop("max_window_layers", None)
+        if max_window_layers is not None:
+            config["max_window_layers"] = max_window_layers
+
+    planted = _plant(TRAINED / "drafter", tmp_path / "derived", edit)
+    expected = tuple(t == "sliding_attention" for t in Qwen3Config.from_pretrained(planted).layer_types)
+    with open_drafter(planted) as d:
+        assert d.spec.sliding_window_pattern == pattern
+    assert (pattern or (False, False)) == expected

@@ -21,7 +21,8 @@ LAYERS: dict[str, int] = {
     "dflashkit.errors": 0,
     "dflashkit._numba_cache": 0,  # where numba keeps compiled kernels (set before the codecs import numba)
     "dflashkit.spec": 0,
-    "dflashkit.causality": 0,  # causality inside the block: a reference's per-layer rule, llama.cpp's one flag
+    "dflashkit.causality": 0,
+    "dflashkit.divergences": 0,  # the audit's rows where llama.cpp runs a GGUF otherwise than its reference  # causality inside the block: a reference's per-layer rule, llama.cpp's one flag
     "dflashkit.files": 0,
     "dflashkit.bounds": 0,
     "dflashkit.templates": 0,  # a chat template rendered bounded (time, memory, output)

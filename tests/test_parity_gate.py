@@ -26,7 +26,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 @pytest.mark.parametrize("types, expected", [
     ({"BF16": 29, "F32": 18}, "float"), ({"F16": 3}, "float"), ({"Q8_0": 28, "F32": 18}, "8-bit"),
     ({"Q8_0": 1, "BF16": 1}, "8-bit"), ({"Q6_K": 1, "F32": 1}, None), ({"Q4_K": 5}, None), ({"NOPE": 1}, None),
-    ({}, None)])
+    ({"BF16": 28, "I64": 1}, "float"), ({"I64": 1}, None), ({}, None)])
 def test_precision_class_is_the_weakest_tensor_type(types: dict, expected: str | None) -> None:
     assert precision_class(types) == expected
 

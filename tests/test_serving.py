@@ -509,6 +509,8 @@ def test_server_url_measured_as_a_user_runs_it(real: dict, tmp_path: Path) -> No
     report = json.loads(res.stdout)
     (row,) = next(s["rows"] for s in report["sections"] if s["id"] == "serving")
     assert row["target"] == urls[0] and row["identical_output"] == "yes" and row["tau"] >= 4.0
+    # the server's τ against the reference on its schedule at the n-max it was started with (15: the block's)
+    assert row["reference_tau_per_prompt"] == row["tau_per_prompt"] and row["tau_verdict"] == "agrees"
     assert row["verdict"] in (VERDICT_GAIN, VERDICT_NO_GAIN, VERDICT_LOSS) and len(row["speedup_ci"]) == 2
     assert _ours(real["target"]) == []
 

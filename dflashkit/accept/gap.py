@@ -61,8 +61,8 @@ def serving_gap_causes(d: "DrafterRun", r: "ServingRun", prompt_tokens: Sequence
                        target_ggufs: Sequence[str | os.PathLike]) -> list[str]:
     """`gap_causes` of one llama-server combination, and what the combination itself changes: a quantized draft KV
     cache, a target GGUF other than the first (a quantized target verifies other tokens)."""
-    causes = gap_causes(d.path, r.drafter_gguf, d.info.tensor_types, prompt_tokens,
-                        [c.prompt_n for c in r.on])
+    ran = r.drafter_gguf if os.path.isfile(r.drafter_gguf) else d.path  # a server the user runs: its file unknown
+    causes = gap_causes(d.path, ran, d.info.tensor_types, prompt_tokens, [c.prompt_n for c in r.on])
     if r.draft_cache_type not in (None, "f32", "f16", "bf16"):
         causes.append(f"a quantized draft KV cache ({r.draft_cache_type}): the reference keeps it in float")
     if target_ggufs and r.target_gguf != str(target_ggufs[0]):

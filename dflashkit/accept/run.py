@@ -403,7 +403,9 @@ def _run_llama_cpp(binary: Path | None, runs: list[DrafterRun], texts: list[str]
                 plan, prompt_tokens=[len(ids) for ids in prompt_ids], ignore_eos=ignore_eos, progress=say, vocab=vocab)
             for r in serving.runs:  # the server's τ against the reference's on its schedule, and the causes
                 d = next((d for d in runs if d.path == r.drafter), None)
-                if d is None:  # a server the user runs: its drafter is the one given (nothing to replay otherwise)
+                if d is None and len(runs) == 1:  # a server the user runs (its row names the URL): the one drafter
+                    d = runs[0]
+                if d is None:  # several drafters and one server of the user's: which one it serves is not known
                     continue
                 # a server the user runs: its n-max is the block's unless its replies say it is capped
                 served = r.draft_n_max if r.draft_n_max is not None else \

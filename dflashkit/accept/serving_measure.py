@@ -163,10 +163,17 @@ class ServingRun(PairedSpeeds, CountedRuns):
         return float(np.mean(finite)) if finite else math.nan
 
     def tau_comparison(self) -> Comparison | None:
-        """The server's τ against the reference's on its schedule, paired over prompts (None: nothing to pair)."""
+        """The server's τ against the reference's on its schedule, paired over prompts (None: nothing to pair);
+        bootstrapped once for the same figures (the row, its verdict, the notes and the gate all ask)."""
         if self.reference_taus is None or self.refused is not None or not self.on:
             return None
-        return paired_comparison(self.reference_taus, self.taus, seed=self.seed)
+        key = (tuple(self.reference_taus), tuple(self.taus), self.seed)
+        cached = self.__dict__.get("_tau_comparison")
+        if cached is None or cached[0] != key:
+            cached = (key, paired_comparison(self.reference_taus, self.taus, seed=self.seed))
+            self.__dict__["_tau_comparison"] = cached
+        c = cached[1]
+        return c if c.n_prompts else None
 
     def tau_verdict(self) -> str | None:
         c = self.tau_comparison()

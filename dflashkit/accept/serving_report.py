@@ -4,6 +4,7 @@ declared, built by `reporting.build` against a `SectionContext` (`dflashkit.acce
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +12,7 @@ from ..reporting import Bar, BarGroup, ChartSpec, Column, NotesSpec, TableSpec, 
 from ..stats import CONFIDENCE
 from .serving_measure import (VERDICT_CRASHED, VERDICT_DIFFERS, VERDICT_GAIN, VERDICT_LOSS, VERDICT_NO_GAIN,
                               VERDICT_REFUSED, Difference, ServingResult, ServingRun, combo_label, target_label)
-from .tau_gap import VERDICT_AGREES, ci_text
+from .tau_gap import NO_CAUSE, VERDICT_AGREES, ci_text
 
 
 # ---------------------------------------------------------------------------------------------
@@ -62,7 +63,7 @@ def _row(r: ServingRun, v: str, diffs: list[Difference]) -> dict[str, Any]:
         "drafter_name": r.name, "drafter_gguf": r.drafter_gguf,
         "draft_cache_type": r.draft_cache_type or "default", "draft_n_max": r.draft_n_max,
         "tau": r.tau if r.on else None, "tau_per_prompt": r.taus,
-        "reference_tau": r.reference_tau if r.reference_taus is not None else None,
+        "reference_tau": r.reference_tau if r.reference_taus is not None and math.isfinite(r.reference_tau) else None,
         "reference_tau_per_prompt": r.reference_taus, "tau_verdict": r.tau_verdict(),
         "tau_gap_ci": list(c.ci) if (c := r.tau_comparison()) is not None and c.ci is not None else None,
         "gap_causes": list(r.gap_causes),
@@ -101,7 +102,7 @@ def _gap_notes(c: SectionContext) -> list[str]:
     for r in c.s.runs:
         v, comparison = r.tau_verdict(), r.tau_comparison()
         if v is not None and v != VERDICT_AGREES and comparison is not None:
-            causes = "; ".join(r.gap_causes) or "no cause dflashkit can check"
+            causes = "; ".join(r.gap_causes) or NO_CAUSE
             out.append(f"{r.name} on {target_label(r)} ({combo_label(r)}): τ {r.tau:.2f} {v} "
                        f"{r.reference_tau:.2f} ({ci_text(comparison)}); likely cause: {causes}")
     return out

@@ -14,6 +14,9 @@ from ..stats import CONFIDENCE, Comparison
 VERDICT_AGREES = "agrees"
 VERDICT_ABOVE = "above reference"
 VERDICT_BELOW = "below reference"
+#: what a gap with no cause found says (per-layer causality, the audit's rows, quantization, tokenization, the draft
+#: cache and the target GGUF all checked)
+NO_CAUSE = "no cause dflashkit can check"
 
 
 def ci_text(c: Comparison) -> str:
@@ -45,7 +48,7 @@ def gap_message(name: str, program: str, tau: float, reference_tau: float, c: Co
     if side is None:
         return []
     why = ("; likely cause: " + "; ".join(causes) if causes else
-           "; no cause dflashkit can check (per-layer causality, quantization and tokenization agree)")
+           f"; {NO_CAUSE}")
     where = f" on {schedule}'s schedule" if schedule else ""
     return [f"{name}: {program} τ {tau:.2f} is significantly more than {max_gap:.1%} {side} the reference "
             f"runtime's {reference_tau:.2f}{where} (--max-gap; {ci_text(c)}){why}"]

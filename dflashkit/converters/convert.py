@@ -375,6 +375,7 @@ def _convert_checkpoint(
     )
     spec, target_info, finals = checked.spec, checked.target, checked.finals
     spec, scale_note = _embedding_scale(spec, family, target_info, embedding_scale, directory)
+    checkpoint_spec = spec  # the reference's reading, before llama.cpp's flag is chosen
     spec, causal_note = decide_causal_flag(spec, family, drafter.metadata, one_causal_flag=dialect_table.one_causal_flag,
                                            choice=llama_cpp_causal, strict=strict, source=str(directory / "config.json"))
     # family-level tensor changes (DSpark / Gemma-4 DSpark): tensors llama.cpp's converter drops,
@@ -384,7 +385,7 @@ def _convert_checkpoint(
     mapped = {c: t for c, t in mapped.items() if c not in dropped and c not in finals}
 
     warnings: list[str] = [n for n in (scale_note, causal_note) if n]
-    warnings += divergence_warnings(spec, drafter.metadata, one_causal_flag=dialect_table.one_causal_flag,
+    warnings += divergence_warnings(checkpoint_spec, drafter.metadata, one_causal_flag=dialect_table.one_causal_flag,
                                     strict=strict, source=str(directory / "config.json"), family=family)
     if target is None:
         warnings.append(

@@ -41,7 +41,7 @@ def _window_from_anchor(spec: Any, config: Mapping[str, Any] | None) -> str | No
         return None
     w = spec.sliding_window
     return (f"the reference shows a sliding layer the {w} context positions before the block's anchor, "
-            f"the same for every slot; llama.cpp counts the window per query, so draft slot i sees {w} − i of them "
+            f"the same for every slot; llama.cpp counts the window per query, so draft slot i sees {w} − 1 − i of them "
             "(the drafts differ once the context passes the window)")
 
 
@@ -49,7 +49,7 @@ def _window_shorter_than_block(spec: Any, config: Mapping[str, Any] | None) -> s
     """A bidirectional sliding layer whose window is shorter than the block: the reference hides block positions
     more than W − 1 ahead of a query too (z-lab's symmetric window), llama.cpp only the past side."""
     w = spec.sliding_window
-    if not w or w >= spec.block_size:
+    if not w or w >= spec.block_size or getattr(spec, "window_from_anchor", False):  # its block is never windowed
         return None
     bidirectional = [i for i, (s, c) in enumerate(zip(sliding_layers(spec), reference_causal_layers(spec))) if s and not c]
     if not bidirectional:

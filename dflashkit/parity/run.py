@@ -408,7 +408,7 @@ def _run_rounds(paths: dict[str, Any], load: Callable[[Any], DFlashDraftModel], 
         if ref.logits is not None and cand.logits is not None:
             # a d2t drafter's own rows (finite; one row ↔ one target id) rather than the −inf-padded target vocab
             ref_l, cand_l = ((ref.draft_logits, cand.draft_logits) if ref.draft_logits is not None
-                             and cand.draft_logits is not None and ref.draft_logits.shape == cand.draft_logits.shape
+                             and cand.draft_logits is not None and ref.draft_logits.shape[-1] == cand.draft_logits.shape[-1]
                              else (ref.logits, cand.logits))
             # draft token j against draft token j: drafters that predict from different block slots (one reads
             # slot 0, sample_from_anchor) are compared over the draft tokens both make

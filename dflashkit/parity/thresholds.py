@@ -19,6 +19,7 @@ from gguf import GGMLQuantizationType
 from ..quant_types import block_size, type_size
 
 FLOAT_TYPE_NAMES = ("F64", "F32", "F16", "BF16")
+INDEX_TYPE_NAMES = ("I8", "I16", "I32", "I64", "BOOL")
 NO_DEFAULT = "below 8 bits"  # the source of a gate asked for by default where the table has none
 
 
@@ -39,8 +40,6 @@ class Gate:
 
     def label(self, option: str) -> str:
         """How a failure names the bound: the user's option, or the default and how to change it."""
-        if self.given:
-            return option
         return f"(the default for {self.source} files: {option} sets another, --no-default-gate none)"
 
 
@@ -54,12 +53,13 @@ DEFAULT_GATES: dict[str, Gate] = {
 def precision_class(tensor_types: Mapping[str, int]) -> str | None:
     """"float" when every tensor is a float type, "8-bit" when the weakest type stores at least 8 bits a weight,
     else None (below 8 bits, or a type this table does not know)."""
-    if not tensor_types:
+    weights = [n for n in tensor_types if n.upper() not in INDEX_TYPE_NAMES]  # a d2t map's ids are not weights
+    if not weights:
         return None
-    if all(name.upper() in FLOAT_TYPE_NAMES for name in tensor_types):
+    if all(name.upper() in FLOAT_TYPE_NAMES for name in weights):
         return "float"
     bits = []
-    for name in tensor_types:
+    for name in weights:
         try:
             t = GGMLQuantizationType[name.upper()]
         except KeyError:
