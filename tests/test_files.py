@@ -656,3 +656,25 @@ def test_sigint_in_the_middle_of_the_work(name: str, trained_f32_gguf: Path, tmp
         assert rc == 130, (trial, k, rc, err)
         assert err.strip().splitlines()[-1] == "interrupted (no output written)" and "Traceback" not in err, err
         assert out == "" and names(out_dir) == [], (trial, out)
+
+
+def test_ctrl_c_inside_an_import_is_delivered_after_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A KeyboardInterrupt raised inside importlib's bootstrap can be ignored by CPython with the import lock held
+    (every later import hangs): the handler sends the signal again a moment later instead; elsewhere it raises."""
+    import threading as _threading
+    from types import SimpleNamespace
+
+    from dflashkit.files import signals
+
+    sent: list[int] = []
+    done = _threading.Event()
+    monkeypatch.setattr(signals.os, "kill", lambda pid, sig: (sent.append(sig), done.set()))
+    code = SimpleNamespace
+    importing = code(f_code=code(co_filename="x.py"),
+                     f_back=code(f_code=code(co_filename="<frozen importlib._bootstrap>"), f_back=None))
+    signals._interrupt_outside_imports(signal.SIGINT, importing)  # no KeyboardInterrupt inside the import
+    assert done.wait(5) and sent == [signal.SIGINT]
+    with pytest.raises(KeyboardInterrupt):
+        signals._interrupt_outside_imports(signal.SIGINT, code(f_code=code(co_filename="work.py"), f_back=None))
+    with pytest.raises(KeyboardInterrupt):  # signals_deferred replays it without a frame
+        signals._interrupt_outside_imports(signal.SIGINT, None)

@@ -18,6 +18,7 @@ import click
 from ..bounds import MAX_LAYERS, escape_name
 from ..errors import DFlashError, UsageError
 from ..files.tempdirs import remove_stale
+from ..files.signals import install_interrupt_handler
 from .params import AsciiIntRange, FiniteFloat, LazyChoice, PathParam, ascii_float, ascii_int  # noqa: F401 (shared)
 from .stdout import echo_written as _echo_written, emit as _emit  # noqa: F401 (the commands' report output)
 from .stdout import guard_closed_stdout, guard_stderr, is_stdout_error, stdout_lost
@@ -75,6 +76,7 @@ def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)
     def wrapper(*args: Any, debug: bool = False, **kwargs: Any) -> Any:
         remove_stale()  # temp folders of dflashkit processes that were killed outright (files.tempdirs)
+        install_interrupt_handler()  # Ctrl-C never inside an import, where it can hang the process (files.signals)
         try:
             try:
                 with library_warnings(debug):

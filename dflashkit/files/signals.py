@@ -82,3 +82,32 @@ def signals_deferred() -> Iterator[None]:
                 handler(signum, None)
             elif handler == signal.SIG_DFL:
                 os.kill(os.getpid(), signum)
+
+
+#: how long a Ctrl-C that landed inside an import waits before it is delivered again
+_REDELIVER_S = 0.01
+
+
+def _interrupt_outside_imports(signum: int, frame: Any) -> None:
+    """Ctrl-C as Python's own handler raises it — except inside importlib's bootstrap. There a KeyboardInterrupt can
+    land in a module lock's weakref callback, which CPython ignores ("Exception ignored in … _get_module_lock …
+    cb") while the global import lock stays held: every later import, in any thread, then hangs (a background
+    thread importing numba while a write runs made ``dflash-quantize`` hang on Ctrl-C now and then). Such a signal is
+    sent again a moment later, until it lands outside an import."""
+    f = frame
+    while f is not None:
+        if f.f_code.co_filename.startswith("<frozen importlib"):
+            timer = threading.Timer(_REDELIVER_S, os.kill, (os.getpid(), signum))
+            timer.daemon = True
+            timer.start()
+            return
+        f = f.f_back
+    raise KeyboardInterrupt
+
+
+def install_interrupt_handler() -> None:
+    """`_interrupt_outside_imports` for Ctrl-C, where Python's default handler is in place (an ignored SIGINT — under
+    nohup, a background job — stays ignored; another program's handler stays)."""
+    if threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _interrupt_outside_imports)
