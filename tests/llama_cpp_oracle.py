@@ -96,6 +96,21 @@ def require_llama_cpp_src(build: str = DEFAULT_BUILD) -> Path:
     return src
 
 
+#: build → the variable naming its bin/ folder (llama-quantize, llama-speculative-simple, llama-server)
+BIN_VARS = {"0.3.36": "DFLASHKIT_LLAMA_CPP_BIN", "b11549": "DFLASHKIT_LLAMA_CPP_MAINLINE_BIN"}
+
+
+def require_llama_cpp_build(build: str, tool: str) -> tuple[Path, Path]:
+    """(bin folder, source tree) of ``build``, its ``tool`` built and its converter at hand, or pytest.skip naming
+    what to set."""
+    binary = Path(os.environ.get(BIN_VARS[build], "/nonexistent"))
+    src = llama_cpp_src(build)
+    if not (binary / tool).exists() or src is None:
+        pytest.skip(f"llama.cpp build {build}: set {BIN_VARS[build]} (with {tool}) and {BUILDS[build]} "
+                    "(.ci/run builds both)")
+    return binary, src
+
+
 @pytest.fixture(scope="module", params=list(BUILDS))
 def oracle_build(request: pytest.FixtureRequest) -> str:
     """Each pinned build whose converter is at hand (the others skip with their reason): parametrizes a test

@@ -9,7 +9,6 @@ what llama.cpp counts; a planted gap (a checkpoint whose per-layer causality its
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -25,12 +24,11 @@ from dflashkit.llama_cpp.speculative_simple import context_size
 from dflashkit.runtime import HFTarget, load_drafter
 from dflashkit.runtime.schedules import replay_llama_cpp
 from dflashkit.runtime.speculative import default_stop_ids
+from llama_cpp_oracle import BIN_VARS, llama_cpp_src, require_llama_cpp_build
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINED, LONG = ROOT / "fixtures" / "trained", ROOT / "fixtures" / "trained-long"
-BUILDS = {name: (Path(os.environ.get(f"DFLASHKIT_LLAMA_CPP{env}_BIN", "/nonexistent")),
-                 Path(os.environ.get(f"DFLASHKIT_LLAMA_CPP{env}_SRC", "/nonexistent")))
-          for name, env in (("0.3.36", ""), ("b11549", "_MAINLINE"))}
+BUILDS = list(BIN_VARS)
 N_PREDICT, N_MAX = 48, 15
 #: prompts of fixtures/trained/prompts.jsonl whose replay differs from llama-speculative-simple by float rounding:
 #: index 6, round 4, draft slot 11 — the drafter's two best logits 0.0007 apart (token 331 in this runtime, 404 in
@@ -41,10 +39,7 @@ pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow]
 
 
 def _build(name: str) -> tuple[Path, Path]:
-    binary, src = BUILDS[name]
-    if not (binary / "llama-speculative-simple").exists() or not (src / "convert_hf_to_gguf.py").exists():
-        pytest.skip(f"llama.cpp build {name}: set its DFLASHKIT_LLAMA_CPP*_BIN and _SRC")
-    return binary, src
+    return require_llama_cpp_build(name, "llama-speculative-simple")
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +49,8 @@ def ggufs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     convert(TRAINED / "drafter", out["drafter"], outtype="bf16", target=TRAINED / "target", progress=False,
             warn=lambda m: None)
     for name in BUILDS:
-        src = BUILDS[name][1]
-        if (src / "convert_hf_to_gguf.py").exists():  # each build's own converter
+        src = llama_cpp_src(name)
+        if src is not None:  # each build's own converter
             out[name] = target_gguf_from_hf(TRAINED / "target", root / f"target-{name}.gguf", src)
     return out
 

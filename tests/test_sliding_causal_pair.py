@@ -9,7 +9,6 @@ rules, llama.cpp's schedule) against llama.cpp's own, prompt by prompt, in both 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -18,13 +17,12 @@ from click.testing import CliRunner
 from dflashkit.accept import run_acceptance
 from dflashkit.cli import accept_command, convert_command, inspect_command, parity_command
 from dflashkit.runtime import HFTarget, load_drafter
+from llama_cpp_oracle import BIN_VARS, require_llama_cpp_build
 
 ROOT = Path(__file__).resolve().parents[1]
 LONG = ROOT / "fixtures" / "trained-long"
 DRAFTER = LONG / "drafter-sliding-causal"
-BUILDS = {name: (Path(os.environ.get(f"DFLASHKIT_LLAMA_CPP{env}_BIN", "/nonexistent")),
-                 Path(os.environ.get(f"DFLASHKIT_LLAMA_CPP{env}_SRC", "/nonexistent")))
-          for name, env in (("0.3.36", ""), ("b11549", "_MAINLINE"))}
+BUILDS = list(BIN_VARS)
 LOST = ("per-layer causality is lost: the reference runs layers 0, 1, 2 causal and 3 bidirectional; llama.cpp reads "
         "one flag for every layer (dflash.attention.causal: absent, so false) and will run every layer bidirectional")
 CAUSE = ("per-layer causality — the reference runs layers 0, 1, 2 causal and 3 bidirectional, the candidate (as "
@@ -39,10 +37,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _build(name: str) -> tuple[Path, Path]:
-    binary, src = BUILDS[name]
-    if not (binary / "llama-server").exists() or not (src / "convert_hf_to_gguf.py").exists():
-        pytest.skip(f"llama.cpp build {name}: set its DFLASHKIT_LLAMA_CPP*_BIN and _SRC")
-    return binary, src
+    return require_llama_cpp_build(name, "llama-server")
 
 
 @pytest.fixture(scope="module")

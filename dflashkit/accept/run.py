@@ -258,6 +258,7 @@ def _measure_level(runner: HFTarget, prompt_list: list[Prompt], source: str, dra
         notes.append(f"target {runner.path} has no chat template: chat prompt(s) {', '.join(plain)} were fed as "
                      "plain text")
     stops = [] if ignore_eos else default_stop_ids(runner)
+    banned = default_stop_ids(runner) if ignore_eos else []  # llama.cpp's --ignore-eos never picks them
 
     runs: list[DrafterRun] = []
     head = None
@@ -285,7 +286,7 @@ def _measure_level(runner: HFTarget, prompt_list: list[Prompt], source: str, dra
                 model, runner, head, prompt_ids, runs[-1].schedule, n_predict=max_new_tokens,
                 n_ctx=[context_size(len(ids), max_new_tokens, model.draft_tokens) if simple else None
                        for ids in prompt_ids],
-                stops=stops, banned=default_stop_ids(runner) if ignore_eos else [], prefills=prefills)
+                stops=stops, banned=banned, prefills=prefills)
         if plan is not None:  # llama-server's τ on one accounting: each n-max served (None: the block's)
             for n_max in sorted({model.draft_tokens if k is None else k for k in plan.draft_n_max}):
                 if runs[-1].schedule == "server" and n_max == model.draft_tokens and runs[-1].replayed is not None:
@@ -294,7 +295,7 @@ def _measure_level(runner: HFTarget, prompt_list: list[Prompt], source: str, dra
                 say(f"drafter {n}/{len(drafters)}: the reference on llama-server's schedule (n-max {n_max})")
                 runs[-1].server_replays[n_max] = replay_schedule(
                     model, runner, head, prompt_ids, "server", n_predict=max_new_tokens, n_ctx=[None] * len(prompt_ids),
-                    stops=stops, banned=default_stop_ids(runner) if ignore_eos else [], prefills=prefills, n_max=n_max)
+                    stops=stops, banned=banned, prefills=prefills, n_max=n_max)
         del model  # free it before the next one loads
     for run, label in zip(runs, distinct_labels([r.path for r in runs])):
         run.label = label

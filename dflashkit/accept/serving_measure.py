@@ -39,7 +39,7 @@ import numpy as np
 from ..errors import DFlashError
 from ..llama_cpp.process import NO_REPACK_NOTE, LlamaCppCrashed
 from ..llama_cpp.server import Completion, LlamaServer, RemoteServer
-from ..llama_cpp.speculative_simple import CountedRuns, LlamaCppRefused
+from ..llama_cpp.speculative_simple import CountedRuns, LlamaCppRefused, mean_tau
 from ..reporting import distinct_labels
 from ..stats import CONFIDENCE, Comparison, paired_bootstrap_ci, paired_comparison
 from .serving_plan import ServingPlan, plan_serving
@@ -79,6 +79,16 @@ class Difference:
                 f"drafter, {tok(self.target_token)} from the target alone")
 
 
+def once(owner: Any, name: str, key: Any, compute: Callable[[], Any]) -> Any:
+    """``compute()``, kept on ``owner`` under ``name`` and computed again only when ``key`` (the figures it is made
+    of) changes: a bootstrap asked for by a record, a verdict and a report alike runs once."""
+    cached = owner.__dict__.get(name)
+    if cached is None or cached[0] != key:
+        cached = (key, compute())
+        owner.__dict__[name] = cached
+    return cached[1]
+
+
 class PairedSpeeds:
     """The speed-up of paired measurements: each of ``off`` (the target alone) beside the same of ``on`` (with the
     drafter), each with its ``tokens_per_s``; ``seed`` seeds the bootstrap of its CI."""
@@ -102,12 +112,8 @@ class PairedSpeeds:
     def speedup_ci(self) -> tuple[float, float] | None:
         """The bootstrap CI of the speed-up: computed once for the same ratios and seed (a record, its verdict and
         its report all ask for it; 10,000 resamples each time added up)."""
-        key = (tuple(self.log_ratios()), self.seed)
-        cached = self.__dict__.get("_speedup_ci")
-        if cached is None or cached[0] != key:
-            cached = (key, speedup_ci_of_logs(list(key[0]), self.seed))
-            self.__dict__["_speedup_ci"] = cached
-        return cached[1]
+        logs = self.log_ratios()
+        return once(self, "_speedup_ci", (tuple(logs), self.seed), lambda: speedup_ci_of_logs(logs, self.seed))
 
 
 @dataclass
@@ -159,20 +165,16 @@ class ServingRun(PairedSpeeds, CountedRuns):
 
     @property
     def reference_tau(self) -> float:
-        finite = [t for t in self.reference_taus or [] if math.isfinite(t)]
-        return float(np.mean(finite)) if finite else math.nan
+        return mean_tau(self.reference_taus or [])
 
     def tau_comparison(self) -> Comparison | None:
         """The server's τ against the reference's on its schedule, paired over prompts (None: nothing to pair);
         bootstrapped once for the same figures (the row, its verdict, the notes and the gate all ask)."""
         if self.reference_taus is None or self.refused is not None or not self.on:
             return None
-        key = (tuple(self.reference_taus), tuple(self.taus), self.seed)
-        cached = self.__dict__.get("_tau_comparison")
-        if cached is None or cached[0] != key:
-            cached = (key, paired_comparison(self.reference_taus, self.taus, seed=self.seed))
-            self.__dict__["_tau_comparison"] = cached
-        c = cached[1]
+        reference, taus = self.reference_taus, self.taus
+        c = once(self, "_tau_comparison", (tuple(reference), tuple(taus), self.seed),
+                 lambda: paired_comparison(reference, taus, seed=self.seed))
         return c if c.n_prompts else None
 
     def tau_verdict(self) -> str | None:

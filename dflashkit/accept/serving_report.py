@@ -30,6 +30,7 @@ class SectionContext:
     rows: list[dict[str, Any]]
     differ: list[str]
     capped: list[str]
+    gap_notes: list[str]  # combinations whose τ is off the reference's (`_gap_notes`)
 
 
 def capped_text(r: ServingRun, k: int) -> str:
@@ -52,7 +53,7 @@ def section_context(s: ServingResult) -> SectionContext:
         rows.append(_row(r, v, diffs))
         if (k := r.capped_n_max()) is not None:
             capped.append(capped_text(r, k))
-    return SectionContext(s, verdicts, rows, differ, capped)
+    return SectionContext(s, verdicts, rows, differ, capped, _gap_notes(s))
 
 
 def _row(r: ServingRun, v: str, diffs: list[Difference]) -> dict[str, Any]:
@@ -97,9 +98,9 @@ def _speedup_bars(c: SectionContext) -> list[BarGroup]:
     return [BarGroup(k, v) for k, v in groups.items()]
 
 
-def _gap_notes(c: SectionContext) -> list[str]:
+def _gap_notes(s: ServingResult) -> list[str]:
     out = []
-    for r in c.s.runs:
+    for r in s.runs:
         v, comparison = r.tau_verdict(), r.tau_comparison()
         if v is not None and v != VERDICT_AGREES and comparison is not None:
             causes = "; ".join(r.gap_causes) or NO_CAUSE
@@ -140,8 +141,8 @@ SECTIONS = (
               reference_label="target alone", id="serving_chart", scale="linear"),
     NotesSpec("llama-server: why it drafts less than the drafter can", lambda c: c.capped, id="serving_n_max",
               level="warning", when=lambda c: bool(c.capped)),
-    NotesSpec("llama-server: τ against the reference", _gap_notes, id="serving_tau_gap", level="warning",
-              when=lambda c: bool(_gap_notes(c))),
+    NotesSpec("llama-server: τ against the reference", lambda c: c.gap_notes, id="serving_tau_gap", level="warning",
+              when=lambda c: bool(c.gap_notes)),
     NotesSpec("llama-server: output differences", lambda c: c.differ, id="serving_differences",
               level=lambda c: "warning" if c.differ else "info",
               empty="none: every speculative output equals the target's own"),

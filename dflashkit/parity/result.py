@@ -103,20 +103,20 @@ class ParityResult:
             figures += [self.overall.kl_mean, self.overall.rms]
         if not all(math.isfinite(x) for x in figures):  # NaN / Inf outputs are an error finding, gate or not
             out.append("the drafters' outputs hold NaN/Inf values (check the weights with dflash-diff)")
+        missed = []  # the gate's own failures
         if threshold_top1 is not None and self.overall is not None and not self.overall.top1 >= threshold_top1:
-            out.append(f"top-1 agreement {self.overall.top1:.2%} < --threshold-top1 {threshold_top1:.2%}"
+            missed.append(f"top-1 agreement {self.overall.top1:.2%} < --threshold-top1 {threshold_top1:.2%}"
                        if gate.given else f"top-1 agreement {self.overall.top1:.2%} < {threshold_top1:.2%}")
         if threshold_kl is not None and self.overall is not None and not self.overall.kl_mean <= threshold_kl:
-            out.append(f"mean KL {self.overall.kl_mean:.3g} > --threshold-kl {threshold_kl:.3g}" if gate.given
+            missed.append(f"mean KL {self.overall.kl_mean:.3g} > --threshold-kl {threshold_kl:.3g}" if gate.given
                        else f"mean KL {self.overall.kl_mean:.3g} > {threshold_kl:.3g}")
         if gate.cosine is not None and not self.hidden_overall.cosine >= gate.cosine:
-            out.append(f"output hidden-state cosine {self.hidden_overall.cosine:.6f} < {gate.cosine:g}")
-        gated = [i for i, f in enumerate(out) if not f.startswith("the drafters' outputs hold")]
-        if gated and not gate.given and gate.source != "none":  # once: whose bound it is and how to change it
+            missed.append(f"output hidden-state cosine {self.hidden_overall.cosine:.6f} < {gate.cosine:g}")
+        if missed and not gate.given and gate.source != "none":  # once: whose bound it is and how to change it
             option = "--threshold-top1 / --threshold-kl" if self.overall is not None else \
                 "--target with --threshold-top1"
-            out[gated[-1]] += f" {gate.label(option)}"
-        return out
+            missed[-1] += f" {gate.label(option)}"
+        return out + missed
 
     def all_failures(self, threshold_top1: float | None = None, threshold_kl: float | None = None, *,
                      default_gate: bool = False) -> list[str]:
