@@ -330,7 +330,7 @@ def test_one_prompt_has_no_ci_but_still_a_verdict_and_a_gap(tmp_path: Path, trai
                             max_prompts=1, llama_cpp=binary.parent, target_gguf=target_gguf)
     assert result.llama_cpp_comparisons()[0].ci is None
     assert result.llama_cpp_verdicts() == ["zero accepted"]
-    assert any("significantly more than 10.0% below" in f for f in result.failures(max_gap=0.1))
+    assert any(" below the reference runtime's " in f and "> --max-gap 10.0%, and significant" in f for f in result.failures(max_gap=0.1))
 
 
 def test_a_crash_is_a_crash_not_a_refusal(tmp_path: Path, trained_target: HFTarget,

@@ -117,7 +117,7 @@ def test_llama_cpp_above_the_reference_fails_the_gap_with_its_cause(build: str, 
     assert ran.tau > d.schedule_tau + 1.0, (ran.tau, d.schedule_tau)
     assert result.llama_cpp_verdicts() == ["above reference"]
     (failure,) = result.failures(max_gap=0.1)
-    assert "significantly more than 10.0% above the reference runtime's" in failure
+    assert " above the reference runtime's " in failure and "(> --max-gap 10.0%, and significant: 95% CI [" in failure
     assert "likely cause: per-layer causality — the reference runs layers 0, 1, 2 causal and 3 bidirectional" in failure
 
 
@@ -132,7 +132,7 @@ def test_llama_cpp_below_the_reference_fails_the_gap_with_its_cause(tmp_path: Pa
                             max_prompts=3, llama_cpp=stand_in.parent, target_gguf=target_gguf)
     assert result.drafters[0].schedule == "simple"
     (failure,) = result.failures(max_gap=0.1)
-    assert "significantly more than 10.0% below the reference runtime's" in failure
+    assert " below the reference runtime's " in failure and "(> --max-gap 10.0%, and significant: 95% CI [" in failure
     assert "on llama-speculative-simple's schedule" in failure and "likely cause: per-layer causality" in failure
 
 
@@ -166,7 +166,7 @@ def test_llama_server_rows_carry_the_gap_gate_and_its_cause(build: str, lost_cau
     assert any("per-layer causality" in c for c in row["gap_causes"])
     (failure,) = result.failures(max_gap=0.1)
     assert failure.startswith("drafter-no-is-causal on ") and "llama-server τ" in failure
-    assert "significantly more than 10.0% above the reference runtime's" in failure
+    assert " above the reference runtime's " in failure and "(> --max-gap 10.0%, and significant: 95% CI [" in failure
     assert "on llama-server's schedule" in failure and "likely cause: per-layer causality" in failure
     text = result.report().to_text()
     assert "llama-server: τ against the reference" in text and "above reference" in text
@@ -178,3 +178,25 @@ def test_a_schedule_is_one_llama_cpp_runs(target: HFTarget) -> None:
         replay_llama_cpp(model, target, [1, 2, 3], schedule="vllm", n_predict=4, n_max=3)  # type: ignore[arg-type]
     with pytest.raises(UsageError, match="holds the last prompt token back"):
         replay_llama_cpp(model, target, [5], schedule="simple", n_predict=4, n_max=3)
+
+
+@pytest.mark.parametrize("delta, ci, max_gap, side", [
+    (-0.49, (-0.84, -0.18), 0.05, "below"),  # the sliding-causal pair's loss: 5.03 % of 9.74, CI excludes 0
+    (-0.49, (-0.84, -0.18), 0.06, None),     # the same loss within a 6 % gap
+    (-0.60, (-1.30, +0.05), 0.05, None),     # past 5 % but the CI holds 0: not significant
+    (+0.60, (+0.20, +1.00), 0.05, "above"),  # two-sided
+    (+0.02, (+0.01, +0.03), 0.00, "above"),  # --max-gap 0: any significant difference
+    (0.0, (0.0, 0.0), 0.00, None),           # identical prompt by prompt
+])
+def test_the_gap_gate_is_significance_and_size(delta: float, ci: tuple[float, float], max_gap: float,
+                                                side: str | None) -> None:
+    from dflashkit.accept.tau_gap import gap_message, gap_side
+    from dflashkit.stats import Comparison
+
+    c = Comparison(delta, delta / 9.74, ci, 48)
+    assert gap_side(c, 9.74, max_gap) == side
+    lines = gap_message("d", "llama.cpp", 9.74 + delta, 9.74, c, max_gap, ["per-layer causality"], "llama-server")
+    assert bool(lines) == (side is not None)
+    if side == "below" and max_gap == 0.05:
+        assert lines == ["d: llama.cpp τ 9.25 is 5.03% below the reference runtime's 9.74 on llama-server's schedule "
+                         "(> --max-gap 5.0%, and significant: 95% CI [-0.84, -0.18]); likely cause: per-layer causality"]

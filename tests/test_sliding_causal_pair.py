@@ -108,8 +108,9 @@ def test_the_runtime_counts_llama_cpps_tau_prompt_by_prompt_in_both_tools(build:
 @pytest.mark.slow
 def test_accept_on_the_checkpoint_fails_the_gap_and_names_causality(tmp_path: Path) -> None:
     """The publisher's check before shipping: the checkpoint itself against llama.cpp (converted on the fly as
-    llama.cpp's converter would write it). The loss, 5.1 % on the long pair's 48 held-out prompts (95 % CI 1.8 % –
-    8.6 %: benchmarks/CAUSALITY.md), is significant past 1 % — not past 5 %, which it straddles."""
+    llama.cpp's converter would write it), with the issue's gate, ``--max-gap 5%``. The loss, 5.1 % on the long pair's 48
+    held-out prompts at 64 new tokens (τ 9.25 against 9.74; 95 % CI 1.8 % – 8.6 %: benchmarks/CAUSALITY.md), is
+    significant and past 5 %; the same loss passes ``--max-gap 6%``."""
     import sys
 
     sys.path.insert(0, str(ROOT / "fixtures"))
@@ -121,9 +122,9 @@ def test_accept_on_the_checkpoint_fails_the_gap_and_names_causality(tmp_path: Pa
     make_trained_pair.write_prompts(prompts, make_long_pair.held_out_prompts(48))
     res = CliRunner().invoke(accept_command, [
         str(DRAFTER), "--target", str(LONG / "target"), "--prompts", str(prompts), "--max-new-tokens", "64",
-        "--llama-cpp", str(binary), "--llama-cpp-src", str(src), "--max-gap", "1%", "--format", "json", "-q"])
+        "--llama-cpp", str(binary), "--llama-cpp-src", str(src), "--max-gap", "5%", "--format", "json", "-q"])
     assert res.exit_code == 1, res.output
     report = json.loads(res.stdout)
-    assert "llama.cpp τ 9.25 is significantly more than 1.0% below the reference runtime's 9.74 on llama-server's " \
-        "schedule" in report["status"]
+    assert "llama.cpp τ 9.25 is 5.1% below the reference runtime's 9.74 on llama-server's schedule " \
+        "(> --max-gap 5.0%, and significant: 95% CI [" in report["status"]
     assert f"likely cause: {CAUSE}" in report["status"]

@@ -116,9 +116,9 @@ class DrafterRun(PerPromptTau):
 
 
 def gap_failure(d: DrafterRun, l: LlamaCppDrafterRun, c: Comparison, max_gap: float) -> list[str]:
-    """``--max-gap``, two-sided: llama.cpp's τ significantly more than ``max_gap`` below *or* above the reference's on
-    llama.cpp's schedule (one prompt: no CI, its difference) — a drafter that drafts better in llama.cpp than in its
-    reference is another model too. The message names the causes found (`DrafterRun.gap_causes`)."""
+    """``--max-gap``, two-sided: llama.cpp's τ significantly off the reference's on llama.cpp's schedule and by more
+    than ``max_gap`` of it, below *or* above (one prompt: no CI, its difference) — a drafter that drafts better in
+    llama.cpp than in its reference is another model too. The message names the causes found (`DrafterRun.gap_causes`)."""
     return gap_message(d.name, "llama.cpp", l.tau, d.schedule_tau, c, max_gap, d.gap_causes,
                        SCHEDULE_NAMES.get(d.schedule or ""))
 

@@ -33,12 +33,15 @@ def gap_verdict(c: Comparison) -> str:
 
 
 def gap_side(c: Comparison, reference_tau: float, max_gap: float) -> str | None:
-    """"below" / "above" when llama.cpp's τ is significantly more than ``max_gap`` (a fraction of the reference's τ)
-    off the reference's — the whole CI past the bound (one prompt: its difference) — else None."""
+    """"below" / "above" when llama.cpp's τ is significantly off the reference's (the paired CI excludes 0; one
+    prompt: a non-zero difference) and its mean difference is more than ``max_gap`` (a fraction of the reference's
+    τ) — the rule ``--max-drop`` applies to a drafter's τ, made two-sided and asked for significance — else None."""
     if not (math.isfinite(reference_tau) and reference_tau > 0 and c.n_prompts):
         return None
-    low, high = c.ci if c.ci is not None else (c.delta, c.delta)
-    return "below" if -high / reference_tau > max_gap else "above" if low / reference_tau > max_gap else None
+    verdict = gap_verdict(c)
+    if verdict == VERDICT_AGREES or abs(c.delta) / reference_tau <= max_gap:
+        return None
+    return "below" if verdict == VERDICT_BELOW else "above"
 
 
 def gap_message(name: str, program: str, tau: float, reference_tau: float, c: Comparison, max_gap: float,
@@ -50,5 +53,7 @@ def gap_message(name: str, program: str, tau: float, reference_tau: float, c: Co
     why = ("; likely cause: " + "; ".join(causes) if causes else
            f"; {NO_CAUSE}")
     where = f" on {schedule}'s schedule" if schedule else ""
-    return [f"{name}: {program} τ {tau:.2f} is significantly more than {max_gap:.1%} {side} the reference "
-            f"runtime's {reference_tau:.2f}{where} (--max-gap; {ci_text(c)}){why}"]
+    gap = abs(c.delta) / reference_tau
+    shown = f"{gap:.1%}" if f"{gap:.1%}" != f"{max_gap:.1%}" else f"{gap:.2%}"  # never "5.0% … > 5.0%"
+    return [f"{name}: {program} τ {tau:.2f} is {shown} {side} the reference runtime's "
+            f"{reference_tau:.2f}{where} (> --max-gap {max_gap:.1%}, and significant: {ci_text(c)}){why}"]

@@ -50,9 +50,9 @@ def _llama_cpp_inputs(*folders: str | None) -> list[str]:
 @click.option("--min-tau", type=FiniteFloat(min=0.0), metavar="X",
               help="Exit 1 when a drafter's τ is below X, or it accepts nothing where the first accepts.")
 @click.option("--max-gap", metavar="FRAC",
-              help="With --llama-cpp / --llama-server / --server-url: exit 1 when llama.cpp's τ is significantly "
-              "more than FRAC below or above this runtime's τ of the same drafter on llama.cpp's schedule, or "
-              "llama.cpp refuses a drafter.")
+              help="With --llama-cpp / --llama-server / --server-url: exit 1 when llama.cpp's τ is more than FRAC "
+              "below or above this runtime's τ of the same drafter on llama.cpp's schedule and significantly off it "
+              "(paired CI), or llama.cpp refuses a drafter.")
 @click.option("--server-url", metavar="URL",
               help="Measure a llama-server you already run (started with -md DRAFTER.gguf) instead of starting one.")
 @click.option("--baseline-url", metavar="URL",
