@@ -79,14 +79,23 @@ class DrafterSpec:
     attention_scale: float | None = None  # attention softmax scale (Gemma-4 DSpark: 1.0); None = 1/sqrt(head_dim)
     # per-dimension RoPE frequency factors (llama.cpp's rope_freqs.weight; Gemma-4 proportional RoPE)
     rope_freq_factors: tuple[float, ...] | None = field(default=None, compare=False)
+    # ---- chain drafters fed by a fused projection of target features (EAGLE-3) ----------------------
+    target_hidden_size: int | None = None  # width of each tapped target state when it differs from hidden_size
+    norm_before_residual: bool | None = None  # the layer's residual is the normed fused state
+    norm_before_fc: bool | None = None  # one RMSNorm over the concatenated taps before ``fc``
 
     @property
     def n_taps(self) -> int:
         return len(self.target_layer_ids)
 
     @property
+    def target_width(self) -> int:
+        """Width of one tapped target hidden state (the target's hidden size)."""
+        return self.target_hidden_size or self.hidden_size
+
+    @property
     def fc_input_width(self) -> int:
-        return self.n_taps * self.hidden_size
+        return self.n_taps * self.target_width
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -70,7 +70,7 @@ _WRONG = "wrong target for this drafter"
 
 
 def _hidden(spec: DrafterSpec, t: TargetShape) -> Any:
-    return True if spec.hidden_size != t.hidden_size else None
+    return True if spec.target_width != t.hidden_size else None
 
 
 def _mask(spec: DrafterSpec, t: TargetShape) -> Any:
@@ -128,12 +128,12 @@ def _tap_runtime(w: str, t: TargetShape, v: Any, **_: Any) -> str:
 TARGET_RULES: tuple[TargetRule, ...] = (
     TargetRule(
         "target.hidden_size", _hidden, ("hidden_size",),
-        convert="{t.path}: target hidden size {t.hidden_size} ≠ drafter hidden_size {s.hidden_size} — this drafter was "
+        convert="{t.path}: target hidden size {t.hidden_size} ≠ drafter hidden_size {s.target_width} — this drafter was "
                 "trained for another target",
-        inspect="{p}: drafter hidden size {s.hidden_size} ≠ target embedding length {t.hidden_size} ({t.path}) — this "
+        inspect="{p}: drafter hidden size {s.target_width} ≠ target embedding length {t.hidden_size} ({t.path}) — this "
                 "drafter belongs to another target",
-        inspect_data=lambda s, t, v: {"drafter": s.hidden_size, "target": t.hidden_size},
-        runtime="{w}: hidden_size {s.hidden_size} ≠ target {t.path} hidden size {t.hidden_size} — " + _WRONG,
+        inspect_data=lambda s, t, v: {"drafter": s.target_width, "target": t.hidden_size},
+        runtime="{w}: hidden_size {s.target_width} ≠ target {t.path} hidden size {t.hidden_size} — " + _WRONG,
         inspect_rank=0,
     ),
     TargetRule(

@@ -22,7 +22,7 @@ import numpy as np
 from gguf import GGMLQuantizationType
 
 from ..bounds import escape_name
-from ..dialects import DEFAULT_DIALECT, Dialect, get_dialect
+from ..dialects import DEFAULT_DIALECT, Dialect, family_dialect, get_dialect
 from ..drafters import DrafterFile, open_drafter, weight_dtype_message
 from ..errors import DFlashError, UsageError
 from ..files import signals_deferred
@@ -42,6 +42,7 @@ from .causal_flag import decide_causal_flag, divergence_warnings
 from .mask_embedding import MASK_EMBEDDING_FILE, mask_embedding_tensors
 from .source import is_gguf_path, resolve_checkpoint_dir
 from .target import TargetInfo
+from .tokenizer import llama_add_space_prefix
 from .translate import translate_gguf
 
 Q = GGMLQuantizationType
@@ -360,6 +361,7 @@ def _convert_checkpoint(
 ) -> ConvertResult:
     family = drafter.family
     assert family is not None
+    dialect_table = family_dialect(family, dialect_table, str(directory))
     mapped = {c: drafter.source_tensor(c) for c in drafter.tensors}
     prefetch(sorted({t.file for t in mapped.values()}))  # shard reads overlap the target/tokenizer work
     fast_f16 = (resolve_outtype(outtype, mapped) == "f16"
@@ -415,6 +417,8 @@ def _convert_checkpoint(
     )
     arch = dialect_table.pick_architecture(spec)
     tokenizer = list(target_info.tokenizer.entries) if target_info and target_info.tokenizer else []
+    if tokenizer and family.llama_vocab and target_info is not None and target_info.kind == "hf":
+        tokenizer = llama_add_space_prefix(target_info.path) + tokenizer
     general = general_metadata(
         directory, [(dialect_table.gguf_name(c), shape) for c, shape in zip(order, shapes)], provenance=provenance
     )

@@ -162,6 +162,14 @@ def validate(
     source opens, and every check and the caller's `build_metadata` use that one. ``read_raw`` (a conversion: the
     source's raw tensors): the family's hooks also check the source's own tensors and finalize them."""
     check_dialect_holds(family, dialect, source, hint=hint)
+    target_info = None
+    if family.needs_target:  # the target completes the spec (default taps, its hidden size) before it is checked
+        if target is None:
+            raise DFlashError(f"{source}: a {family.label(spec.layout)} drafter converts with its target: pass "
+                              "--target TARGET_HF_DIR or TARGET.gguf (llama.cpp's converter reads its vocabulary, "
+                              "hidden size, layer count and tokenizer from --target-model-dir)")
+        target_info = load_target(target)
+        spec = family.with_target(spec, target_info, source)
     spec = apply_overrides(spec, source, **overrides)
     check_spec(spec, source)
     if read_raw is not None:
@@ -170,7 +178,8 @@ def validate(
     finals = {}
     if read_raw is not None:
         finals = {c: family.finalize_tensor(spec, c, read_raw(c), source) for c in family.final_tensors if c in shapes}
-    target_info = load_target(target) if target is not None else None
+    if target_info is None and target is not None:
+        target_info = load_target(target)
     if target_info is not None:
         spec = spec_with_target(spec, target_info, dialect)
     require_mask_in_vocab(spec, mask_source or source)
@@ -238,21 +247,26 @@ def build_metadata(
     source's reader resolved it (`DrafterFile.family`).
     """
     drafter = encode_metadata(spec, dialect, arch, skip=family.metadata_fields)
-    body = [e for e in drafter if not e.key.startswith("tokenizer.")]
+    leading_keys = {dialect.key(ks, arch) for ks in dialect.keys if ks.leading}
+    after_keys = {dialect.key(ks, arch) for ks in dialect.keys if ks.after_file_type}
+    leading = [e for e in drafter if e.key in leading_keys]
+    body = [e for e in drafter if not e.key.startswith("tokenizer.") and e.key not in leading_keys]
     last = [e for e in drafter if e.key.startswith("tokenizer.")]
     file_type_entry = MetadataEntry("general.file_type", file_type, GGUFValueType.UINT32)
     position = len(body)
-    if dialect.file_type_after is not None:
+    if after_keys:
+        position = next((i for i, e in enumerate(body) if e.key in after_keys), position)
+    elif dialect.file_type_after is not None:
         anchor = dialect.file_type_after.format(arch=arch)
         position = next((i + 1 for i, e in enumerate(body) if e.key == anchor), position)
     body.insert(position, file_type_entry)
     body.extend(family.extra_metadata(spec, dialect, arch))
     quant_version = MetadataEntry("general.quantization_version", QUANTIZATION_VERSION, GGUFValueType.UINT32)
     head = [e for e in general if e.key not in _WRITER_KEYS]
-    own = {e.key for e in head} | {e.key for e in body} | {e.key for e in last} | _WRITER_KEYS
+    own = {e.key for e in head} | {e.key for e in body} | {e.key for e in last} | leading_keys | _WRITER_KEYS
     # the drafter's own keys (e.g. tokenizer.ggml.mask_token_id) win over the target's
     vocab = [MetadataEntry(e.key, e.value, e.type, e.sub_type) for e in tokenizer if e.key not in own]
-    entries = head + body + [quant_version] + vocab + last
+    entries = leading + head + body + [quant_version] + vocab + last
     if not converter_layout(file_type):
         entries = [e for e in entries if e.key not in ("general.quantization_version", "general.file_type")]
         entries += [quant_version, file_type_entry]

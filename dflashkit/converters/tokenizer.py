@@ -276,3 +276,21 @@ def _chat_template_names_in_order(entries: list[MetadataEntry]) -> list[Metadata
         MetadataEntry(e.key, names, e.type, e.sub_type) if e.key == Keys.Tokenizer.CHAT_TEMPLATES else e
         for e in entries
     ]
+
+
+def llama_add_space_prefix(directory: str | Path) -> list[MetadataEntry]:
+    """``tokenizer.ggml.add_space_prefix`` as llama.cpp's ``LlamaModel.set_vocab`` writes it before the vocabulary
+    (from ``tokenizer_config.json``'s ``add_prefix_space``, when set) — the vocabulary of a family whose converter
+    reads the target through Llama's class (EAGLE-3), whatever the target's own architecture."""
+    path = Path(directory) / "tokenizer_config.json"
+    if not side_file(path):
+        return []
+    from dflashkit.files import read_json
+
+    config = read_json(path, hint="; re-download the file")
+    value = config.get("add_prefix_space") if isinstance(config, dict) else None
+    if value is None:
+        return []
+    if not isinstance(value, bool):
+        raise DFlashError(f"{path}: 'add_prefix_space' must be true or false, got {bounds.quote(value)}")
+    return [MetadataEntry(Keys.Tokenizer.ADD_PREFIX, value, GGUFValueType.BOOL)]

@@ -17,6 +17,7 @@ importable from ``dflashkit.dialects`` itself.
 from __future__ import annotations
 
 from ..errors import DFlashError
+from ..families import FAMILIES, DrafterFamily
 from .dflash_draft import DFLASH_DRAFT
 from .llama_cpp import LLAMA_CPP
 from .luce import LUCE
@@ -37,6 +38,7 @@ __all__ = [
     "decode_metadata",
     "detect_dialect",
     "encode_metadata",
+    "family_dialect",
     "get_dialect",
     "spec_from_gguf_metadata",
     "tap_ids_from_llama_cpp",
@@ -48,6 +50,34 @@ DIALECTS: dict[str, Dialect] = {d.name: d for d in (LLAMA_CPP, LUCE, DFLASH_DRAF
 DEFAULT_DIALECT = LLAMA_CPP
 
 
+def _family_table(family: DrafterFamily) -> Dialect:
+    """llama.cpp's table for a family with a GGUF architecture of its own, from the family's rows."""
+    keys = tuple(
+        KeySpec(field, key, type_, sub, required="required" in flags.split(), leading="leading" in flags.split(),
+                after_file_type="after_file_type" in flags.split())
+        for field, key, type_, sub, flags in family.gguf_keys
+    )
+    return Dialect(name=LLAMA_CPP.name, architectures=(family.gguf_architecture,), keys=keys,
+                   tensor_names=dict(family.gguf_tensor_names), tap_offset=LLAMA_CPP.tap_offset, needs_tokenizer=True,
+                   description=f"upstream llama.cpp LLM_ARCH_{family.gguf_architecture.upper()}")
+
+
+#: general.architecture → the llama.cpp table of each family that has an architecture of its own
+FAMILY_DIALECTS: dict[str, Dialect] = {f.gguf_architecture: _family_table(f) for f in FAMILIES if f.gguf_architecture}
+
+
+def family_dialect(family: DrafterFamily, dialect: Dialect, source: str = "") -> Dialect:
+    """The table a drafter of ``family`` is written with when ``dialect`` is asked for: the family's own for a
+    family with a GGUF architecture of its own (llama.cpp's dialect only), else ``dialect``."""
+    if not family.gguf_architecture:
+        return dialect
+    if dialect.name != LLAMA_CPP.name:
+        where = f"{source}: " if source else ""
+        raise DFlashError(f"{where}{family.label(None)} drafters have one GGUF dialect, llama.cpp's "
+                          f"(architecture '{family.gguf_architecture}'): use --dialect {LLAMA_CPP.name}")
+    return FAMILY_DIALECTS[family.gguf_architecture]
+
+
 def get_dialect(name: str) -> Dialect:
     try:
         return DIALECTS[name]
@@ -56,7 +86,9 @@ def get_dialect(name: str) -> Dialect:
 
 
 def detect_dialect(architecture: str | None) -> Dialect | None:
-    """Dialect of a GGUF from its ``general.architecture`` (None when it is no DFlash drafter)."""
+    """Dialect of a GGUF from its ``general.architecture`` (None when it is no drafter)."""
+    if architecture in FAMILY_DIALECTS:
+        return FAMILY_DIALECTS[architecture]
     for dialect in DIALECTS.values():
         if architecture in dialect.architectures and dialect.name != "luce":
             return dialect

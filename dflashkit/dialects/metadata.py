@@ -22,6 +22,8 @@ def _derived_value(field_name: str, spec: DrafterSpec, arch: str, dialect: Diale
         return True if spec.causal else None
     if field_name.startswith("rope_scaling."):
         return dict(spec.rope_scaling).get(field_name.split(".", 1)[1]) if spec.rope_scaling else None
+    if field_name == "rope_dimension_count_or_head_dim":  # a key written for every drafter of that architecture
+        return spec.rope_dimension_count or spec.head_dim
     if field_name == "n_target_features":
         return spec.fc_input_width
     if field_name == "luce_n_target_layers":
@@ -105,6 +107,11 @@ def decode_metadata(kvs: Mapping[str, Any], dialect: Dialect, arch: str) -> dict
 def spec_from_gguf_metadata(kvs: Mapping[str, Any], dialect: Dialect, arch: str, *, name: str | None = None) -> DrafterSpec:
     """Build a DrafterSpec from a GGUF's metadata. Missing required keys raise DFlashError."""
     fields_ = decode_metadata(kvs, dialect, arch)
+    family = family_for_gguf(fields_)
+    fields_ = {**family.gguf_defaults, **fields_}  # what no key stores (a chain drafter's block)
+    rotated = fields_.pop("rope_dimension_count_or_head_dim", None)
+    if rotated is not None and rotated != fields_.get("head_dim"):
+        fields_.setdefault("rope_dimension_count", rotated)
     missing = [dialect.key(ks, arch) for ks in dialect.keys if ks.required and dialect.key(ks, arch) not in kvs]
     if missing:
         raise DFlashError(f"missing {dialect.name} metadata key(s): {', '.join(missing)}")
@@ -114,7 +121,7 @@ def spec_from_gguf_metadata(kvs: Mapping[str, Any], dialect: Dialect, arch: str,
 
     spec = DrafterSpec(
         # the family's GGUF signature (DFlash 2: the conv keys) gives the HF architecture back
-        architecture=family_for_gguf(fields_).architectures[0],
+        architecture=family.architectures[0],
         hidden_size=int(fields_["hidden_size"]),
         n_layers=int(fields_["n_layers"]),
         n_heads=int(fields_["n_heads"]),
@@ -140,7 +147,8 @@ _OPTIONAL_FIELDS = (
     "mask_token_id", "vocab_size", "sliding_window", "sliding_window_pattern", "causal", "final_logit_softcapping",
     "embedding_scale", "logit_scale", "attention_value_scale", "rope_dimension_count", "rope_dimension_sections",
     "conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k", "sample_from_anchor",
-    "has_confidence_head", "attention_scale", "hidden_act", "reference_causal_layers",
+    "has_confidence_head", "attention_scale", "hidden_act", "reference_causal_layers", "target_hidden_size",
+    "norm_before_residual", "norm_before_fc",
 )
 
 

@@ -54,6 +54,10 @@ class KeySpec:
     # Read by the table, written only by the families that own the key (`DrafterFamily.extra_metadata`,
     # in llama.cpp's position for that family): e.g. hidden_activation is Gemma-4 DSpark's, not DFlash's.
     family_only: bool = False
+    # written before general.* (llama.cpp's converter writes a few keys from the model's __init__)
+    leading: bool = False
+    # written after general.file_type (llama.cpp's model class adds it after TextModel's keys)
+    after_file_type: bool = False
 
 
 @dataclass(frozen=True)
@@ -113,13 +117,13 @@ class Dialect:
         return None
 
     def _read_patterns(self) -> list[tuple[re.Pattern[str], str]]:
-        cached = _PATTERN_CACHE.get(self.name)
+        cached = _PATTERN_CACHE.get((self.name, self.architectures))
         if cached is None:
             by_gguf = {v: k for k, v in self.tensor_names.items()}
             for alias, target in self.tensor_aliases.items():
                 by_gguf[alias] = by_gguf[target]
             cached = [(_template_regex(g), c) for g, c in by_gguf.items()]
-            _PATTERN_CACHE[self.name] = cached
+            _PATTERN_CACHE[(self.name, self.architectures)] = cached
         return cached
 
     def key(self, spec: KeySpec, arch: str) -> str:
@@ -144,4 +148,4 @@ class Dialect:
         return arch in self.target_count_architectures
 
 
-_PATTERN_CACHE: dict[str, list[tuple[re.Pattern[str], str]]] = {}
+_PATTERN_CACHE: dict[tuple[str, tuple[str, ...]], list[tuple[re.Pattern[str], str]]] = {}

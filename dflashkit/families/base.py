@@ -87,6 +87,23 @@ class DrafterFamily:
     gemma_target_embedding_scale: bool = False
     #: llama.cpp's ``--spec-type`` for a drafter of this family (llama.cpp picks it from the file by the same rule)
     llama_cpp_spec_type: str = "draft-dflash"
+    #: ---- a family with a GGUF architecture of its own (EAGLE-3: ``eagle3``) --------------------------------
+    #: its ``general.architecture`` in llama.cpp's dialect ("": the dialect's DFlash architecture); the dialects
+    #: package builds that architecture's table from the three rows below (`dflashkit.dialects.family_dialect`)
+    gguf_architecture: str = ""
+    #: its metadata rows in llama.cpp's order: (spec field, key template, GGUFValueType, sub type, placement) with
+    #: placement "" (after general.*), "leading" (before general.*, as llama.cpp's converter writes them from
+    #: ``__init__``), "required" or "after_file_type" (written after general.file_type)
+    gguf_keys: tuple[tuple[Any, ...], ...] = ()
+    #: canonical id → GGUF name template of every tensor it writes
+    gguf_tensor_names: Mapping[str, str] = {}
+    #: spec fields that no key stores, taken from the family on read (e.g. a chain drafter's default block)
+    gguf_defaults: Mapping[str, Any] = {}
+    #: its converter reads the target's vocabulary through llama.cpp's ``LlamaModel.set_vocab`` (which first writes
+    #: ``tokenizer.ggml.add_space_prefix`` from the target's tokenizer_config), whatever the target's architecture
+    llama_vocab: bool = False
+    #: converting needs the target (llama.cpp's converter reads its config and tokenizer: ``--target-model-dir``)
+    needs_target: bool = False
 
     instance: "DrafterFamily"
 
@@ -165,6 +182,11 @@ class DrafterFamily:
         """Metadata entries this family writes beyond the dialect's spec keys (after them, before the
         tokenizer); ``dialect`` is the `dflashkit.dialects.Dialect` being written. None by default."""
         return []
+
+    def with_target(self, spec: DrafterSpec, target: Any, source: str) -> DrafterSpec:
+        """What only the target tells this family (``target``: a `converters.target.TargetInfo`, with ``config``
+        when it is an HF directory), after the shared drafter ↔ target rules. Identity by default."""
+        return spec
 
     # ---- conversion hooks (DSpark / Gemma-4 DSpark; identity for the z-lab families) ------------------
     def refine_spec(self, spec: DrafterSpec, shapes: Mapping[str, tuple[int, ...]]) -> DrafterSpec:
