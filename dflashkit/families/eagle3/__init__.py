@@ -123,6 +123,7 @@ class Eagle3(DrafterFamily):
     final_tensors = (D2T,)
     needs_target = True
     llama_vocab = True
+    folder_modules = ("checks",)
     gguf_defaults = {"block_size": DEFAULT_N_MAX + 1}
     gguf_architecture_note = "the four EAGLE-3 architecture names convert alike; a GGUF does not record which one"
     gguf_keys = (
