@@ -265,7 +265,8 @@ def test_runtime_config_reads_speculators_layout(zoo: dict[str, Path]) -> None:
     (lambda c: c.pop("transformer_layer_config"), "'transformer_layer_config' is missing — a speculators checkpoint"),
     (lambda c: c.update(aux_hidden_state_layer_ids=[0, 9]), "counts the embedding output as 0"),
     (lambda c: c.update(markov_head_type="gated"), "unsupported markov_head_type 'gated'"),
-    (lambda c: c.update(speculators_model_type="eagle3"), "speculators_model_type 'eagle3' is not a DFlash-family"),
+    (lambda c: c.update(speculators_model_type="mlp_speculator"),
+     "speculators_model_type 'mlp_speculator' is not a drafter family dflashkit reads"),
 ])
 def test_bad_speculators_configs(zoo: dict[str, Path], edit: Any, message: str) -> None:
     config = json.loads((zoo["dspark"] / "config.json").read_text())

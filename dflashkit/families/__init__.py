@@ -161,7 +161,7 @@ def family_for_config(config: Mapping[str, Any], path: str = "config.json") -> D
     """The family that reads an HF ``config.json`` (one-line DFlashError when none does)."""
     kind = config.get("speculators_model_type")
     if kind is not None and kind not in SPECULATORS_MODEL_TYPES:  # before a family claims it by its shape
-        raise DFlashError(f"{path}: speculators_model_type {bounds.quote(kind)} is not a DFlash-family drafter "
+        raise DFlashError(f"{path}: speculators_model_type {bounds.quote(kind)} is not a drafter family dflashkit reads "
                           f"(one of {', '.join(SPECULATORS_MODEL_TYPES)})")
     architecture = architecture_of(config, path)
     for family in FAMILIES:

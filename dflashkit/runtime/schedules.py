@@ -43,8 +43,8 @@ import torch
 
 from ..errors import UsageError
 from .dflash import DFlashDraftModel, TargetHead
-from .speculative import (PrefillCache, SpeculativeResult, _crop_target, _prefill, _sync, _token_ids, accept_prefix,
-                          check_pair, drafter_dtype)
+from .speculative import (PrefillCache, SpeculativeResult, _context_ids, _crop_target, _prefill, _sync, _token_ids,
+                          accept_prefix, check_pair, drafter_dtype)
 from .target import HFTarget, cache_argument, extract_context_feature
 
 Schedule = Literal["simple", "server"]
@@ -87,7 +87,7 @@ def replay_llama_cpp(
     stops, banned = set(_token_ids(stop_token_ids, "stop_token_ids")), _token_ids(banned_ids, "banned_ids")
     first_slot = model.first_draft_slot
     n_max = min(n_max, model.draft_tokens)  # speculative.cpp:1016-1023
-    mask = int(model.mask_token_id)  # type: ignore[arg-type]  # check_pair made sure there is one
+    mask = int(model.mask_token_id or 0)  # check_pair made sure there is one, where the drafter reads it
 
     def greedy(logits: torch.Tensor) -> list[int]:
         if banned:
@@ -100,6 +100,7 @@ def replay_llama_cpp(
     output: list[int] = [] if schedule == "simple" else greedy(logits)[-1:]
     anchor = prompt[-1] if schedule == "simple" else output[0]
     n_past = len(held)  # positions in the target's cache; the anchor goes at n_past
+    by_position = [*held, anchor]  # every token by its position, the anchor last
     draft_cache = model.new_cache()
     accepted: list[int] = []
     drafted: list[int] = []
@@ -112,7 +113,8 @@ def replay_llama_cpp(
             noise = torch.full((1, n_max + first_slot), mask, dtype=torch.long, device=device)
             noise[0, 0] = anchor
             positions = torch.arange(n_past - context.shape[1], n_past + noise.shape[1], device=device)[None]
-            draft = model.draft(context, noise, positions, draft_cache, head).tokens[0].tolist()
+            following = _context_ids(model, by_position[n_past - context.shape[1] + 1 : n_past + 1], device)
+            draft = model.draft(context, noise, positions, draft_cache, head, **following).tokens[0].tolist()
             draft = draft[:budget] if budget > 0 else draft
         block = torch.tensor([[anchor, *draft]], dtype=torch.long, device=device)
         out = lm(block, position_ids=torch.arange(n_past, n_past + block.shape[1], device=device)[None],
@@ -128,6 +130,7 @@ def replay_llama_cpp(
         context = extract_context_feature(out.hidden_states, layers)[:, : len(ids)].to(dtype)
         n_past += len(ids)
         anchor = ids[-1]
+        by_position += ids
         _crop_target(target_cache, n_past)
     return SpeculativeResult(prompt_ids=prompt, output_ids=output, accepted=accepted, drafted=drafted,
                              temperature=0.0, prefill_s=prefill_s, decode_s=_sync(device) - t1, stopped=ended,

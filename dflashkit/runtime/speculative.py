@@ -216,6 +216,8 @@ def check_pair(model: DFlashDraftModel, target: HFTarget, head: TargetHead, wher
     spec = model.spec
     check_runtime_fit(spec, Target(str(target.path), head.hidden_size, target.n_layers, head.vocab_size), where,
                       UsageError)
+    if getattr(model, "reads_context_ids", False):  # a chain drafter: no mask token (its block is its draft length)
+        return
     if spec.mask_token_id is None or not 0 <= spec.mask_token_id < head.vocab_size:
         raise UsageError(f"{where}: mask_token_id {spec.mask_token_id} is not a token of target {target.path} "
                          f"(vocab {head.vocab_size}) — set it in the drafter's config (dflash_config.mask_token_id)")
@@ -343,7 +345,7 @@ def _generate(model: DFlashDraftModel, target: HFTarget, head: TargetHead, promp
     max_length = n_prompt + max_new_tokens
     tokens = list(prompt)
     draft_cache = model.new_cache()
-    mask = int(model.mask_token_id)  # type: ignore[arg-type]  # check_pair made sure there is one
+    mask = int(model.mask_token_id or 0)  # check_pair made sure there is one, where the drafter reads it
 
     target_cache, first_logits, context, prefill_s = _prefill(lm, prompt, layers, device, dtype, prefills)
     tokens.append(_pick(first_logits, temperature)[0])
@@ -368,14 +370,15 @@ def _generate(model: DFlashDraftModel, target: HFTarget, head: TargetHead, promp
             noise_len = verify - 1 + first_slot
             noise_ids = block_ids if noise_len == verify else block_ids[:, :noise_len].clone()
             positions = torch.arange(start - context.shape[1], start + noise_len, device=device)[None]
+            extra = _context_ids(model, tokens[start - context.shape[1] + 1 : start + 1], device)
             if temperature > 0 and model.proposes_with_selector:
                 # DraftStep carries no selector probabilities: draft hidden states, then `propose`.
                 step = model.draft(context, noise_ids, positions, draft_cache,
-                                   noise_embedding=model.noise_embedding(noise_ids, head))
+                                   noise_embedding=model.noise_embedding(noise_ids, head), **extra)
                 draft, draft_indices, draft_probs = model.propose(step.hidden[:, 1:], noise_ids[:, 0], head,
                                                                   temperature)
             else:
-                step = model.draft(context, noise_ids, positions, draft_cache, head, temperature=temperature)
+                step = model.draft(context, noise_ids, positions, draft_cache, head, temperature=temperature, **extra)
                 draft = step.tokens
                 if temperature > 0:  # the distribution the runtime sampled from
                     draft_probs = sampling_probs(step.logits, temperature)  # type: ignore[arg-type]
@@ -425,6 +428,14 @@ def _generate(model: DFlashDraftModel, target: HFTarget, head: TargetHead, promp
         block_size=block,
         nonfinite_rounds=nonfinite,
     )
+
+
+def _context_ids(model: Any, following: list[int], device: torch.device) -> dict[str, torch.Tensor]:
+    """``context_ids`` for a drafter that reads, beside each context position's features, the token that follows it
+    (EAGLE-3's pairs (token p + 1, features p); the last one is the anchor) — nothing for the others."""
+    if not getattr(model, "reads_context_ids", False):
+        return {}
+    return {"context_ids": torch.tensor([following], dtype=torch.long, device=device)}
 
 
 def _pick(logits: torch.Tensor, temperature: float) -> list[int]:

@@ -116,14 +116,15 @@ class Eagle3(DrafterFamily):
     speculators_model_types = ("eagle3",)
     labels = {"speculators": "speculators EAGLE-3", "specforge": "SpecForge EAGLE-3", None: "EAGLE-3",
               "llama.cpp": "EAGLE-3 (llama.cpp GGUF)"}
-    runtime_unsupported = ("an EAGLE-3 drafter (its runtime block is not built yet: convert, quantize, inspect and "
-                           "diff take it)")
+    runtime_module = "eagle3"
+    runtime_class = "dflashkit.families.eagle3.runtime:Eagle3DraftModel"
+    own_backbone = True
     llama_cpp_spec_type = "draft-eagle3"
     gguf_architecture = "eagle3"
     final_tensors = (D2T,)
     needs_target = True
     llama_vocab = True
-    folder_modules = ("checks",)
+    folder_modules = ("checks", "runtime")
     gguf_defaults = {"block_size": DEFAULT_N_MAX + 1}
     gguf_architecture_note = "the four EAGLE-3 architecture names convert alike; a GGUF does not record which one"
     gguf_keys = (
