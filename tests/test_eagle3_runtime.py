@@ -176,3 +176,38 @@ def test_a_drafter_without_embeddings_takes_the_targets(made: tuple[Path, dict[s
     head = HFTarget(target).head()
     logits, draft, _ = _ours(ours, features, ids, head)
     assert logits.shape == (1, T, 512) and draft.shape == (1, T, 256) and torch.isfinite(draft).all()
+
+
+@pytest.fixture(scope="module")
+def parity_files(made: tuple[Path, dict[str, Path]], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    import numpy as np
+
+    from dflashkit.converters.convert import convert
+    from hostile import rewrite_gguf
+
+    target, fixtures = made
+    out = tmp_path_factory.mktemp("eagle3-parity")
+    f32 = convert(fixtures["speculators-llama"], out / "f32.gguf", outtype="f32", target=target, progress=False,
+                  warn=lambda _: None).out
+    import gguf
+
+    fc = next(t for t in gguf.GGUFReader(f32).tensors if t.name == "fc.weight").data
+    zeroed = rewrite_gguf(f32, out / "zeroed-fc.gguf", replace={"fc.weight": np.zeros_like(fc)})
+    return {"f32": f32, "zeroed": zeroed}
+
+
+def test_parity_of_the_checkpoint_and_its_gguf(made: tuple[Path, dict[str, Path]],
+                                               parity_files: dict[str, Path]) -> None:
+    """dflash-parity runs both through the chain (the head each step, as llama.cpp does): the F32 file is the
+    checkpoint; a file whose fc was zeroed drafts blind and fails the default gate."""
+    from dflashkit.parity.run import run_parity
+
+    target, fixtures = made
+    same = run_parity(fixtures["speculators-llama"], parity_files["f32"], target=target, rounds=3)
+    assert same.overall is not None and same.overall.top1 == 1.0 and same.overall.kl_mean < 1e-9
+    assert same.exit_code(default_gate=True) == 0
+    assert [r.reference_tokens == r.candidate_tokens for r in same.rounds] == [True, True, True]
+    blind = run_parity(fixtures["speculators-llama"], parity_files["zeroed"], target=target, rounds=3)
+    assert blind.exit_code(default_gate=True) == 1
+    assert any(f.startswith("top-1 agreement") for f in blind.failures(default_gate=True)), blind.failures(
+        default_gate=True)

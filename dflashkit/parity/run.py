@@ -44,6 +44,7 @@ import torch
 
 from ..diff import diff_drafters
 from ..errors import DFlashError, UsageError
+from ..families import family_for_spec
 from ..spec import DrafterSpec
 from ..files import atomic_output, check_output
 from .result import ParityResult, RoundResult
@@ -140,7 +141,7 @@ def _check_pair(a: DrafterSpec, b: DrafterSpec, mode: str) -> None:
                           "feed both — pass --target HF_DIR so each gets its own taps")
     if mode != "no-target":
         for side, s in (("reference", a), ("candidate", b)):
-            if s.mask_token_id is None:
+            if s.mask_token_id is None and family_for_spec(s).uses_mask_token:
                 raise DFlashError(f"the {side} drafter has no mask_token_id, so its block cannot be embedded")
 
 
@@ -339,8 +340,11 @@ def _draft_side(m: DFlashDraftModel, side: str, inputs: _Inputs, schedule: list[
             rows = torch.cat([inputs.noise[start : start + 1], inputs.noise[-1:].expand(block - 1, -1)])
             noise = (rows[None] * m.embedding_scale).to(device=device, dtype=dtype)
         context = inputs.feats[side](prev, start).to(device=device, dtype=dtype)
+        # a chain drafter (EAGLE-3) reads, beside each context position, the token after it (the last: the anchor)
+        following = ({"context_ids": torch.tensor([inputs.tokens(start + 1)[prev + 1 : start + 1]], device=device)}
+                     if getattr(m, "reads_context_ids", False) else {})
         with _one_thread():
-            step = m.draft(context, blocks, positions, cache, head, noise_embedding=noise)
+            step = m.draft(context, blocks, positions, cache, head, noise_embedding=noise, **following)
         steps.append(step)
         anchors.append(blocks[:, 0])
         if r == 0:
@@ -358,7 +362,7 @@ def _project(models: dict[str, DFlashDraftModel], steps: dict[str, list[DraftSte
              anchors: dict[str, list[torch.Tensor]], head: TargetHead) -> None:
     """Every round's logits and tokens, both drafters, the head applied once over all of them (`_Projected`)."""
     wanted = [(side, r, s.hidden[:, models[side].first_draft_slot :, :]) for side in steps
-              for r, s in enumerate(steps[side])]
+              for r, s in enumerate(steps[side]) if s.logits is None]  # a chain drafter drafted with the head
     own = {side for side, m in models.items() if m.lm_head is not None}  # a drafter's own head: its own matmul
     asks = [x for side, _, x in wanted if side not in own]
     with _one_thread():
@@ -385,8 +389,10 @@ def _run_rounds(paths: dict[str, Any], load: Callable[[Any], DFlashDraftModel], 
     for side in ("reference", "candidate"):
         m = load(paths[side])
         infos[side] = m.load_info  # type: ignore[attr-defined]
+        # a chain drafter picks each token before it drafts the next: it needs the head as it drafts
+        chain = getattr(m, "reads_context_ids", False)
         steps[side], anchors[side], firsts[side] = _draft_side(m, side, inputs, schedule, rounds, block, device,
-                                                               None if defer else head)
+                                                               None if defer and not chain else head)
         _drop_backbone(m)  # one drafter's weights at a time
         models[side] = m
         gc.collect()

@@ -123,6 +123,7 @@ class Eagle3(DrafterFamily):
     gguf_architecture = "eagle3"
     final_tensors = (D2T,)
     needs_target = True
+    uses_mask_token = False
     llama_vocab = True
     folder_modules = ("checks", "runtime")
     gguf_defaults = {"block_size": DEFAULT_N_MAX + 1}

@@ -162,8 +162,17 @@ class Eagle3DraftModel(nn.Module):
     def family_label(self) -> str:
         return getattr(self.spec, "label", "")
 
+    @property
+    def embedding_scale(self) -> float:
+        return 1.0
+
     def new_cache(self) -> KVCache:
         return KVCache()
+
+    def noise_embedding(self, ids: torch.Tensor, head: TargetHead | None) -> torch.Tensor:
+        """The embedding of the round's ids (the anchor first): what a report shows of a round's input (a chain
+        drafter embeds each token as it drafts it)."""
+        return self._embed(ids, head)
 
     # -- the two graphs ------------------------------------------------------------------------
     def encode(self, features: torch.Tensor) -> torch.Tensor:
@@ -243,7 +252,8 @@ class Eagle3DraftModel(nn.Module):
         n_ctx, n_draft = context.shape[1], noise_ids.shape[1] - 1
         pos = positions[0].to(torch.long)
         cache.remove_from(int(pos[0]))  # the last round's seed and chain rows
-        logits, draft_logits, prenorm = self.step(context_ids, self.encode(context), pos[:n_ctx], cache, head)
+        g = self.encode(context)
+        logits, draft_logits, prenorm = self.step(context_ids, g, pos[:n_ctx], cache, head)
         logits, draft_logits, prenorm = logits[:, -1:], draft_logits[:, -1:], prenorm[:, -1:]
         seed = int(pos[n_ctx - 1])
         rows_logits, rows_draft, rows_hidden, tokens = [], [], [], []
@@ -259,5 +269,6 @@ class Eagle3DraftModel(nn.Module):
         if not tokens:
             empty = context.new_zeros((1, 0, self.spec.vocab_size or 0))
             return DraftStep(context.new_zeros((1, 0, self.spec.hidden_size)), empty, noise_ids[:, :0], empty)
-        return DraftStep(hidden=torch.cat(rows_hidden, dim=1), logits=torch.cat(rows_logits, dim=1),
+        # hidden: the seed's g (slot 0, the anchor's row), then each step's pre-norm state — a block's rows
+        return DraftStep(hidden=torch.cat([g[:, -1:], *rows_hidden], dim=1), logits=torch.cat(rows_logits, dim=1),
                          tokens=torch.cat(tokens, dim=1), draft_logits=torch.cat(rows_draft, dim=1))
