@@ -60,9 +60,20 @@ def check_n_max_fits(drafters: Sequence[tuple[str, int]], draft_n_max: Sequence[
     the figure would be labelled with an n-max that never ran. ``drafters``: (path, block size)."""
     for n in draft_n_max:
         for path, block in drafters:
-            if n is not None and n > block - 1:
+            if n is not None and n > block - 1 and _clamps_n_max(path):
                 raise UsageError(f"--draft-n-max {n}: {Path(path).name} drafts at most {block - 1} tokens a round "
                                  f"(block size {block}; llama.cpp clamps n-max there) — give at most {block - 1}")
+
+
+def _clamps_n_max(path: str) -> bool:
+    """Whether llama.cpp clamps a drafter's n-max to its block (DFlash; a chain drafter such as EAGLE-3: no)."""
+    from ..drafters import open_drafter
+
+    try:
+        with open_drafter(path) as d:
+            return d.family is None or d.family.clamps_n_max
+    except Exception:  # noqa: BLE001 - a file that cannot be read is reported by the command that reads it
+        return True
 
 
 def check_parallel_served(parallel: Sequence[int], llama_server: Any, server_url: str | None = None) -> tuple[int, ...]:

@@ -102,6 +102,8 @@ class DrafterFamily:
     #: its converter reads the target's vocabulary through llama.cpp's ``LlamaModel.set_vocab`` (which first writes
     #: ``tokenizer.ggml.add_space_prefix`` from the target's tokenizer_config), whatever the target's architecture
     llama_vocab: bool = False
+    #: llama.cpp clamps its ``--spec-draft-n-max`` to the block (DFlash); a chain drafter drafts any n-max
+    clamps_n_max: bool = True
     #: its drafts embed a mask token (a DFlash block); a chain drafter (EAGLE-3) has none
     uses_mask_token: bool = True
     #: converting needs the target (llama.cpp's converter reads its config and tokenizer: ``--target-model-dir``)

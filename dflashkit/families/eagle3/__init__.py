@@ -124,6 +124,7 @@ class Eagle3(DrafterFamily):
     final_tensors = (D2T,)
     needs_target = True
     uses_mask_token = False
+    clamps_n_max = False
     llama_vocab = True
     folder_modules = ("checks", "runtime")
     gguf_defaults = {"block_size": DEFAULT_N_MAX + 1}

@@ -112,6 +112,8 @@ class Eagle3DraftModel(nn.Module):
 
     #: the decoding loops pass, beside each context position's features, the token that follows it (`draft`)
     reads_context_ids = True
+    #: llama.cpp drafts --spec-draft-n-max tokens a round whatever the block (draft-eagle3 has no clamp)
+    clamps_n_max = False
     proposes_with_selector = False
 
     def __init__(self, spec: DrafterSpec) -> None:

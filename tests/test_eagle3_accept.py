@@ -1,0 +1,85 @@
+"""The trained EAGLE-3 drafter (``fixtures/trained/drafter-eagle3``: speculators 0.9.0's ``Eagle3DraftModel`` trained
+by ``fixtures/make_eagle3_trained.py`` for the trained target) in dflashkit's runtime and in llama.cpp: τ equal
+prompt by prompt, both builds, both tools (llama-server and llama-speculative-simple), at llama.cpp's default n-max
+(3) and beyond it (draft-eagle3 has no clamp), from the checkpoint and from its GGUF."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dflashkit.accept import VERDICT_AGREES, run_acceptance
+from dflashkit.converters.convert import convert
+from dflashkit.llama_cpp import target_gguf_from_hf
+from dflashkit.runtime import HFTarget
+from llama_cpp_oracle import BIN_VARS, require_llama_cpp_build
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAINED = ROOT / "fixtures" / "trained"
+DRAFTER = TRAINED / "drafter-eagle3"
+N_PREDICT = 48
+
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("eagle3-accept")
+    out = {"bf16": root / "drafter-eagle3-bf16.gguf"}
+    convert(DRAFTER, out["bf16"], outtype="bf16", target=TRAINED / "target", progress=False, warn=lambda _: None)
+    return out
+
+
+@pytest.fixture(scope="module")
+def target() -> HFTarget:
+    return HFTarget(TRAINED / "target")
+
+
+def _rows(result, section: str) -> list[dict]:  # type: ignore[no-untyped-def]
+    return next(s["rows"] for s in json.loads(result.report().to_json())["sections"] if s.get("id") == section)
+
+
+def test_the_committed_drafter_is_speculators_own_and_names_no_local_path() -> None:
+    """Trained with speculators' own classes, saved with no path of the machine it was trained on."""
+    config = json.loads((DRAFTER / "config.json").read_text())
+    assert config["speculators_model_type"] == "eagle3" and config["eagle_aux_hidden_state_layer_ids"] == [1, 2, 3]
+    assert "/tmp/" not in json.dumps(config) and "/work/" not in json.dumps(config)
+
+
+@pytest.mark.parametrize("build", list(BIN_VARS))
+def test_llama_server_and_the_runtime_agree_prompt_by_prompt(build: str, target: HFTarget, files: dict[str, Path],
+                                                             tmp_path: Path) -> None:
+    binary, src = require_llama_cpp_build(build, "llama-server")
+    target_gguf = target_gguf_from_hf(TRAINED / "target", tmp_path / "target.gguf", src)
+    result = run_acceptance(target, [files["bf16"]], TRAINED / "prompts.jsonl", max_new_tokens=N_PREDICT,
+                            llama_cpp=binary, llama_server=binary, target_gguf=target_gguf, draft_n_max=(None, 8))
+    d, ran = result.drafters[0], result.llama_cpp[0]
+    assert d.schedule == "server" and ran.refused is None
+    assert d.schedule_taus == ran.taus and result.llama_cpp_verdicts() == [VERDICT_AGREES]  # every prompt, exactly
+    assert ran.tau > 3.5  # n-max 3: at most 4
+    rows = _rows(result, "serving")
+    assert [r["draft_n_max"] for r in rows] == [3, 8]  # None: llama.cpp's default n-max for EAGLE-3
+    for row in rows:
+        assert row["refused"] is None and row["tau_per_prompt"] == row["reference_tau_per_prompt"], row
+        assert row["tau_verdict"] == VERDICT_AGREES and row["identical_output"] == "yes"
+    assert rows[1]["tau"] > 7.0  # a chain of 8 drafts 8: llama.cpp does not clamp draft-eagle3's n-max
+    assert result.failures(max_gap=0.0) == []
+
+
+@pytest.mark.parametrize("build", list(BIN_VARS))
+def test_llama_speculative_simple_and_the_runtime_agree_from_the_checkpoint(build: str, target: HFTarget,
+                                                                            tmp_path: Path) -> None:
+    """The publisher's check: the checkpoint itself (converted as llama.cpp's converter would write it), on
+    llama-speculative-simple's schedule (the prompt's last token is the first anchor)."""
+    binary, src = require_llama_cpp_build(build, "llama-speculative-simple")
+    simple = tmp_path / "bin"
+    simple.mkdir()
+    (simple / "llama-speculative-simple").symlink_to(binary.resolve() / "llama-speculative-simple")
+    result = run_acceptance(target, [DRAFTER], TRAINED / "prompts.jsonl", max_new_tokens=N_PREDICT,
+                            llama_cpp=simple, llama_cpp_src=src)
+    d, ran = result.drafters[0], result.llama_cpp[0]
+    assert d.schedule == "simple" and ran.refused is None
+    assert d.schedule_taus == ran.taus and result.llama_cpp_verdicts() == [VERDICT_AGREES]
+    assert ran.tau > 3.5
