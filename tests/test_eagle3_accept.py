@@ -83,3 +83,27 @@ def test_llama_speculative_simple_and_the_runtime_agree_from_the_checkpoint(buil
     assert d.schedule == "simple" and ran.refused is None
     assert d.schedule_taus == ran.taus and result.llama_cpp_verdicts() == [VERDICT_AGREES]
     assert ran.tau > 3.5
+
+
+@pytest.mark.parametrize("build", list(BIN_VARS))
+def test_imatrix_rounds_and_quantize_with_it_as_llama_quantize(build: str, files: dict[str, Path],
+                                                               tmp_path: Path) -> None:
+    """dflash-imatrix runs the chain's real rounds; dflash-quantize --imatrix is llama-quantize --imatrix byte for
+    byte — token_embd (a lookup: no importance matrix has weights for it) quantized without, as llama.cpp does."""
+    import subprocess
+
+    from dflashkit.imatrix_collect import collect_imatrix, write_imatrix
+    from dflashkit.quantize.gguf_file import quantize_gguf
+
+    binary, _ = require_llama_cpp_build(build, "llama-quantize")
+    f16 = convert(DRAFTER, tmp_path / "f16.gguf", outtype="f16", target=TRAINED / "target", progress=False,
+                  warn=lambda _: None).out
+    matrix = tmp_path / "imatrix.gguf"
+    write_imatrix(collect_imatrix(f16, TRAINED / "target", TRAINED / "prompts.jsonl", max_prompts=4), matrix)
+    for qtype in ("Q4_K_M", "IQ4_XS"):
+        theirs = tmp_path / f"theirs-{qtype}.gguf"
+        subprocess.run([str(binary / "llama-quantize"), "--imatrix", str(matrix), str(f16), str(theirs), qtype],
+                       check=True, capture_output=True)
+        ours = quantize_gguf(f16, tmp_path / f"ours-{qtype}.gguf", qtype, imatrix=matrix, progress=False,
+                             warn=lambda _: None).out
+        assert Path(ours).read_bytes() == theirs.read_bytes(), qtype

@@ -85,7 +85,9 @@ def check_imatrix(matrix: ImportanceMatrix, ft: FileType, infos: Sequence[Any],
                 raise DFlashError(f"{matrix.source}: no weights for {escape_name(info.name)}, which {ft.name} "
                                   f"quantizes to {choice.new_type.name} — that needs them (llama-quantize refuses it "
                                   "too)")
-            if not matrix.filtered and uses_weights:
+            # a token_embd is a lookup table: no importance matrix has weights for it (llama-imatrix, like
+            # dflash-imatrix, collects matmul inputs only) — quantized without, as llama-quantize does
+            if not matrix.filtered and uses_weights and tensor_category(info.name) is not Category.TOKEN_EMBD:
                 raise DFlashError(f"{matrix.source}: no weights for {escape_name(info.name)} (quantized to "
                                   f"{choice.new_type.name}) — make the importance matrix of this drafter "
                                   "(dflash-imatrix), or leave the tensor out on purpose with --exclude-weights / "
