@@ -107,3 +107,22 @@ def test_imatrix_rounds_and_quantize_with_it_as_llama_quantize(build: str, files
         ours = quantize_gguf(f16, tmp_path / f"ours-{qtype}.gguf", qtype, imatrix=matrix, progress=False,
                              warn=lambda _: None).out
         assert Path(ours).read_bytes() == theirs.read_bytes(), qtype
+
+
+def test_a_release_of_the_eagle3_drafter(tmp_path: Path) -> None:
+    """dflash-release: every type made and checked, the card says what the drafter is and how llama.cpp runs it,
+    and --check holds (an eagle3 file stores no block size: its family's is the record's)."""
+    from dflashkit.accept.options import PromptOptions
+    from dflashkit.release import check_release, release
+
+    out = tmp_path / "release"
+    release(DRAFTER, out, target=TRAINED / "target", types=("bf16", "q8_0"), workers=1,
+            prompt_options=PromptOptions(max_prompts=3, max_new_tokens=16), parity_rounds=2)
+    assert check_release(out) == []
+    card = (out / "README.md").read_text()
+    assert "\n- eagle3\n" in card and "\n- dflash\n" not in card
+    assert ("EAGLE-3 drafter (eagle3: one decoder layer over three target layers, drafting a chain of "
+            "--spec-draft-n-max tokens a round, 3 by default) for speculative decoding") in card
+    assert "--spec-type draft-eagle3 --spec-draft-n-max 3" in card
+    record = json.loads((out / "release.json").read_text())
+    assert record["family"] == "eagle3" and record["block_size"] == 4 and record["spec_type"] == "draft-eagle3"

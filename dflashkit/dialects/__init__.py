@@ -16,6 +16,8 @@ importable from ``dflashkit.dialects`` itself.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import DFlashError
 from ..families import FAMILIES, DrafterFamily
 from .dflash_draft import DFLASH_DRAFT
@@ -39,6 +41,7 @@ __all__ = [
     "detect_dialect",
     "encode_metadata",
     "family_dialect",
+    "unstored_defaults",
     "get_dialect",
     "spec_from_gguf_metadata",
     "tap_ids_from_llama_cpp",
@@ -64,6 +67,13 @@ def _family_table(family: DrafterFamily) -> Dialect:
 
 #: general.architecture → the llama.cpp table of each family that has an architecture of its own
 FAMILY_DIALECTS: dict[str, Dialect] = {f.gguf_architecture: _family_table(f) for f in FAMILIES if f.gguf_architecture}
+
+
+def unstored_defaults(architecture: str | None) -> dict[str, Any]:
+    """Spec fields a GGUF of ``architecture`` stores under no key, as its family fixes them (`gguf_defaults`: an
+    EAGLE-3 file's block = llama.cpp's default n-max + 1); empty for the DFlash architectures."""
+    return next((dict(f.gguf_defaults) for f in FAMILIES if f.gguf_architecture and f.gguf_architecture == architecture),
+                {})
 
 
 def family_dialect(family: DrafterFamily, dialect: Dialect, source: str = "") -> Dialect:

@@ -72,6 +72,11 @@ def folder_modules(kind: str) -> list[str]:
     return [f"{type(f).__module__}.{kind}" for f in FAMILIES if kind in _own(f, "folder_modules", ())]
 
 
+def family_named(name: str) -> DrafterFamily | None:
+    """The family whose `DrafterFamily.name` is ``name`` (a release record keeps the name), or None."""
+    return next((f for f in FAMILIES if f.name == name), None)
+
+
 def family_for_architecture(architecture: str) -> DrafterFamily | None:
     """The first family (matching order) that claims ``architecture`` by name."""
     return next((f for f in FAMILIES if architecture in f.architectures), None)

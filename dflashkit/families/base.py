@@ -102,6 +102,8 @@ class DrafterFamily:
     #: its converter reads the target's vocabulary through llama.cpp's ``LlamaModel.set_vocab`` (which first writes
     #: ``tokenizer.ggml.add_space_prefix`` from the target's tokenizer_config), whatever the target's architecture
     llama_vocab: bool = False
+    #: the model card's tag for the family (Hugging Face hub ``tags``)
+    hub_tag: str = "dflash"
     #: llama.cpp clamps its ``--spec-draft-n-max`` to the block (DFlash); a chain drafter drafts any n-max
     clamps_n_max: bool = True
     #: its drafts embed a mask token (a DFlash block); a chain drafter (EAGLE-3) has none
@@ -125,6 +127,15 @@ class DrafterFamily:
 
     def check_runtime(self, cfg: Any, path: str) -> None:
         """Family rules on a lifted `RuntimeConfig` (one-line DFlashError naming the key)."""
+
+    def card_kind(self, block_size: int) -> str:
+        """What a model card calls a drafter of this family (`dflashkit.release.card`)."""
+        return f"DFlash-family drafter ({self.name}, block size {block_size})"
+
+    def n_max_note(self, n_max: int) -> str:
+        """Why a card's llama-server line passes ``--spec-draft-n-max n_max`` (the block's default)."""
+        return (f"`--spec-draft-n-max {n_max}`: the drafter's whole block (llama-server drafts only 3 tokens a round "
+                "unless told).")
 
     def label(self, layout: str | None) -> str:
         """What reports call a drafter of this family stored in ``layout``."""

@@ -15,6 +15,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple
 
+from ..families import DEFAULT_FAMILY, DrafterFamily, family_named
 from ..reporting import Column, TableSpec, build_section, markdown_section, markdown_text
 from ..stats import CONFIDENCE, paired_bootstrap_ci, paired_comparison
 from ..accept.serving_measure import VERDICT_CRASHED, VERDICT_GAIN, VERDICT_REFUSED
@@ -115,7 +116,8 @@ def card_data(release: dict[str, Any]) -> Any:
     from huggingface_hub import ModelCardData
 
     source = release["source"]
-    fields: dict[str, Any] = {"base_model": source["repo"], "base_model_relation": "quantized", "tags": TAGS,
+    tags = [_family(release).hub_tag if t == DrafterFamily.hub_tag else t for t in TAGS]
+    fields: dict[str, Any] = {"base_model": source["repo"], "base_model_relation": "quantized", "tags": tags,
                               "library_name": "gguf"}
     if source.get("license"):
         fields["license"] = source["license"]
@@ -198,6 +200,11 @@ def sweep_card_lines(release: dict[str, Any]) -> list[str]:
     return category_lines(release) + card_lines(release)
 
 
+def _family(release: dict[str, Any]) -> DrafterFamily:
+    """The family a release record names (a record of an unknown family reads as DFlash's)."""
+    return family_named(str(release.get("family"))) or DEFAULT_FAMILY
+
+
 def render_card(release: dict[str, Any]) -> str:
     """The card's full text (front matter + body) from ``release.json``'s content."""
     from huggingface_hub import ModelCard
@@ -210,8 +217,7 @@ def render_card(release: dict[str, Any]) -> str:
     source_repo, target = md_name(source["repo"]), md_name(release["target"])
     target_gguf = release["target_gguf_name"]
     lines = [f"# {markdown_text(release['name'])} — GGUF", "",
-             f"DFlash-family drafter ({md_name(release['family'])}, block size {release['block_size']}) for "
-             f"speculative decoding, converted from {source_repo} to GGUF and quantized with dflashkit "
+             f"{markdown_text(_family(release).card_kind(int(release['block_size'])))} for speculative decoding, converted from {source_repo} to GGUF and quantized with dflashkit "
              f"{markdown_text(release['dflashkit_version'])}. Every file was checked: `dflash-inspect --strict` with "
              "the target, `dflash-diff` and `dflash-parity` against the checkpoint, and τ (mean accepted tokens per "
              "draft round, the bonus token included) measured beside the target.", "",
@@ -247,8 +253,7 @@ def render_card(release: dict[str, Any]) -> str:
               f"{md_name(target_gguf)}: the target model as a GGUF ({target} converted with llama.cpp's "
               "`convert_hf_to_gguf.py`), any quant type."
               + (f" `--spec-draft-n-max {n_max}`: the n-max that served this file fastest." if chosen else
-                 f" `--spec-draft-n-max {n_max}`: the drafter's whole block (llama-server drafts only 3 tokens a "
-                 "round unless told)."), "", *naming_lines(release, target, target_gguf), "",
+                 " " + _family(release).n_max_note(n_max)), "", *naming_lines(release, target, target_gguf), "",
               "## How the figures were measured", "",
               "- Files: `dflash-convert SRC BASE.gguf --outtype f32 --target TARGET`, then "
               "`dflash-quantize BASE.gguf FILE TYPE` per type (byte-identical to llama-quantize).",

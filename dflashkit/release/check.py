@@ -78,7 +78,7 @@ def _tau_differs(recorded: float | None, per_prompt: list[float | None]) -> floa
 def _gguf_figures(path: Path) -> tuple[int, float | None, Any] | str:
     """(parameters, bits per weight, the drafter's block size) from the file's header — the block size bounds every
     τ the record may hold, so it is the file's, never the record's word."""
-    from ..dialects import detect_dialect
+    from ..dialects import detect_dialect, unstored_defaults
     from ..io.gguf_reader import open_gguf
 
     try:
@@ -88,7 +88,8 @@ def _gguf_figures(path: Path) -> tuple[int, float | None, Any] | str:
             arch = g.get("general.architecture")
             dialect = detect_dialect(arch if isinstance(arch, str) else None)
             key = dialect.key_for_field("block_size", arch) if dialect is not None else None
-            block = g.get(key) if key is not None else None
+            block = g.get(key) if key is not None else unstored_defaults(arch if isinstance(arch, str) else None).get(
+                "block_size")
     except (DFlashError, OSError) as exc:
         return f"does not read as a GGUF ({str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__})"
     return elements, (round(8 * tensor_bytes / elements, 4) if elements else None), block

@@ -176,6 +176,17 @@ class Eagle3(DrafterFamily):
         D2T: "d2t",
     }
 
+    hub_tag = "eagle3"
+
+    def card_kind(self, block_size: int) -> str:
+        return (f"EAGLE-3 drafter ({self.name}: one decoder layer over three target layers, drafting a chain of "
+                f"--spec-draft-n-max tokens a round, {block_size - 1} by default)")
+
+    def n_max_note(self, n_max: int) -> str:
+        return (f"`--spec-draft-n-max {n_max}`: llama.cpp's default for `{self.llama_cpp_spec_type}`, which drafts any "
+                "n-max (a longer chain raises τ and the cost of a miss: `dflash-accept --llama-server --draft-n-max "
+                "3,8` measures it).")
+
     # ---- claiming -------------------------------------------------------------------------------
     def matches(self, config: Mapping[str, Any], architecture: str) -> bool:
         return config.get("speculators_model_type") == "eagle3" or architecture in self.architectures
