@@ -126,3 +126,39 @@ def test_a_release_of_the_eagle3_drafter(tmp_path: Path) -> None:
     assert "--spec-type draft-eagle3 --spec-draft-n-max 3" in card
     record = json.loads((out / "release.json").read_text())
     assert record["family"] == "eagle3" and record["block_size"] == 4 and record["spec_type"] == "draft-eagle3"
+
+
+def test_planted_defects_are_named(files: dict[str, Path], target: HFTarget, tmp_path: Path) -> None:
+    """What an EAGLE-3 file can get wrong, as the DFlash pair's tests plant it: a zeroed fc drafts blind to the
+    target (below reference), taps shifted up one layer read past the 4-layer target (refused by the drafter ↔ target rule that
+    names the taps), and the wrong target's tokenizer (llama.cpp never checks an EAGLE-3 drafter's vocabulary
+    against its target) is flagged by dflash-inspect."""
+    import gguf
+    import numpy as np
+    from gguf import GGUFValueType as V
+
+    from dflashkit.errors import UsageError
+    from hostile import rewrite_gguf
+    from test_inspect_drafter import findings
+
+    good = convert(DRAFTER, tmp_path / "f16.gguf", outtype="f16", target=TRAINED / "target", progress=False,
+                   warn=lambda _: None).out  # gguf-py rewrites F16, not BF16
+    fc = next(t for t in gguf.GGUFReader(good).tensors if t.name == "fc.weight").data
+    zeroed = rewrite_gguf(good, tmp_path / "zeroed-fc.gguf", replace={"fc.weight": np.zeros_like(fc)})
+    result = run_acceptance(target, [good, zeroed], TRAINED / "prompts.jsonl", max_new_tokens=32, max_prompts=6)
+    assert result.verdicts() == ["reference", "below reference"]
+    # blind to the target, the chain still reads each next token: on this corpus of fixed phrases that alone keeps
+    # τ 2.56 of 3.88 (a DFlash drafter's block has no token to read: its zeroed fc gives 1.1)
+    assert result.drafters[0].tau > 3.5 and result.drafters[1].tau < result.drafters[0].tau - 1.0
+
+    shifted = rewrite_gguf(good, tmp_path / "shifted.gguf",
+                           set_keys={"eagle3.target_layers": ([2, 3, 4], V.ARRAY, V.INT32)})
+    with pytest.raises(UsageError, match=r"taps target layer id\(s\) \[3\] but target .* has 4 layers"):
+        run_acceptance(target, [shifted], TRAINED / "prompts.jsonl", max_new_tokens=8, max_prompts=1)
+    assert "target.tap_range" in findings(shifted, target=str(TRAINED / "target"))
+
+    other = TRAINED.parent / "trained-long" / "target"  # the same shape, another tokenizer
+    wrong = convert(DRAFTER, tmp_path / "wrong-tokenizer.gguf", outtype="bf16", target=other, progress=False,
+                    warn=lambda _: None).out
+    found = findings(wrong, target=str(TRAINED / "target"))
+    assert [f.severity.value for f in found["target.tokenizer"]] == ["error"]

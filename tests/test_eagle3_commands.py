@@ -31,8 +31,7 @@ TYPES = ("Q8_0", "Q6_K", "Q4_K_M", "Q4_0", "IQ4_XS", "Q2_K")
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
-    return make_eagle3.make(tmp_path_factory.mktemp("eagle3"), ["speculators-llama", "speculators-norm-before-fc",
-                                                                 "refused-four-taps"])
+    return make_eagle3.make(tmp_path_factory.mktemp("eagle3"), [*make_eagle3.ACCEPTED, "refused-four-taps"])
 
 
 @pytest.fixture(scope="module")
@@ -133,14 +132,16 @@ def test_diff_compares_d2t_exactly(made: tuple[Path, dict[str, Path]], f16: Path
 
 
 @pytest.mark.parametrize("build", list(BUILDS))
-def test_llama_cpp_loads_and_drafts_the_files(build: str, made: tuple[Path, dict[str, Path]], f16: Path,
+def test_llama_cpp_loads_and_drafts_every_layout(build: str, made: tuple[Path, dict[str, Path]], f16: Path,
                                               tmp_path: Path) -> None:
     binary, src = require_llama_cpp_build(build, "llama-speculative-simple")
     target, _ = made
     target_gguf = target_gguf_from_hf(target, tmp_path / "target.gguf", src)
     q4 = tmp_path / "drafter-Q4_K_M.gguf"
     quantize_gguf(f16, q4, "Q4_K_M", progress=False, warn=lambda _: None)
-    for drafter in (f16, q4):
+    layouts = [convert(made[1][name], tmp_path / f"{name}.gguf", outtype="bf16", target=target, **QUIET).out
+               for name in make_eagle3.ACCEPTED]  # every layout, as llama.cpp's converter writes it
+    for drafter in (f16, q4, *layouts):
         proc = subprocess.run(
             [str(binary / "llama-speculative-simple"), "-m", str(target_gguf), "-md", str(drafter), "--spec-type",
              "draft-eagle3", "--spec-draft-n-max", "3", "-p", "the cat sat on the", "-n", "24", "--temp", "0",
