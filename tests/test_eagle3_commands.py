@@ -150,3 +150,31 @@ def test_llama_cpp_loads_and_drafts_every_layout(build: str, made: tuple[Path, d
         assert proc.returncode == 0, proc.stderr[-2000:]
         drafted = re.search(r"n_drafted\s*=\s*(\d+)", proc.stderr)
         assert drafted is not None and int(drafted.group(1)) > 0, proc.stderr[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("build", list(BUILDS))
+def test_llama_server_serves_every_layout(build: str, made: tuple[Path, dict[str, Path]], tmp_path: Path) -> None:
+    """Every layout's file through llama-server (--spec-type draft-eagle3, from the family): it loads, drafts, and
+    the output is the target's own; at -np 2 too (by concurrent requests)."""
+    import json
+
+    from dflashkit.accept import run_acceptance
+
+    binary, src = require_llama_cpp_build(build, "llama-server")
+    target, fixtures = made
+    target_gguf = target_gguf_from_hf(target, tmp_path / "target.gguf", src)
+    ggufs = [convert(fixtures[name], tmp_path / f"{name}.gguf", outtype="bf16", target=target, **QUIET).out
+             for name in make_eagle3.ACCEPTED]
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"id": "p", "text": "the cat sat on the mat and"}) + "\n")
+    result = run_acceptance(target, ggufs, prompts, max_new_tokens=12, llama_server=binary, target_gguf=target_gguf,
+                            parallel=(2,))
+    report = json.loads(result.report().to_json())
+    rows = next(s["rows"] for s in report["sections"] if s.get("id") == "serving")
+    assert len(rows) == len(ggufs)
+    for row in rows:
+        assert row["refused"] is None and row["identical_output"] == "yes", row
+        assert row["drafted"] > 0 and row["draft_n_max"] == 3, row
+    by_np = next(s["rows"] for s in report["sections"] if s.get("id") == "by_parallel")
+    assert {r["np"] for r in by_np} == {2}
