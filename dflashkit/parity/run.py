@@ -1,29 +1,27 @@
 """`dflash-parity`: does the candidate file still draft the same tokens as the reference?
 
-Both drafters (HF dirs or GGUFs of any dialect/type) run in the runtime on identical inputs, round
-after round with their own KV caches cropped as in ``dflash_generate``, and their outputs are
-compared: weight parity (the Diff report, summarised), then logit parity per block position —
-top-1 agreement, top-5 overlap, KL(ref‖cand), |Δlogit| — and the accepted-prefix length the
-candidate's greedy draft would get if the reference's draft were the truth.
+Both drafters (HF dirs or GGUFs of any dialect/type) run in the runtime on identical inputs, round after round
+with their own KV caches cropped as in ``dflash_generate``, and their outputs are compared: weight parity (the Diff
+report, summarised), then logit parity per block position — top-1 agreement, top-5 overlap, KL(ref‖cand), |Δlogit|
+— and the accepted-prefix length the candidate's greedy draft would get if the reference's draft were the truth.
 
 Where the inputs come from:
 
-- ``target`` an HF directory: the target runs with transformers on the prompt; the token stream
-  is the prompt plus the target's greedy continuation (what greedy speculative decoding outputs),
-  each drafter gets the tap features of *its own* ``target_layer_ids`` and rounds advance by what
-  the target accepts of the reference's draft;
-- ``target`` a GGUF: its ``token_embd`` / ``output`` give embeddings and lm_head, the context
-  hidden states are seeded random, and each round accepts the reference's whole draft;
-- no target: hidden states and embeddings are seeded random and only the drafters' output hidden
-  states are compared — logits need a target head.
+- ``target`` an HF directory: the target runs with transformers on the prompt; the token stream is the prompt plus
+  the target's greedy continuation (what greedy speculative decoding outputs), each drafter gets the tap features
+  of *its own* ``target_layer_ids`` and rounds advance by what the target accepts of the reference's draft;
+- ``target`` a GGUF: its ``token_embd`` / ``output`` give embeddings and lm_head, the context hidden states are
+  seeded random, and each round accepts the reference's whole draft;
+- no target: hidden states and embeddings are seeded random and only the drafters' output hidden states are
+  compared — logits need a target head.
 
 The drafters run one after the other — the reference through every round, then the candidate on the very same
 inputs — so only one drafter's weights are resident at a time (a 4B-size pair: 1.0 GB of bf16, not 1.6 GB with the
 Q8_0 beside it). With a GGUF target the vocabulary projection waits until both have drafted: the head is read
 through a map of its file, never copied, and applied once to every round of both drafters (`Linear.forward_many`:
 each call as it would be alone, so the same floats); only an HF target's rounds need the reference's tokens as
-they go (the target accepts what matches them), and its head is in memory with the target anyway.
-
+they go (the target accepts what matches them), and its head is in memory with the target anyway. A chain drafter
+(EAGLE-3) picks each token before it drafts the next, so it drafts with the head whatever the target.
 This module is the run: the inputs of every round (`_Inputs`), `run_parity` and its rounds, the ``--dump`` file.
 The figures compared are `dflashkit.parity.stats`; the result, its verdict and its report `dflashkit.parity.result`.
 """
@@ -51,9 +49,9 @@ from .result import ParityResult, RoundResult
 from .stats import (HiddenStats, LogitStats, accepted_prefix, hidden_rows, hidden_stats, logit_rows,
                     logit_stats, select_rows)
 from ..target_rules import Target, check_runtime_fit
-from ..runtime.dflash import RMSNorm
 from ..runtime import DFlashDraftModel, HFTarget, LoadInfo, TargetHead, load_drafter, load_target_head
-from ..runtime.dflash import DraftStep
+from ..runtime.dflash import DraftStep, RMSNorm
+from ..runtime.speculative import context_ids_kwargs
 from ..runtime.linear import Linear
 from ..runtime.config import first_draft_slot
 from ..runtime.load import runtime_spec
@@ -340,9 +338,7 @@ def _draft_side(m: DFlashDraftModel, side: str, inputs: _Inputs, schedule: list[
             rows = torch.cat([inputs.noise[start : start + 1], inputs.noise[-1:].expand(block - 1, -1)])
             noise = (rows[None] * m.embedding_scale).to(device=device, dtype=dtype)
         context = inputs.feats[side](prev, start).to(device=device, dtype=dtype)
-        # a chain drafter (EAGLE-3) reads, beside each context position, the token after it (the last: the anchor)
-        following = ({"context_ids": torch.tensor([inputs.tokens(start + 1)[prev + 1 : start + 1]], device=device)}
-                     if getattr(m, "reads_context_ids", False) else {})
+        following = context_ids_kwargs(m, inputs.tokens(start + 1)[prev + 1 : start + 1], device)  # a chain's tokens
         with _one_thread():
             step = m.draft(context, blocks, positions, cache, head, noise_embedding=noise, **following)
         steps.append(step)
@@ -389,10 +385,8 @@ def _run_rounds(paths: dict[str, Any], load: Callable[[Any], DFlashDraftModel], 
     for side in ("reference", "candidate"):
         m = load(paths[side])
         infos[side] = m.load_info  # type: ignore[attr-defined]
-        # a chain drafter picks each token before it drafts the next: it needs the head as it drafts
-        chain = getattr(m, "reads_context_ids", False)
-        steps[side], anchors[side], firsts[side] = _draft_side(m, side, inputs, schedule, rounds, block, device,
-                                                               None if defer and not chain else head)
+        steps[side], anchors[side], firsts[side] = _draft_side(
+            m, side, inputs, schedule, rounds, block, device, None if defer and not m.reads_context_ids else head)
         _drop_backbone(m)  # one drafter's weights at a time
         models[side] = m
         gc.collect()

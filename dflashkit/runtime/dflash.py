@@ -121,6 +121,8 @@ class DFlashDraftModel(nn.Module):
     layer_class: type[DecoderLayer] = DecoderLayer
     #: sampling goes through the block's own candidate selector (`propose`) instead of the head's distribution
     proposes_with_selector: bool = False
+    #: a chain drafter reads the token after each context position (EAGLE-3's runtime block sets it)
+    reads_context_ids: bool = False
 
     def __init__(self, spec: DrafterSpec) -> None:
         super().__init__()

@@ -43,7 +43,7 @@ import torch
 
 from ..errors import UsageError
 from .dflash import DFlashDraftModel, TargetHead
-from .speculative import (PrefillCache, SpeculativeResult, _context_ids, _crop_target, _prefill, _sync, _token_ids,
+from .speculative import (PrefillCache, SpeculativeResult, context_ids_kwargs, _crop_target, _prefill, _sync, _token_ids,
                           accept_prefix, check_pair, drafter_dtype)
 from .target import HFTarget, cache_argument, extract_context_feature
 
@@ -114,7 +114,7 @@ def replay_llama_cpp(
             noise = torch.full((1, n_max + first_slot), mask, dtype=torch.long, device=device)
             noise[0, 0] = anchor
             positions = torch.arange(n_past - context.shape[1], n_past + noise.shape[1], device=device)[None]
-            following = _context_ids(model, by_position[n_past - context.shape[1] + 1 : n_past + 1], device)
+            following = context_ids_kwargs(model, by_position[n_past - context.shape[1] + 1 : n_past + 1], device)
             draft = model.draft(context, noise, positions, draft_cache, head, **following).tokens[0].tolist()
             draft = draft[:budget] if budget > 0 else draft
         block = torch.tensor([[anchor, *draft]], dtype=torch.long, device=device)

@@ -370,7 +370,7 @@ def _generate(model: DFlashDraftModel, target: HFTarget, head: TargetHead, promp
             noise_len = verify - 1 + first_slot
             noise_ids = block_ids if noise_len == verify else block_ids[:, :noise_len].clone()
             positions = torch.arange(start - context.shape[1], start + noise_len, device=device)[None]
-            extra = _context_ids(model, tokens[start - context.shape[1] + 1 : start + 1], device)
+            extra = context_ids_kwargs(model, tokens[start - context.shape[1] + 1 : start + 1], device)
             if temperature > 0 and model.proposes_with_selector:
                 # DraftStep carries no selector probabilities: draft hidden states, then `propose`.
                 step = model.draft(context, noise_ids, positions, draft_cache,
@@ -430,7 +430,7 @@ def _generate(model: DFlashDraftModel, target: HFTarget, head: TargetHead, promp
     )
 
 
-def _context_ids(model: Any, following: list[int], device: torch.device) -> dict[str, torch.Tensor]:
+def context_ids_kwargs(model: Any, following: list[int], device: torch.device) -> dict[str, torch.Tensor]:
     """``context_ids`` for a drafter that reads, beside each context position's features, the token that follows it
     (EAGLE-3's pairs (token p + 1, features p); the last one is the anchor) — nothing for the others."""
     if not getattr(model, "reads_context_ids", False):
