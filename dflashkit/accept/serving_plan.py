@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import UsageError
+from ..errors import DFlashError, UsageError
 from ..llama_cpp import check_extra_args
 from ..llama_cpp.http import same_server
 from ..llama_cpp.server import REQUEST_TIMEOUT_S, RemoteServer, find_server
@@ -72,7 +72,7 @@ def _clamps_n_max(path: str) -> bool:
     try:
         with open_drafter(path) as d:
             return d.family is None or d.family.clamps_n_max
-    except Exception:  # noqa: BLE001 - a file that cannot be read is reported by the command that reads it
+    except (DFlashError, OSError):  # a file that cannot be read is reported by the command that reads it
         return True
 
 

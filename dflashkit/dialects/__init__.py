@@ -56,24 +56,25 @@ DEFAULT_DIALECT = LLAMA_CPP
 def _family_table(family: DrafterFamily) -> Dialect:
     """llama.cpp's table for a family with a GGUF architecture of its own, from the family's rows."""
     keys = tuple(
-        KeySpec(field, key, type_, sub, required="required" in flags.split(), leading="leading" in flags.split(),
-                after_file_type="after_file_type" in flags.split())
-        for field, key, type_, sub, flags in family.gguf_keys
+        KeySpec(field, key, type_, sub, required="required" in words, leading="leading" in words,
+                after_file_type="after_file_type" in words)
+        for field, key, type_, sub, words in ((*row[:4], row[4].split()) for row in family.gguf_keys)
     )
     return Dialect(name=LLAMA_CPP.name, architectures=(family.gguf_architecture,), keys=keys,
                    tensor_names=dict(family.gguf_tensor_names), tap_offset=LLAMA_CPP.tap_offset, needs_tokenizer=True,
                    description=f"upstream llama.cpp LLM_ARCH_{family.gguf_architecture.upper()}")
 
 
-#: general.architecture → the llama.cpp table of each family that has an architecture of its own
-FAMILY_DIALECTS: dict[str, Dialect] = {f.gguf_architecture: _family_table(f) for f in FAMILIES if f.gguf_architecture}
+#: general.architecture → each family that has an architecture of its own, and its llama.cpp table
+_FAMILY_OF_ARCHITECTURE: dict[str, DrafterFamily] = {f.gguf_architecture: f for f in FAMILIES if f.gguf_architecture}
+FAMILY_DIALECTS: dict[str, Dialect] = {a: _family_table(f) for a, f in _FAMILY_OF_ARCHITECTURE.items()}
 
 
 def unstored_defaults(architecture: str | None) -> dict[str, Any]:
     """Spec fields a GGUF of ``architecture`` stores under no key, as its family fixes them (`gguf_defaults`: an
     EAGLE-3 file's block = llama.cpp's default n-max + 1); empty for the DFlash architectures."""
-    return next((dict(f.gguf_defaults) for f in FAMILIES if f.gguf_architecture and f.gguf_architecture == architecture),
-                {})
+    family = _FAMILY_OF_ARCHITECTURE.get(architecture or "")
+    return dict(family.gguf_defaults) if family is not None else {}
 
 
 def family_dialect(family: DrafterFamily, dialect: Dialect, source: str = "") -> Dialect:

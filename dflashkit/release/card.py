@@ -29,7 +29,9 @@ RECOMMEND_SPEED_RULE = ("the smallest file that passed every gate whose speed-up
                         "and whose speed-up CI overlaps the fastest type's (each type at its best n-max, the first "
                         "build measured)")
 RECOMMEND_FRACTION = 0.98
-TAGS = ["gguf", "speculative-decoding", "dflash", "llama.cpp"]
+def tags_of(family: DrafterFamily) -> list[str]:
+    """The card's hub tags: the family's beside the format's and the runtime's."""
+    return ["gguf", "speculative-decoding", family.hub_tag, "llama.cpp"]
 
 
 def sha256_of(path: Path) -> str:
@@ -116,8 +118,8 @@ def card_data(release: dict[str, Any]) -> Any:
     from huggingface_hub import ModelCardData
 
     source = release["source"]
-    tags = [_family(release).hub_tag if t == DrafterFamily.hub_tag else t for t in TAGS]
-    fields: dict[str, Any] = {"base_model": source["repo"], "base_model_relation": "quantized", "tags": tags,
+    fields: dict[str, Any] = {"base_model": source["repo"], "base_model_relation": "quantized",
+                              "tags": tags_of(_family(release)),
                               "library_name": "gguf"}
     if source.get("license"):
         fields["license"] = source["license"]
@@ -217,7 +219,8 @@ def render_card(release: dict[str, Any]) -> str:
     source_repo, target = md_name(source["repo"]), md_name(release["target"])
     target_gguf = release["target_gguf_name"]
     lines = [f"# {markdown_text(release['name'])} — GGUF", "",
-             f"{markdown_text(_family(release).card_kind(int(release['block_size'])))} for speculative decoding, converted from {source_repo} to GGUF and quantized with dflashkit "
+             f"{markdown_text(_family(release).card_kind(int(release['block_size'])))} for speculative decoding, "
+             f"converted from {source_repo} to GGUF and quantized with dflashkit "
              f"{markdown_text(release['dflashkit_version'])}. Every file was checked: `dflash-inspect --strict` with "
              "the target, `dflash-diff` and `dflash-parity` against the checkpoint, and τ (mean accepted tokens per "
              "draft round, the bonus token included) measured beside the target.", "",

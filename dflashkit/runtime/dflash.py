@@ -123,6 +123,8 @@ class DFlashDraftModel(nn.Module):
     proposes_with_selector: bool = False
     #: a chain drafter reads the token after each context position (EAGLE-3's runtime block sets it)
     reads_context_ids: bool = False
+    #: llama.cpp clamps --spec-draft-n-max to the block (speculative.cpp:1016-1023); a chain drafter's: no clamp
+    clamps_n_max: bool = True
 
     def __init__(self, spec: DrafterSpec) -> None:
         super().__init__()

@@ -86,7 +86,7 @@ def replay_llama_cpp(
     lm, device, layers, dtype = target.model, target.device, list(model.target_layer_ids), drafter_dtype(model)
     stops, banned = set(_token_ids(stop_token_ids, "stop_token_ids")), _token_ids(banned_ids, "banned_ids")
     first_slot = model.first_draft_slot
-    if getattr(model, "clamps_n_max", True):  # DFlash: to its block (speculative.cpp:1016-1023); a chain: no clamp
+    if model.clamps_n_max:
         n_max = min(n_max, model.draft_tokens)
     mask = int(model.mask_token_id or 0)  # check_pair made sure there is one, where the drafter reads it
 

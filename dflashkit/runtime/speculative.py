@@ -216,7 +216,7 @@ def check_pair(model: DFlashDraftModel, target: HFTarget, head: TargetHead, wher
     spec = model.spec
     check_runtime_fit(spec, Target(str(target.path), head.hidden_size, target.n_layers, head.vocab_size), where,
                       UsageError)
-    if getattr(model, "reads_context_ids", False):  # a chain drafter: no mask token (its block is its draft length)
+    if model.reads_context_ids:  # a chain drafter: no mask token (its block is its draft length)
         return
     if spec.mask_token_id is None or not 0 <= spec.mask_token_id < head.vocab_size:
         raise UsageError(f"{where}: mask_token_id {spec.mask_token_id} is not a token of target {target.path} "
@@ -433,7 +433,7 @@ def _generate(model: DFlashDraftModel, target: HFTarget, head: TargetHead, promp
 def context_ids_kwargs(model: Any, following: list[int], device: torch.device) -> dict[str, torch.Tensor]:
     """``context_ids`` for a drafter that reads, beside each context position's features, the token that follows it
     (EAGLE-3's pairs (token p + 1, features p); the last one is the anchor) — nothing for the others."""
-    if not getattr(model, "reads_context_ids", False):
+    if not model.reads_context_ids:
         return {}
     return {"context_ids": torch.tensor([following], dtype=torch.long, device=device)}
 

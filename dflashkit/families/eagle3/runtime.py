@@ -39,6 +39,7 @@ from ...runtime.blocks import Embedding, RMSNorm, sample_probs, sampling_probs
 from ...runtime.dflash import DraftStep, TargetHead
 from ...runtime.linear import Linear
 from ...spec import DrafterSpec
+from . import FAMILY
 
 
 class KVCache:
@@ -112,8 +113,7 @@ class Eagle3DraftModel(nn.Module):
 
     #: the decoding loops pass, beside each context position's features, the token that follows it (`draft`)
     reads_context_ids = True
-    #: llama.cpp drafts --spec-draft-n-max tokens a round whatever the block (draft-eagle3 has no clamp)
-    clamps_n_max = False
+    clamps_n_max = FAMILY.clamps_n_max  # the family's fact: draft-eagle3 drafts any n-max
     proposes_with_selector = False
 
     def __init__(self, spec: DrafterSpec) -> None:
