@@ -98,7 +98,7 @@ def test_partial_rotary_is_said_run_as_llama_cpp_and_its_loss_measured(where: st
 
     planted = _plant(tmp_path / "partial", edit)
     out = _said_and_refused(planted, tmp_path, PARTIAL)
-    llama, hf = load_drafter(out), load_drafter(planted)
+    llama, hf = load_drafter(out, ggml_activations=False), load_drafter(planted)  # the scale alone, not rounding
     assert llama.spec.llama_cpp_rules and llama.spec.rope_dimension_count == 32
     assert any("first 32 of 64 dims rotate" in n for n in llama.load_info.notes)
     pos = np.arange(10) + 100
@@ -179,7 +179,7 @@ VALUE_SCALE = ("attention_value_scale: the reference (z-lab) does not read it â€
 def test_attention_value_scale_is_said_applied_as_llama_cpp_and_its_loss_measured(tmp_path: Path) -> None:
     planted = _plant(tmp_path / "value-scale", lambda c: c.update(attention_value_scale=0.5))
     out = _said_and_refused(planted, tmp_path, VALUE_SCALE)
-    llama, hf = load_drafter(out), load_drafter(planted)
+    llama, hf = load_drafter(out, ggml_activations=False), load_drafter(planted)  # the scale alone, not rounding
     assert llama.spec.llama_cpp_rules and llama.spec.attention_value_scale == 0.5
     assert any("scales each attention output" in n for n in llama.load_info.notes)
     assert any("is ignored" in n for n in hf.load_info.notes)

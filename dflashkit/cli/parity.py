@@ -62,6 +62,10 @@ def _parse_ids(value: str | None) -> list[int] | None:
 @output_option
 @click.option("--keep-quantized", is_flag=True,
               help="Keep quantized weights quantized (fused dflashkit.runtime.kernels matmuls) instead of dequantizing.")
+@click.option("--float-activations", is_flag=True,
+              help="Multiply a llama.cpp GGUF's weights with float32 activations, so only the weights' own rounding "
+              "shows (default: as llama.cpp, the activations rounded to F16 / BF16 / Q8_0 / Q8_1 / Q8_K by the "
+              "weight's type).")
 @click.option("--skip-weights", is_flag=True, help="Skip the per-tensor weight diff (faster on big files).")
 @click.option("--quiet", "-q", is_flag=True, help="No 'wrote' line for -o (a failure's reason still goes to stderr).")
 @user_errors
@@ -71,7 +75,7 @@ def parity_command(
     device: str, dtype: str, seed: int, threshold_top1: str | None, threshold_kl: float | None,
     no_default_gate: bool, dump: str | None,
     force: bool, fmt: str | None, legacy_fmt: str | None, output: str | None, keep_quantized: bool,
-    skip_weights: bool, quiet: bool, context: Any,
+    float_activations: bool, skip_weights: bool, quiet: bool, context: Any,
 ) -> None:
     """Does CANDIDATE still draft what REFERENCE drafts? Run both drafters (HF dirs or GGUFs) on the same
     inputs and compare weights, logits per block position and accepted-prefix length.
@@ -105,12 +109,12 @@ def parity_command(
         result = run_parity_by_context(
             reference, candidate, levels=context.levels, context_file=context.file, target=target, prompt=prompt,
             prompt_ids=_parse_ids(prompt_ids), rounds=rounds, device=device, dtype=dtype, seed=seed,
-            keep_quantized=keep_quantized, weights=not skip_weights)
+            keep_quantized=keep_quantized, weights=not skip_weights, ggml_activations=not float_activations)
     else:
         result = run_parity(
             reference, candidate, target=target, prompt=prompt, prompt_ids=_parse_ids(prompt_ids), rounds=rounds,
             device=device, dtype=dtype, seed=seed, dump=dump, keep_quantized=keep_quantized, weights=not skip_weights,
-            force=force,
+            force=force, ggml_activations=not float_activations,
         )
     report = result.report(threshold_top1=top1, threshold_kl=threshold_kl, default_gate=not no_default_gate)
     _emit(report.render(fmt), output, force, quiet, report.status, "dflash-parity")

@@ -15,15 +15,13 @@ Where the inputs come from:
 - no target: hidden states and embeddings are seeded random and only the drafters' output hidden states are
   compared — logits need a target head.
 
-The drafters run one after the other — the reference through every round, then the candidate on the very same
-inputs — so only one drafter's weights are resident at a time (a 4B-size pair: 1.0 GB of bf16, not 1.6 GB with the
-Q8_0 beside it). With a GGUF target the vocabulary projection waits until both have drafted: the head is read
-through a map of its file, never copied, and applied once to every round of both drafters (`Linear.forward_many`:
-each call as it would be alone, so the same floats); only an HF target's rounds need the reference's tokens as
-they go (the target accepts what matches them), and its head is in memory with the target anyway. A chain drafter
-(EAGLE-3) picks each token before it drafts the next, so it drafts with the head whatever the target.
-This module is the run: the inputs of every round (`_Inputs`), `run_parity` and its rounds, the ``--dump`` file.
-The figures compared are `dflashkit.parity.stats`; the result, its verdict and its report `dflashkit.parity.result`.
+The drafters run one after the other (the reference through every round, then the candidate on the same inputs),
+so one drafter's weights are resident at a time (a 4B-size pair: 1.0 GB of bf16, not 1.6 GB with the Q8_0 beside
+it). With a GGUF target the vocabulary projection waits until both have drafted: the head is read through a map of
+its file and applied once to every round of both (`Linear.forward_many`: each call as alone, the same floats); an
+HF target's rounds need the reference's tokens as they go (the target accepts what matches them). A chain drafter
+(EAGLE-3) picks each token before it drafts the next, so it drafts with the head whatever the target. This module
+is the run (`_Inputs`, `run_parity`, the ``--dump`` file); the figures are `parity.stats`, the report `parity.result`.
 """
 
 from __future__ import annotations
@@ -164,10 +162,12 @@ def run_parity(
     weights: bool = True,
     force: bool = False,
     context_len: int = CONTEXT_LEN,
+    ggml_activations: bool = True,
 ) -> ParityResult:
     """Run both drafters on the same inputs for ``rounds`` draft rounds and compare them. ``target``: an HF
     directory (or that target already loaded), a GGUF, or None; ``context_len``: the random context's positions
-    where there is no HF target (`dflashkit.parity.sweep` sets it per ``--context`` level)."""
+    where there is no HF target (`dflashkit.parity.sweep` sets it per ``--context`` level); ``ggml_activations``:
+    a llama.cpp GGUF multiplies with activations rounded as ggml does (False: float32, its weights' error only)."""
     if rounds < 1:
         raise UsageError(f"--rounds must be at least 1, got {rounds}")
     if prompt is not None and prompt_ids is not None:
@@ -199,7 +199,8 @@ def run_parity(
 
     def load(path: str | os.PathLike) -> DFlashDraftModel:
         # packed: weights stay in their file type (unpacked per matmul, same float32 values): a few GB less
-        return load_drafter(path, device=device, dtype=dtype, keep_quantized=keep_quantized, packed=True)
+        return load_drafter(path, device=device, dtype=dtype, keep_quantized=keep_quantized, packed=True,
+                            ggml_activations=ggml_activations)
 
     runner: HFTarget | None = None
     if hf_target:

@@ -20,6 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..codecs import QUANT_TYPES, dequantize_into, to_float32
+from .ggml_rounding import q8_1_sum_correction, round_activations
 from .kernels.reference import FLOAT_VIEWS
 
 
@@ -38,6 +39,10 @@ class Linear(nn.Module):
         self.ggml_type: Any = None
         self.packed = False  # qdata holds the file's bytes, unpacked to float32 at each forward
         self.file_map: mmap.mmap | None = None  # the private file map qdata is a view of (`release`)
+        # a llama.cpp GGUF's weight: the type ggml rounds the activations to before multiplying (`ggml_rounding`),
+        # and a Q4_1 / Q5_1 weight's block minimums [out_features, in_features / 32] its Q8_1 block sums meet
+        self.activation_type: str | None = None
+        self.block_mins: torch.Tensor | None = None
 
     @property
     def is_quantized(self) -> bool:
@@ -81,7 +86,7 @@ class Linear(nn.Module):
     def forward_many(self, xs: list[torch.Tensor]) -> list[torch.Tensor]:
         """``forward`` of each ``x``, a packed weight unpacked once for all of them: each ``x`` meets the same tiles
         in the same calls as alone, so the same floats (a vocabulary projection of several rounds, one pass)."""
-        if not (self.qdata is not None and self.packed) or any(
+        if self.activation_type is not None or not (self.qdata is not None and self.packed) or any(
                 x.device.type != "cpu" or (x.requires_grad and torch.is_grad_enabled()) for x in xs):
             return [self(x) for x in xs]
         outs: list[list[torch.Tensor]] = [[] for _ in xs]
@@ -116,6 +121,14 @@ class Linear(nn.Module):
             raise ValueError(f"weight shape {list(shape)} ≠ expected {[self.out_features, self.in_features]}")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.activation_type is None:
+            return self._forward(x)
+        y = self._forward(round_activations(x, self.activation_type).to(x.dtype))
+        if self.block_mins is not None:
+            y = y + q8_1_sum_correction(x).to(y.dtype) @ self.block_mins.to(y.dtype).T
+        return y
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.qdata is not None and self.packed:
             return self._packed_forward(x)
         if self.qdata is not None:

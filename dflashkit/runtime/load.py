@@ -33,6 +33,7 @@ from ..spec import DrafterSpec, read_config_json
 from ..families import architecture_of, expected_tensors, family_for_spec, plain_label
 from .dflash import DFlashDraftModel, Embedding, Linear, RMSNorm, TargetHead
 from .config import RuntimeConfig, refuse_unsupported, runtime_config
+from .ggml_rounding import round_as_ggml, vec_dot_type
 from .zoo import model_class_for, module_path
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -127,11 +128,15 @@ def load_drafter(
     dtype: str | torch.dtype = "float32",
     keep_quantized: bool = False,
     packed: bool = False,
+    ggml_activations: bool = True,
 ) -> DFlashDraftModel:
     """A ready-to-run drafter (eval mode) from an HF dir or a GGUF; ``model.load_info`` says how.
 
     ``packed`` (float32 only): matrices stay in the file's 16-bit or ggml type and are unpacked at each
-    matmul (`Linear.set_packed`) — the same results at a fraction of the memory (dflash-parity)."""
+    matmul (`Linear.set_packed`) — the same results at a fraction of the memory (dflash-parity).
+    ``ggml_activations``: a llama.cpp GGUF multiplies each matrix with the activations rounded as ggml's CPU backend
+    rounds them (`ggml_rounding`: F16, BF16 or Q8_0 / Q8_1 / Q8_K by the weight's type); False: with the float32
+    activations, so only the weights' own rounding shows. An HF checkpoint always multiplies float32 activations."""
     dev, dt = resolve_device(device), resolve_dtype(dtype)
     _name_unsupported(path)
     with open_drafter(path) as f:
@@ -145,7 +150,8 @@ def load_drafter(
         if mask is not None:
             model.mask_embedding = mask.to(dev)
             notes.append("mask_embedding.pt replaces the mask token's embedding row (as llama.cpp's converter does)")
-        _fill(model, f, used, shapes, dev, dt, quantized, notes, packed=packed and dt == torch.float32)
+        _fill(model, f, used, shapes, dev, dt, quantized, notes, packed=packed and dt == torch.float32,
+              ggml_activations=ggml_activations)
         types: dict[str, int] = {}
         for ref in f.tensors.values():
             types[ref.type_name] = types.get(ref.type_name, 0) + 1
@@ -309,7 +315,8 @@ def _dtype_name(dt: torch.dtype) -> str:
 
 
 def _fill(model: DFlashDraftModel, f: DrafterFile, used: list[str], shapes: Mapping[str, tuple[int, ...]],
-          dev: torch.device, dt: torch.dtype, quantized: bool, notes: list[str], *, packed: bool = False) -> None:
+          dev: torch.device, dt: torch.dtype, quantized: bool, notes: list[str], *, packed: bool = False,
+          ggml_activations: bool = True) -> None:
     spec = model.spec
     expected = expected_tensors(spec, vocab_size=spec.vocab_size)
     # an HF interleaved-RoPE checkpoint runs in its own layout (RuntimeConfig.rope_interleaved): its q/k are
@@ -322,6 +329,8 @@ def _fill(model: DFlashDraftModel, f: DrafterFile, used: list[str], shapes: Mapp
     if f.unmapped:
         notes.append(f"ignored {len(f.unmapped)} tensor(s) with no DFlash meaning: {', '.join(f.unmapped[:4])}")
     family = f.family or family_for_spec(spec)
+    ggml_activations = ggml_activations and bool(getattr(spec, "llama_cpp_rules", False))  # a llama.cpp GGUF
+    stored: dict[int, str] = {}  # id(module) → its weight's stored type (ggml_activations)
     for canonical in used:
         ref = f.tensors[canonical]
         if canonical == "d2t":  # absolute target ids: a GGUF stores them (I64), an HF checkpoint offsets
@@ -337,6 +346,10 @@ def _fill(model: DFlashDraftModel, f: DrafterFile, used: list[str], shapes: Mapp
         want, shape = expected.get(canonical), shapes[canonical]
         if want is not None and (len(want) != len(shape) or any(w not in (-1, g) for w, g in zip(want, shape))):
             raise DFlashError(f"{f.path}: tensor '{ref.name}' has shape {list(shape)}, the config implies {list(want)}")
+        if isinstance(module, (Linear, Embedding)) and attr == "weight" and ggml_activations:
+            stored[id(module)] = ref.type_name  # an Embedding's: its rows are also the head when it has no output
+            if isinstance(module, Linear):
+                round_as_ggml(module, ref.type_name, lambda: f.read_raw(canonical), dev)
         if isinstance(module, Linear) and attr == "weight" and quantized and ref.ggml_type in _kernel_types():
             data = torch.from_numpy(np.array(f.read_raw(canonical), dtype=np.uint8)).to(dev)
             module.set_quantized(data, ref.ggml_type)
@@ -363,6 +376,11 @@ def _fill(model: DFlashDraftModel, f: DrafterFile, used: list[str], shapes: Mapp
     if model.embed_tokens is not None and model.lm_head is not None and not model.lm_head.is_loaded:
         # llama.cpp: a drafter with its own token_embd and no output uses token_embd as its head too
         model.lm_head.set_weight(model.embed_tokens.weight)
+        if id(model.embed_tokens) in stored:
+            model.lm_head.activation_type = vec_dot_type(stored[id(model.embed_tokens)])
+    if any(isinstance(m, Linear) and m.activation_type for m in model.modules()):
+        notes.append("activations rounded before each matmul as ggml's CPU backend rounds them (F16 / BF16 / Q8_0 / "
+                     "Q8_1 / Q8_K by the weight's type), as llama.cpp multiplies")
     # Norms default to ones, so only the shape check above guards them; everything else must be set.
     for name, module in model.named_modules():
         if isinstance(module, Linear) and not module.is_loaded or isinstance(module, Embedding) and module.weight is None:
