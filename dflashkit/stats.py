@@ -42,10 +42,25 @@ class Comparison:
     relative: float  # delta / τ(first) over the same prompts
     ci: tuple[float, float] | None
     n_prompts: int
+    #: prompts where the other arm is higher / lower (equal ones are neither); None: not counted
+    n_higher: int | None = None
+    n_lower: int | None = None
 
     @property
     def significant(self) -> bool:
         return self.ci is not None and (self.ci[1] < 0 or self.ci[0] > 0)
+
+    @property
+    def sign_test_p(self) -> float | None:
+        """Two-sided exact sign test over the prompts that differ (None: not counted). The bootstrap interval of
+        a mean is too narrow when only a few prompts differ and all one way — three prompts of 48 one float tie
+        lower give a CI that excludes 0 — while three signs in a row are what chance gives one time in four."""
+        if self.n_higher is None or self.n_lower is None:
+            return None
+        n, k = self.n_higher + self.n_lower, min(self.n_higher, self.n_lower)
+        if n == 0:
+            return 1.0
+        return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n)
 
 
 def paired_comparison(base: Sequence[float], other: Sequence[float], *, seed: int = 0) -> Comparison:
@@ -57,4 +72,4 @@ def paired_comparison(base: Sequence[float], other: Sequence[float], *, seed: in
     mean_base = float(np.mean([a for a, _ in pairs]))
     delta = float(np.mean(diffs))
     return Comparison(delta, delta / mean_base if mean_base else math.nan, paired_bootstrap_ci(diffs, seed=seed),
-                      len(pairs))
+                      len(pairs), sum(d > 0 for d in diffs), sum(d < 0 for d in diffs))

@@ -26,8 +26,12 @@ def ci_text(c: Comparison) -> str:
 
 
 def gap_verdict(c: Comparison) -> str:
-    """Above / below when the paired CI excludes 0 (one prompt: no CI, its own difference), else agrees."""
-    if c.significant or (c.ci is None and c.n_prompts == 1 and c.delta != 0):
+    """Above / below when the paired CI excludes 0 and the prompts that differ lean one way beyond chance (the sign
+    test, `Comparison.sign_test_p`: a few float ties the same way are not a gap); one prompt: no CI, its own
+    difference. Else agrees."""
+    signs = c.sign_test_p
+    if (c.significant and (signs is None or signs < 1 - CONFIDENCE)) or (c.ci is None and c.n_prompts == 1
+                                                                          and c.delta != 0):
         return VERDICT_BELOW if c.delta < 0 else VERDICT_ABOVE
     return VERDICT_AGREES
 
