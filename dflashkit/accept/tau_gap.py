@@ -26,12 +26,14 @@ def ci_text(c: Comparison) -> str:
 
 
 def gap_verdict(c: Comparison) -> str:
-    """Above / below when the paired CI excludes 0 and the prompts that differ lean one way beyond chance (the sign
-    test, `Comparison.sign_test_p`: a few float ties the same way are not a gap); one prompt: no CI, its own
-    difference. Else agrees."""
+    """Above / below when the paired CI excludes 0 (one prompt: no CI, its own difference), else agrees. Where at
+    least half the prompts are exactly equal the two runtimes compute the same drafter and the rest are float ties,
+    discrete events: then the prompts that differ must also lean one way beyond chance (the sign test,
+    `Comparison.sign_test_p`) — the interval of a mean is too narrow when four prompts of 48 fall the same way."""
     signs = c.sign_test_p
-    if (c.significant and (signs is None or signs < 1 - CONFIDENCE)) or (c.ci is None and c.n_prompts == 1
-                                                                          and c.delta != 0):
+    ties = c.n_higher is not None and c.n_lower is not None and 2 * (c.n_higher + c.n_lower) <= c.n_prompts
+    if (c.significant and not (ties and signs is not None and signs >= 1 - CONFIDENCE)) or (
+            c.ci is None and c.n_prompts == 1 and c.delta != 0):
         return VERDICT_BELOW if c.delta < 0 else VERDICT_ABOVE
     return VERDICT_AGREES
 
