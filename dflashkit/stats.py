@@ -53,8 +53,8 @@ class Comparison:
     @property
     def sign_test_p(self) -> float | None:
         """Two-sided exact sign test over the prompts that differ (None: not counted). The bootstrap interval of
-        a mean is too narrow when only a few prompts differ and all one way — three prompts of 48 one float tie
-        lower give a CI that excludes 0 — while three signs in a row are what chance gives one time in four."""
+        a mean is too narrow when only a few prompts differ and all one way — four prompts of 48 one float tie
+        lower give a CI that excludes 0 — while four signs alike are what chance gives one time in eight."""
         if self.n_higher is None or self.n_lower is None:
             return None
         n, k = self.n_higher + self.n_lower, min(self.n_higher, self.n_lower)

@@ -27,6 +27,7 @@ diff); reading itself goes through ``gguf.GGUFReader``.
 from __future__ import annotations
 
 import atexit
+import ctypes
 import importlib.util
 import json
 import os
@@ -109,6 +110,22 @@ def require_llama_cpp_build(build: str, tool: str) -> tuple[Path, Path]:
         pytest.skip(f"llama.cpp build {build}: set {BIN_VARS[build]} (with {tool}) and {BUILDS[build]} "
                     "(.ci/run builds both)")
     return binary, src
+
+
+_GGML_LIBS: dict[tuple[str, str], ctypes.CDLL] = {}
+
+
+def ggml_library(build: str, name: str) -> ctypes.CDLL:
+    """``name`` (``libggml-base.so``, ``libggml-cpu.so``) of ``build``'s bin/ folder, loaded once, or pytest.skip
+    naming the variable to set."""
+    if (build, name) not in _GGML_LIBS:
+        var = BIN_VARS[build]
+        bin_dir = os.environ.get(var)
+        lib = Path(bin_dir or "") / name
+        if not bin_dir or not lib.is_file():
+            pytest.skip(f"set {var} to the bin/ folder of the llama.cpp {build} build (.ci/run builds it with {name})")
+        _GGML_LIBS[build, name] = ctypes.CDLL(str(lib))
+    return _GGML_LIBS[build, name]
 
 
 @pytest.fixture(scope="module", params=list(BUILDS))

@@ -21,12 +21,13 @@ from hypothesis import strategies as st
 
 from dflashkit.codecs import dequantize, quantize
 from dflashkit.runtime.ggml_rounding import VEC_DOT_TYPES, q8_1_sum_correction, round_activations, vec_dot_type
+from llama_cpp_oracle import BIN_VARS, ggml_library
 from test_quantize_properties import FAMILIES, _make
 
 Q = GGMLQuantizationType
 WEIGHT_TYPES = [Q.F16, Q.BF16, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K,
                 Q.IQ4_NL, Q.IQ4_XS]
-BUILDS = [("0.3.36", "DFLASHKIT_LLAMA_CPP_BIN"), ("b11549", "DFLASHKIT_LLAMA_CPP_MAINLINE_BIN")]
+BUILDS = list(BIN_VARS)
 N = 1024  # whole blocks of every type
 TRAINED = Path(__file__).resolve().parents[1] / "fixtures" / "trained"
 _SCALE = int(os.environ.get("DFLASHKIT_HYPOTHESIS_SCALE", "1"))
@@ -42,25 +43,17 @@ class _Traits(ctypes.Structure):  # ggml-cpu.h: struct ggml_type_traits_cpu (bot
                 ("nrows", ctypes.c_int64)]
 
 
-_LIBS: dict[str, ctypes.CDLL] = {}
-
-
-def ggml_cpu(build: str, var: str) -> ctypes.CDLL:
-    if build not in _LIBS:
-        bin_dir = os.environ.get(var)
-        lib = Path(bin_dir or "") / "libggml-cpu.so"
-        if not bin_dir or not lib.is_file():
-            pytest.skip(f"set {var} to the bin/ folder of the llama.cpp {build} build (.ci/run builds it with "
-                        "libggml-cpu.so)")
-        cdll = ctypes.CDLL(str(lib))
-        cdll.ggml_get_type_traits_cpu.restype = ctypes.POINTER(_Traits)
-        cdll.ggml_get_type_traits_cpu.argtypes = [ctypes.c_int]
-        cdll.ggml_cpu_init()  # the F16 tables the converters read
-        base = ctypes.CDLL(str(lib.with_name("libggml-base.so")))
-        base.ggml_row_size.restype, base.ggml_row_size.argtypes = ctypes.c_size_t, [ctypes.c_int, ctypes.c_int64]
-        cdll.row_size = base.ggml_row_size  # type: ignore[attr-defined]
-        _LIBS[build] = cdll
-    return _LIBS[build]
+def ggml_cpu(build: str) -> ctypes.CDLL:
+    """``build``'s libggml-cpu, its type traits typed, its F16 tables initialised, and libggml-base's
+    ``ggml_row_size`` beside it as ``row_size``."""
+    cdll = ggml_library(build, "libggml-cpu.so")
+    cdll.ggml_get_type_traits_cpu.restype = ctypes.POINTER(_Traits)
+    cdll.ggml_get_type_traits_cpu.argtypes = [ctypes.c_int]
+    cdll.ggml_cpu_init()  # the F16 tables the converters read (ggml initialises them once)
+    base = ggml_library(build, "libggml-base.so")
+    base.ggml_row_size.restype, base.ggml_row_size.argtypes = ctypes.c_size_t, [ctypes.c_int, ctypes.c_int64]
+    cdll.row_size = base.ggml_row_size  # type: ignore[attr-defined]
+    return cdll
 
 
 def traits(lib: ctypes.CDLL, t: int) -> _Traits:
@@ -108,22 +101,22 @@ def weight_row(t: Q, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     return raw, np.asarray(dequantize(raw, t), dtype=np.float32).reshape(-1)
 
 
-@pytest.mark.parametrize("build,var", BUILDS)
-def test_the_activation_type_table_is_ggmls(build: str, var: str) -> None:
-    lib = ggml_cpu(build, var)
+@pytest.mark.parametrize("build", BUILDS)
+def test_the_activation_type_table_is_ggmls(build: str) -> None:
+    lib = ggml_cpu(build)
     for t in WEIGHT_TYPES + [Q.F32]:
         assert vec_dot_type(t.name) == (None if t == Q.F32 else Q(traits(lib, t).vec_dot_type).name), t.name
     assert {k: v for k, v in VEC_DOT_TYPES.items() if k in Q.__members__} == {
         k: Q(traits(lib, Q[k]).vec_dot_type).name for k in VEC_DOT_TYPES if k in Q.__members__}
 
 
-@pytest.mark.parametrize("build,var", BUILDS)
+@pytest.mark.parametrize("build", BUILDS)
 @pytest.mark.parametrize("kind", [Q.F16, Q.BF16, Q.Q8_0, Q.Q8_1, Q.Q8_K])
 @LIVE
 @given(family=st.sampled_from(FAMILIES), seed=st.integers(0, 2**31 - 1), log_scale=st.floats(-6.0, 4.0))
-def test_rounded_activations_are_ggmls_bytes(build: str, var: str, kind: Q, family: str, seed: int,
+def test_rounded_activations_are_ggmls_bytes(build: str, kind: Q, family: str, seed: int,
                                              log_scale: float) -> None:
-    lib = ggml_cpu(build, var)
+    lib = ggml_cpu(build)
     x = np.ascontiguousarray(_make(family, seed, 1, N, log_scale)[0], dtype=np.float32)
     values, sums = decode(kind, to_vec_dot_type(lib, kind, x))
     ours = round_activations(torch.from_numpy(x), kind.name).numpy()
@@ -133,10 +126,10 @@ def test_rounded_activations_are_ggmls_bytes(build: str, var: str, kind: Q, fami
                               sums)
 
 
-@pytest.mark.parametrize("build,var", BUILDS)
+@pytest.mark.parametrize("build", BUILDS)
 @pytest.mark.parametrize("t", WEIGHT_TYPES, ids=lambda t: t.name)
-def test_a_weight_row_times_the_rounded_activations_is_ggmls_dot(build: str, var: str, t: Q) -> None:
-    lib = ggml_cpu(build, var)
+def test_a_weight_row_times_the_rounded_activations_is_ggmls_dot(build: str, t: Q) -> None:
+    lib = ggml_cpu(build)
     rng = np.random.default_rng(int(t))
     kind = Q[vec_dot_type(t.name)]  # type: ignore[misc]
     emulated_err, plain_err = [], []
@@ -181,9 +174,9 @@ MODULES = {"fc": "fc.weight", "layers.0.self_attn.q_proj": "blk.0.attn_q.weight"
            "layers.1.mlp.down_proj": "blk.1.ffn_down.weight", "layers.1.self_attn.v_proj": "blk.1.attn_v.weight"}
 
 
-@pytest.mark.parametrize("build,var", BUILDS)
+@pytest.mark.parametrize("build", BUILDS)
 @pytest.mark.parametrize("file_type", ["F32", "BF16", "Q8_0", "Q4_1", "Q4_K_M"])
-def test_a_loaded_drafter_multiplies_as_ggml(build: str, var: str, file_type: str,
+def test_a_loaded_drafter_multiplies_as_ggml(build: str, file_type: str,
                                             trained_ggufs: dict[str, Path]) -> None:
     """Each matrix of a loaded llama.cpp GGUF against ``vec_dot`` of its own stored rows: the loader sets the
     activation type (and Q4_1's block minimums) from the file; ``ggml_activations=False`` multiplies float32."""
@@ -191,7 +184,7 @@ def test_a_loaded_drafter_multiplies_as_ggml(build: str, var: str, file_type: st
 
     from dflashkit.runtime import load_drafter
 
-    lib = ggml_cpu(build, var)
+    lib = ggml_cpu(build)
     path = trained_ggufs[file_type]
     model, plain = load_drafter(path), load_drafter(path, ggml_activations=False)
     assert any("as ggml's CPU backend rounds them" in n for n in model.load_info.notes) == (file_type != "F32")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,29 +18,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dflashkit.codecs import quantize
+from llama_cpp_oracle import BIN_VARS, ggml_library
 from test_quantize_properties import EXTREME_FAMILIES, FAMILIES, _make
 
 Q = GGMLQuantizationType
 TYPES = [Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_NL, Q.IQ4_XS]
-BUILDS = [("0.3.36", "DFLASHKIT_LLAMA_CPP_BIN"), ("b11549", "DFLASHKIT_LLAMA_CPP_MAINLINE_BIN")]
+BUILDS = list(BIN_VARS)
 _SCALE = int(os.environ.get("DFLASHKIT_HYPOTHESIS_SCALE", "1"))
 LIVE = settings(max_examples=25 * _SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-_LIBS: dict[str, ctypes.CDLL] = {}
-
-
-def ggml(build: str, var: str) -> ctypes.CDLL:
-    if build not in _LIBS:
-        bin_dir = os.environ.get(var)
-        lib = Path(bin_dir or "") / "libggml-base.so"
-        if not bin_dir or not lib.is_file():
-            pytest.skip(f"set {var} to the bin/ folder of the llama.cpp {build} build (.ci/run builds it with "
-                        "libggml-base.so)")
-        cdll = ctypes.CDLL(str(lib))
-        cdll.ggml_quantize_chunk.restype = ctypes.c_size_t
-        cdll.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                                             ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
-        _LIBS[build] = cdll
-    return _LIBS[build]
+def ggml(build: str) -> ctypes.CDLL:
+    cdll = ggml_library(build, "libggml-base.so")
+    cdll.ggml_quantize_chunk.restype = ctypes.c_size_t
+    cdll.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                         ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    return cdll
 
 
 def ggml_quantize(lib: ctypes.CDLL, t: Q, x: np.ndarray, qw: np.ndarray | None) -> np.ndarray:
@@ -75,12 +65,12 @@ def _rows(t: Q, families: list[str]) -> st.SearchStrategy[np.ndarray]:
                      st.integers(1, 3).map(lambda k: k * max(block, 256)), st.floats(-4.0, 4.0))
 
 
-@pytest.mark.parametrize("build, var", BUILDS)
+@pytest.mark.parametrize("build", BUILDS)
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
 @LIVE
 @given(data=st.data())
-def test_bytes_equal_ggml(build: str, var: str, qtype: Q, data: st.DataObject) -> None:
-    lib = ggml(build, var)
+def test_bytes_equal_ggml(build: str, qtype: Q, data: st.DataObject) -> None:
+    lib = ggml(build)
     x = np.ascontiguousarray(data.draw(_rows(qtype, FAMILIES + EXTREME_FAMILIES), label="x"))
     kind = data.draw(st.sampled_from(["none", "flat", "random", "with_zeros", "wide"]), label="imatrix")
     qw = _imatrix(kind, data.draw(st.integers(0, 2**32 - 1)), x.shape[1])
@@ -91,12 +81,12 @@ def test_bytes_equal_ggml(build: str, var: str, qtype: Q, data: st.DataObject) -
     assert bad.size == 0, f"{qtype.name} ({kind} imatrix): rows {bad.tolist()} differ from ggml {build}"
 
 
-@pytest.mark.parametrize("build, var", BUILDS)
+@pytest.mark.parametrize("build", BUILDS)
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
-def test_non_finite_rows_equal_ggml(build: str, var: str, qtype: Q) -> None:
+def test_non_finite_rows_equal_ggml(build: str, qtype: Q) -> None:
     """inf and NaN among ordinary values, with and without weights: the inputs where C's behaviour is least
     obvious (nearest_int of garbage, comparisons with NaN) — still the same bytes."""
-    lib = ggml(build, var)
+    lib = ggml(build)
     rng = np.random.default_rng(7)
     x = rng.standard_normal((6, 512)).astype(np.float32)
     x[0, 5], x[1, 300], x[2, :] = np.inf, np.nan, -np.inf

@@ -34,7 +34,6 @@ VEC_DOT_TYPES: dict[str, str] = {
     "IQ2_XXS": "Q8_K", "IQ2_XS": "Q8_K", "IQ2_S": "Q8_K", "IQ3_XXS": "Q8_K", "IQ3_S": "Q8_K", "IQ1_S": "Q8_K",
     "IQ1_M": "Q8_K", "TQ1_0": "Q8_K", "TQ2_0": "Q8_K",
 }
-_BLOCK = {"Q8_0": 32, "Q8_1": 32, "Q8_K": 256}
 
 
 def vec_dot_type(weight_type: str) -> str | None:
@@ -87,13 +86,22 @@ def round_activations(x: torch.Tensor, kind: str | None) -> torch.Tensor:
     raise ValueError(f"no activation rounding for {kind}")
 
 
-def q8_1_sum_correction(x: torch.Tensor) -> torch.Tensor:
-    """Per Q8_1 block of ``x`` [..., K] → [..., K/32]: the block sum ggml multiplies a Q4_1 / Q5_1 weight's minimum
-    with (``F16(d · Σq)``), less the sum of the rounded activations (``F16(d) · Σq``) that the dequantized weight's
-    dot product already counts. ``y = round_activations(x) · W + correction · mins`` is ggml's dot product."""
-    q, d, d16 = _q8_0(_blocks(x.to(torch.float32), 32))
+def round_q8_1(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(``round_activations(x, "Q8_1")``, the block-sum correction [..., K/32]) from one quantization of ``x``.
+
+    The correction is the block sum ggml multiplies a Q4_1 / Q5_1 weight's minimum with (``F16(d · Σq)``), less
+    the sum of the rounded activations (``F16(d) · Σq``) that the dequantized weight's dot product already counts:
+    ``y = rounded · W + correction · mins`` is ggml's dot product."""
+    xf = x.to(torch.float32)
+    q, d, d16 = _q8_0(_blocks(xf, 32))
     total = q.sum(dim=-1)
-    return (d.squeeze(-1) * total).to(torch.float16).to(torch.float32) - d16.squeeze(-1) * total
+    correction = (d.squeeze(-1) * total).to(torch.float16).to(torch.float32) - d16.squeeze(-1) * total
+    return (q * d16).reshape(xf.shape), correction
+
+
+def q8_1_sum_correction(x: torch.Tensor) -> torch.Tensor:
+    """The block-sum correction of `round_q8_1` alone."""
+    return round_q8_1(x)[1]
 
 
 def round_as_ggml(module: Any, type_name: str, raw: Callable[[], Any], device: torch.device) -> None:

@@ -20,7 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..codecs import QUANT_TYPES, dequantize_into, to_float32
-from .ggml_rounding import q8_1_sum_correction, round_activations
+from .ggml_rounding import round_activations, round_q8_1
 from .kernels.reference import FLOAT_VIEWS
 
 
@@ -123,10 +123,11 @@ class Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.activation_type is None:
             return self._forward(x)
-        y = self._forward(round_activations(x, self.activation_type).to(x.dtype))
-        if self.block_mins is not None:
-            y = y + q8_1_sum_correction(x).to(y.dtype) @ self.block_mins.to(y.dtype).T
-        return y
+        if self.block_mins is None:
+            return self._forward(round_activations(x, self.activation_type).to(x.dtype))
+        rounded, correction = round_q8_1(x)  # one quantization of x for both terms
+        y = self._forward(rounded.to(x.dtype))
+        return y + correction.to(y.dtype) @ self.block_mins.to(y.dtype).T
 
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.qdata is not None and self.packed:

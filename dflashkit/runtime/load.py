@@ -330,7 +330,7 @@ def _fill(model: DFlashDraftModel, f: DrafterFile, used: list[str], shapes: Mapp
         notes.append(f"ignored {len(f.unmapped)} tensor(s) with no DFlash meaning: {', '.join(f.unmapped[:4])}")
     family = f.family or family_for_spec(spec)
     ggml_activations = ggml_activations and bool(getattr(spec, "llama_cpp_rules", False))  # a llama.cpp GGUF
-    stored: dict[int, str] = {}  # id(module) → its weight's stored type (ggml_activations)
+    embed_type: str | None = None  # the stored type of the drafter's own token_embd (its head when it has no output)
     for canonical in used:
         ref = f.tensors[canonical]
         if canonical == "d2t":  # absolute target ids: a GGUF stores them (I64), an HF checkpoint offsets
@@ -346,10 +346,10 @@ def _fill(model: DFlashDraftModel, f: DrafterFile, used: list[str], shapes: Mapp
         want, shape = expected.get(canonical), shapes[canonical]
         if want is not None and (len(want) != len(shape) or any(w not in (-1, g) for w, g in zip(want, shape))):
             raise DFlashError(f"{f.path}: tensor '{ref.name}' has shape {list(shape)}, the config implies {list(want)}")
-        if isinstance(module, (Linear, Embedding)) and attr == "weight" and ggml_activations:
-            stored[id(module)] = ref.type_name  # an Embedding's: its rows are also the head when it has no output
-            if isinstance(module, Linear):
-                round_as_ggml(module, ref.type_name, lambda: f.read_raw(canonical), dev)
+        if isinstance(module, Linear) and attr == "weight" and ggml_activations:
+            round_as_ggml(module, ref.type_name, lambda: f.read_raw(canonical), dev)
+        if module is model.embed_tokens and attr == "weight":
+            embed_type = ref.type_name
         if isinstance(module, Linear) and attr == "weight" and quantized and ref.ggml_type in _kernel_types():
             data = torch.from_numpy(np.array(f.read_raw(canonical), dtype=np.uint8)).to(dev)
             module.set_quantized(data, ref.ggml_type)
@@ -376,8 +376,8 @@ def _fill(model: DFlashDraftModel, f: DrafterFile, used: list[str], shapes: Mapp
     if model.embed_tokens is not None and model.lm_head is not None and not model.lm_head.is_loaded:
         # llama.cpp: a drafter with its own token_embd and no output uses token_embd as its head too
         model.lm_head.set_weight(model.embed_tokens.weight)
-        if id(model.embed_tokens) in stored:
-            model.lm_head.activation_type = vec_dot_type(stored[id(model.embed_tokens)])
+        if ggml_activations and embed_type is not None:
+            model.lm_head.activation_type = vec_dot_type(embed_type)
     if any(isinstance(m, Linear) and m.activation_type for m in model.modules()):
         notes.append("activations rounded before each matmul as ggml's CPU backend rounds them (F16 / BF16 / Q8_0 / "
                      "Q8_1 / Q8_K by the weight's type), as llama.cpp multiplies")
