@@ -21,7 +21,8 @@ it). With a GGUF target the vocabulary projection waits until both have drafted:
 its file and applied once to every round of both (`Linear.forward_many`: each call as alone, the same floats); an
 HF target's rounds need the reference's tokens as they go (the target accepts what matches them). A chain drafter
 (EAGLE-3) picks each token before it drafts the next, so it drafts with the head whatever the target. This module
-is the run (`_Inputs`, `run_parity`, the ``--dump`` file); the figures are `parity.stats`, the report `parity.result`.
+is the run (`_Inputs`, `run_parity`); the ``--dump`` file is `parity.dump`, the figures `parity.stats`, the report
+`parity.result`.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +42,8 @@ from ..diff import diff_drafters
 from ..errors import DFlashError, UsageError
 from ..families import family_for_spec
 from ..spec import DrafterSpec
-from ..files import atomic_output, check_output
+from ..files import check_output
+from .dump import FirstRound, write_dump
 from .result import ParityResult, RoundResult
 from .stats import (HiddenStats, LogitStats, accepted_prefix, hidden_rows, hidden_stats, logit_rows,
                     logit_stats, select_rows)
@@ -244,20 +245,9 @@ def run_parity(
 
         result.weights = diff_drafters(reference, candidate)
     if dump is not None:
-        _write_dump(Path(dump), result, first, specs, force=force)
+        write_dump(Path(dump), result, first, specs, force=force)
         result.dump = str(dump)
     return result
-
-
-@dataclass
-class _FirstRound:
-    """The first round's exact tensors per side (for --dump)."""
-
-    context: dict[str, torch.Tensor]
-    blocks: dict[str, torch.Tensor]
-    noises: dict[str, torch.Tensor]
-    steps: dict[str, Any]
-    positions: torch.Tensor
 
 
 @dataclass
@@ -267,7 +257,7 @@ class _Run:
     overall: LogitStats | None
     hidden_per_position: list[tuple[int, HiddenStats]]
     hidden_overall: HiddenStats
-    first: _FirstRound
+    first: FirstRound
     infos: dict[str, LoadInfo]
 
 
@@ -394,7 +384,7 @@ def _run_rounds(paths: dict[str, Any], load: Callable[[Any], DFlashDraftModel], 
     if defer:
         assert head is not None
         _project(models, steps, anchors, head)
-    first = _FirstRound({k: f["context"] for k, f in firsts.items()}, {k: f["blocks"] for k, f in firsts.items()},
+    first = FirstRound({k: f["context"] for k, f in firsts.items()}, {k: f["blocks"] for k, f in firsts.items()},
                         {k: f["noise"] for k, f in firsts.items()}, {k: v[0] for k, v in steps.items()},
                         firsts["reference"]["positions"])
 
@@ -441,61 +431,3 @@ def _run_rounds(paths: dict[str, Any], load: Callable[[Any], DFlashDraftModel], 
         first=first,
         infos=infos,
     )
-
-
-# ---------------------------------------------------------------------------------------------
-# Dump (format: docs/formats.md, "Parity dump")
-# ---------------------------------------------------------------------------------------------
-
-
-def _np(t: torch.Tensor, dtype: Any) -> np.ndarray:
-    return np.ascontiguousarray(t.detach().float().cpu().numpy() if dtype == np.float32 else t.detach().cpu().numpy(),
-                                dtype=dtype)
-
-
-def _write_dump(path: Path, result: ParityResult, first: _FirstRound, specs: dict[str, Any], *,
-                force: bool = False) -> None:
-    steps = first.steps
-    arrays: dict[str, np.ndarray] = {
-        "target_hidden": _np(first.context["reference"], np.float32),
-        "block_ids": _np(first.blocks["reference"], np.int64),
-        "position_ids": _np(first.positions, np.int64),
-        "noise_embedding": _np(first.noises["reference"], np.float32),
-        "hidden_reference": _np(steps["reference"].hidden, np.float32),
-        "hidden_candidate": _np(steps["candidate"].hidden, np.float32),
-    }
-    if result.prompt_ids is not None:  # a target model ran on these tokens
-        arrays["context_ids"] = np.asarray([result.prompt_ids], dtype=np.int64)
-    if steps["reference"].logits is not None:
-        arrays["logits_reference"] = _np(steps["reference"].logits, np.float32)
-        arrays["logits_candidate"] = _np(steps["candidate"].logits, np.float32)
-    # Extra keys (allowed by the format) only where the candidate's inputs differ from the reference's.
-    for key, value in (("target_hidden", first.context["candidate"]), ("block_ids", first.blocks["candidate"]),
-                       ("noise_embedding", first.noises["candidate"])):
-        cand = _np(value, arrays[key].dtype)
-        if cand.shape != arrays[key].shape or not np.array_equal(cand, arrays[key]):
-            arrays[key + "_candidate"] = cand
-    meta = {
-        "reference": _side_meta(result.reference, specs["reference"]),
-        "candidate": _side_meta(result.candidate, specs["candidate"]),
-        "target": result.target,
-        "mode": result.mode,
-        "device": result.device,
-        "dtype": result.dtype,
-        "seed": result.seed,
-        "block_size": result.block_size,
-        "logits": "draft logits for block positions 1..B-1 after output multiplier and softcap",
-    }
-    arrays["meta"] = np.array(json.dumps(meta))
-    with atomic_output(path, force=force) as f:  # a file object: np.savez appends .npz to other names
-        np.savez(f, **arrays)
-
-
-def _side_meta(info: LoadInfo, s: Any) -> dict[str, Any]:
-    """The dump's description of one side (``s``: its drafter's spec)."""
-    return {
-        "path": info.path, "kind": info.kind, "dialect": info.dialect, "architecture": info.architecture,
-        "family": info.family_name, "tensor_types": info.tensor_types, "matmul": info.matmul, "target_layer_ids": list(s.target_layer_ids),
-        "mask_token_id": s.mask_token_id, "embedding_scale": s.embedding_scale, "logit_scale": s.logit_scale,
-        "final_logit_softcapping": s.final_logit_softcapping,
-    }
