@@ -5,7 +5,9 @@ Per type, on 48 evaluation prompts (seed 2026, ``benchmarks/ACCEPTANCE.md``'s), 
 
 1. llama.cpp's τ per prompt (``llama-speculative-simple``, each build given), its CPU kernels as they load the file;
 2. the same build with ``--no-repack`` for the types ggml repacks on x86 (Q4_0, Q4_K, IQ4_NL, Q8_0 rows): llama.cpp
-   against itself, its two kernel paths computing the same values in another order;
+   against itself, its two kernel paths computing the same values in another order; and the same build with
+   ``-fa off`` for every type: llama.cpp against itself with its other attention path (``soft_max`` then a ``V``
+   product, where the default on CPU is flash attention's online softmax);
 3. the runtime's replay of that schedule (`dflashkit.runtime.schedules`) as it runs a llama.cpp GGUF — the
    activations rounded as ggml rounds them before each matmul (`dflashkit.runtime.ggml_rounding`) — and with float32
    activations (``ggml_activations=False``), the runtime before that rounding;
@@ -116,8 +118,8 @@ def main() -> int:
             llama: dict[str, dict[str, list[float]]] = {}
             for t, path in files.items():
                 say(f"{Path(bin_dir).parent.name}: {t}")
-                runs = {"repack": [], "no-repack": []} if t in REPACKED else {"repack": []}
-                for kind, extra in (("repack", ()), ("no-repack", ("--no-repack",))):
+                runs = {"repack": [], "no-repack": [], "fa-off": []} if t in REPACKED else {"repack": [], "fa-off": []}
+                for kind, extra in (("repack", ()), ("no-repack", ("--no-repack",)), ("fa-off", ("-fa", "off"))):
                     if kind in runs:
                         runs[kind] = [run_prompt(binary, target_gguf, path, text, n_predict=N_PREDICT, draft_max=N_MAX,
                                                  prompt_tokens=len(p), extra_args=extra).tau for p, text in zip(ids, texts)]
@@ -141,27 +143,35 @@ def main() -> int:
         "before that rounding);",
         "- *llama.cpp vs itself*: the same build and file with `--no-repack`, for the types ggml repacks on this CPU "
         "(AVX2): the same values in another kernel's order;",
+        "- *llama.cpp vs itself (-fa off)*: the same build and file without flash attention (its attention as "
+        "`soft_max` then the product with V, where the default on CPU is flash attention's online softmax);",
         "- *runtime vs itself*: the runtime's replay with its dense matmuls accumulated in float64 against float32.",
         "",
     ]
     for name, llama in builds:
         lines += [f"### {name}", "",
                   "| type | τ llama.cpp | runtime (ggml activations) | runtime (float activations) | "
-                  "llama.cpp vs itself (--no-repack) | runtime vs itself (float64) |",
-                  "|---|---|---|---|---|---|"]
-        totals = [0, 0, 0]
+                  "llama.cpp vs itself (--no-repack) | llama.cpp vs itself (-fa off) | runtime (ggml activations) vs "
+                  "llama.cpp -fa off | runtime vs itself (float64) |",
+                  "|---|---|---|---|---|---|---|---|"]
+        totals = [0, 0, 0, 0, 0]
         for t in files:
             ref = llama[t]["repack"]
             r = runtime[t]
             self_llama = equal(ref, llama[t]["no-repack"]) if "no-repack" in llama[t] else "—"
             lines.append(f"| {t} | {sum(ref) / len(ref):.2f} | {equal(r['ggml'], ref)} | {equal(r['float'], ref)} | "
-                         f"{self_llama} | {equal(r['ggml'], r['float64'])} |")
+                         f"{self_llama} | {equal(ref, llama[t]['fa-off'])} | {equal(r['ggml'], llama[t]['fa-off'])} | "
+                         f"{equal(r['ggml'], r['float64'])} |")
             totals[0] += sum(a != b for a, b in zip(r["ggml"], ref))
             totals[1] += sum(a != b for a, b in zip(r["float"], ref))
             totals[2] += sum(a != b for a, b in zip(r["ggml"], r["float64"]))
+            totals[3] += sum(a != b for a, b in zip(ref, llama[t]["fa-off"]))
+            totals[4] += sum(a != b for a, b in zip(r["ggml"], llama[t]["fa-off"]))
         n = len(files) * args.count
         lines += ["", f"Prompts that differ, all {len(files)} types ({n} prompt runs): runtime with ggml activations "
-                  f"{totals[0]}, with float activations {totals[1]}; the runtime against itself (float64) {totals[2]}.",
+                  f"{totals[0]}, with float activations {totals[1]}; llama.cpp against itself with -fa off "
+                  f"{totals[3]}, and the runtime against llama.cpp -fa off {totals[4]}; the runtime against itself "
+                  f"(float64) {totals[2]}.",
                   ""]
     Path(args.out).write_text("\n".join(lines), encoding="utf-8")
     print("\n".join(lines))
