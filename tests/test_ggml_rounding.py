@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dflashkit.codecs import dequantize, quantize
-from dflashkit.runtime.ggml_rounding import VEC_DOT_TYPES, q8_1_sum_correction, round_activations, vec_dot_type
+from dflashkit.runtime.ggml_rounding import VEC_DOT_TYPES, round_activations, round_q8_1, vec_dot_type
 from llama_cpp_oracle import BIN_VARS, ggml_library
 from test_quantize_properties import FAMILIES, _make
 
@@ -122,7 +123,7 @@ def test_rounded_activations_are_ggmls_bytes(build: str, kind: Q, family: str, s
     ours = round_activations(torch.from_numpy(x), kind.name).numpy()
     assert np.array_equal(ours, values), f"{kind.name} {family}"  # (−0 and 0 multiply alike)
     if kind == Q.Q8_1:  # the block sums ggml multiplies a Q4_1 / Q5_1 minimum with
-        assert np.array_equal(q8_1_sum_correction(torch.from_numpy(x)).numpy() + values.reshape(-1, 32).sum(-1),
+        assert np.array_equal(round_q8_1(torch.from_numpy(x))[1].numpy() + values.reshape(-1, 32).sum(-1),
                               sums)
 
 
@@ -142,7 +143,7 @@ def test_a_weight_row_times_the_rounded_activations_is_ggmls_dot(build: str, t: 
         if kind == Q.Q8_1:  # the weight's block minimums (F16 at bytes 2–3 of each block) meet the block sums
             block = GGML_QUANT_SIZES[t][1]
             mins = raw.reshape(-1, block)[:, 2:4].copy().view(np.float16).astype(np.float64)[:, 0]
-            emulated += float(np.dot(mins, q8_1_sum_correction(xt).numpy().astype(np.float64)))
+            emulated += float(np.dot(mins, round_q8_1(xt)[1].numpy().astype(np.float64)))
         scale = float(np.abs(w).astype(np.float64) @ np.abs(x).astype(np.float64))
         emulated_err.append(abs(got - emulated) / scale)
         plain_err.append(abs(got - float(np.dot(w.astype(np.float64), x.astype(np.float64)))) / scale)
@@ -192,21 +193,59 @@ def test_a_loaded_drafter_multiplies_as_ggml(build: str, file_type: str,
     rng = np.random.default_rng(7)
     for name, tensor_name in MODULES.items():
         t = tensors[tensor_name]
-        wtype = Q(int(t.tensor_type))
-        rows = np.ascontiguousarray(np.asarray(t.data).view(np.uint8).reshape(int(t.shape[1]), -1))
         x = (rng.standard_normal((3, int(t.shape[0]))) * 2).astype(np.float32)
         got = model.get_submodule(name)(torch.from_numpy(x)).numpy()
         flt = plain.get_submodule(name)(torch.from_numpy(x)).numpy()
-        w = np.stack([np.asarray(dequantize(r, wtype), dtype=np.float64).reshape(-1) for r in rows])
-        scale = np.abs(x).astype(np.float64) @ np.abs(w).T
-        kind = vec_dot_type(wtype.name)
+        want, scale = ggml_products(lib, t, x)
+        kind = vec_dot_type(Q(int(t.tensor_type)).name)
         for i in range(x.shape[0]):
-            row = np.ascontiguousarray(x[i])
-            act = row if kind is None else to_vec_dot_type(lib, Q[kind], row)
-            want = np.array([ggml_dot(lib, wtype, r, act, x.shape[1]) for r in rows])
-            assert np.max(np.abs(got[i] - want) / scale[i]) < 2e-6, (file_type, name, wtype.name)
+            assert np.max(np.abs(got[i] - want[i]) / scale[i]) < 2e-6, (file_type, name, t.tensor_type.name)
             if kind is not None:  # float32 activations are off ggml by the activation rounding
-                assert np.max(np.abs(flt[i] - want) / scale[i]) > 1e-5, (file_type, name, wtype.name)
+                assert np.max(np.abs(flt[i] - want[i]) / scale[i]) > 1e-5, (file_type, name, t.tensor_type.name)
+
+
+def ggml_products(lib: ctypes.CDLL, t: Any, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(``x`` [n, K] times every stored row of the GGUF tensor ``t`` as ggml's ``vec_dot`` takes them, after
+    ``from_float`` to the row type's ``vec_dot_type``; Σ|w·x| per product, the scale of float32 order)."""
+    wtype = Q(int(t.tensor_type))
+    rows = np.ascontiguousarray(np.asarray(t.data).view(np.uint8).reshape(int(t.shape[1]), -1))
+    w = np.stack([np.asarray(dequantize(r, wtype), dtype=np.float64).reshape(-1) for r in rows])
+    kind = vec_dot_type(wtype.name)
+    want = []
+    for row in x:
+        row = np.ascontiguousarray(row)
+        act = row if kind is None else to_vec_dot_type(lib, Q[kind], row)
+        want.append([ggml_dot(lib, wtype, r, act, x.shape[1]) for r in rows])
+    return np.array(want), np.abs(x).astype(np.float64) @ np.abs(w).T
+
+
+@pytest.mark.parametrize("build", BUILDS)
+def test_an_own_token_embd_as_head_multiplies_as_ggml(build: str, tmp_path: Path) -> None:
+    """A drafter with its own token_embd and no output uses that table as its head (llama.cpp 0.3.36): the head
+    multiplies as any matrix of the table's type — for Q4_1 with its block minimums against Q8_1's block sums."""
+    pytest.importorskip("dflash.model")
+    from gguf import GGUFReader
+
+    import make_zoo
+    from dflashkit.converters.convert import convert
+    from dflashkit.quantize.gguf_file import quantize_gguf
+    from dflashkit.runtime import load_drafter
+    from hostile import rewrite_gguf
+
+    lib = ggml_cpu(build)
+    target, made = make_zoo.make_zoo(tmp_path / "zoo", ["zlab-self-contained"])
+    quiet: dict = dict(progress=False, warn=lambda m: None)
+    convert(made["zlab-self-contained"], tmp_path / "f32.gguf", outtype="f32", target=target, **quiet)
+    quantize_gguf(tmp_path / "f32.gguf", tmp_path / "q4_1.gguf", "Q4_1", **quiet)
+    path = rewrite_gguf(tmp_path / "q4_1.gguf", tmp_path / "tied.gguf", drop_tensors=("output.weight",))
+    embd = next(t for t in GGUFReader(path).tensors if t.name == "token_embd.weight")
+    assert embd.tensor_type == Q.Q4_1
+    head = load_drafter(path).lm_head
+    assert head.activation_type == "Q8_1" and head.block_mins is not None
+    x = (np.random.default_rng(11).standard_normal((3, int(embd.shape[0]))) * 2).astype(np.float32)
+    want, scale = ggml_products(lib, embd, x)
+    got = head(torch.from_numpy(x)).numpy()
+    assert np.max(np.abs(got - want) / scale) < 2e-6
 
 
 def test_parity_rounds_as_llama_cpp_unless_told_float(trained_ggufs: dict[str, Path]) -> None:

@@ -6,7 +6,7 @@ the dot product of the two. An F16 weight meets F16 activations, BF16 meets BF16
 Q8_0 blocks (32 values, one F16 scale), Q4_1 / Q5_1 meet Q8_1 (Q8_0 plus an F16 block sum ``s``) and every K-quant
 and IQ4_XS meets Q8_K (256 values, one F32 scale). The integer products are exact, so what llama.cpp computes is —
 within float32 summation order — the float dot product of the dequantized weight with the *rounded* activations
-given here (`round_activations`), plus, for Q8_1, the term its F16 block sum adds (`q8_1_sum_correction`).
+given here (`round_activations`), plus, for Q8_1, the term its F16 block sum adds (`round_q8_1`).
 
 Written in torch (vectorized over rows and blocks) from the quantizers themselves, because no library exposes
 ggml's activation formats: ``quantize_row_q8_0`` / ``quantize_row_q8_1`` of ``ggml-cpu/arch/x86/quants.c`` (scale
@@ -97,11 +97,6 @@ def round_q8_1(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     total = q.sum(dim=-1)
     correction = (d.squeeze(-1) * total).to(torch.float16).to(torch.float32) - d16.squeeze(-1) * total
     return (q * d16).reshape(xf.shape), correction
-
-
-def q8_1_sum_correction(x: torch.Tensor) -> torch.Tensor:
-    """The block-sum correction of `round_q8_1` alone."""
-    return round_q8_1(x)[1]
 
 
 def round_as_ggml(module: Any, type_name: str, raw: Callable[[], Any], device: torch.device) -> None:

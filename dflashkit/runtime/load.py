@@ -33,7 +33,7 @@ from ..spec import DrafterSpec, read_config_json
 from ..families import architecture_of, expected_tensors, family_for_spec, plain_label
 from .dflash import DFlashDraftModel, Embedding, Linear, RMSNorm, TargetHead
 from .config import RuntimeConfig, refuse_unsupported, runtime_config
-from .ggml_rounding import round_as_ggml, vec_dot_type
+from .ggml_rounding import round_as_ggml
 from .zoo import model_class_for, module_path
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -330,7 +330,7 @@ def _fill(model: DFlashDraftModel, f: DrafterFile, used: list[str], shapes: Mapp
         notes.append(f"ignored {len(f.unmapped)} tensor(s) with no DFlash meaning: {', '.join(f.unmapped[:4])}")
     family = f.family or family_for_spec(spec)
     ggml_activations = ggml_activations and bool(getattr(spec, "llama_cpp_rules", False))  # a llama.cpp GGUF
-    embed_type: str | None = None  # the stored type of the drafter's own token_embd (its head when it has no output)
+    embed: str | None = None  # the drafter's own token_embd (its head too when it has no output)
     for canonical in used:
         ref = f.tensors[canonical]
         if canonical == "d2t":  # absolute target ids: a GGUF stores them (I64), an HF checkpoint offsets
@@ -349,7 +349,7 @@ def _fill(model: DFlashDraftModel, f: DrafterFile, used: list[str], shapes: Mapp
         if isinstance(module, Linear) and attr == "weight" and ggml_activations:
             round_as_ggml(module, ref.type_name, lambda: f.read_raw(canonical), dev)
         if module is model.embed_tokens and attr == "weight":
-            embed_type = ref.type_name
+            embed = canonical
         if isinstance(module, Linear) and attr == "weight" and quantized and ref.ggml_type in _kernel_types():
             data = torch.from_numpy(np.array(f.read_raw(canonical), dtype=np.uint8)).to(dev)
             module.set_quantized(data, ref.ggml_type)
@@ -376,8 +376,8 @@ def _fill(model: DFlashDraftModel, f: DrafterFile, used: list[str], shapes: Mapp
     if model.embed_tokens is not None and model.lm_head is not None and not model.lm_head.is_loaded:
         # llama.cpp: a drafter with its own token_embd and no output uses token_embd as its head too
         model.lm_head.set_weight(model.embed_tokens.weight)
-        if ggml_activations and embed_type is not None:
-            model.lm_head.activation_type = vec_dot_type(embed_type)
+        if ggml_activations and embed is not None:  # as any matrix of its type, Q4_1 / Q5_1 block minimums too
+            round_as_ggml(model.lm_head, f.tensors[embed].type_name, lambda: f.read_raw(embed), dev)
     if any(isinstance(m, Linear) and m.activation_type for m in model.modules()):
         notes.append("activations rounded before each matmul as ggml's CPU backend rounds them (F16 / BF16 / Q8_0 / "
                      "Q8_1 / Q8_K by the weight's type), as llama.cpp multiplies")
