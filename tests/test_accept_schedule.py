@@ -30,8 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 TRAINED, LONG = ROOT / "fixtures" / "trained", ROOT / "fixtures" / "trained-long"
 BUILDS = list(BIN_VARS)
 N_PREDICT, N_MAX = 48, 15
-#: (prompt 6 differed once by a float tie — round 4, draft slot 11, the drafter's two best logits 0.0007 apart —
-#: until the runtime rounded the BF16 file's activations to BF16 as ggml does: now it drafts llama.cpp's token 404)
+# Every prompt is asserted equal. Prompt 6 differed once by a float tie (round 4, draft slot 11, the drafter's two
+# best logits 0.0007 apart) until the runtime rounded the BF16 file's activations to BF16 as ggml does: now it
+# drafts llama.cpp's token 404.
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow]
 

@@ -26,6 +26,8 @@ TYPES = [Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K,
 BUILDS = list(BIN_VARS)
 _SCALE = int(os.environ.get("DFLASHKIT_HYPOTHESIS_SCALE", "1"))
 LIVE = settings(max_examples=25 * _SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
 def ggml(build: str) -> ctypes.CDLL:
     cdll = ggml_library(build, "libggml-base.so")
     cdll.ggml_quantize_chunk.restype = ctypes.c_size_t

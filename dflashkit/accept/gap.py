@@ -49,8 +49,8 @@ def gap_causes(given: str | os.PathLike, ran: str | os.PathLike, tensor_types: M
     quantized = sorted(t for t in tensor_types if t.upper() not in _FLOAT_TYPES)
     if quantized:
         causes.append(f"a quantized file ({', '.join(quantized)}): the runtime rounds the activations as ggml does, "
-                      "but llama.cpp sums in its kernels' order and attends over an F16 cache, so a near-tie between "
-                      "the drafter's two best tokens can fall the other way")
+                      "but llama.cpp sums in its kernels' order (its flash attention's online softmax too), so a near-tie "
+                      "between the drafter's two best tokens can fall the other way")
     other = [i for i, (a, b) in enumerate(zip(prompt_tokens, llama_prompt_tokens)) if b is not None and a != b]
     if other:
         causes.append(f"another tokenization: llama.cpp read {len(other)} prompt(s) as another number of tokens "

@@ -385,8 +385,8 @@ def _run_rounds(paths: dict[str, Any], load: Callable[[Any], DFlashDraftModel], 
         assert head is not None
         _project(models, steps, anchors, head)
     first = FirstRound({k: f["context"] for k, f in firsts.items()}, {k: f["blocks"] for k, f in firsts.items()},
-                        {k: f["noise"] for k, f in firsts.items()}, {k: v[0] for k, v in steps.items()},
-                        firsts["reference"]["positions"])
+                       {k: f["noise"] for k, f in firsts.items()}, {k: v[0] for k, v in steps.items()},
+                       firsts["reference"]["positions"])
 
     logit_rounds: list[dict[str, np.ndarray]] = []
     hidden_rounds: list[dict[str, np.ndarray]] = []
